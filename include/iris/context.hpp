@@ -1,0 +1,165 @@
+// iris::Context: one rank's view of the job: rank, world size, device, stream, symmetric heap,
+// host barrier, and the POD device handle kernels receive.
+//
+//   // one process per GPU (torchrun, mpirun, srun):
+//   auto ctx = iris::Context::create_from_env();
+//   // one thread per local GPU:
+//   iris::run_threads(iris::local_device_count(), [](iris::Context& ctx) { ... });
+//
+// Heap allocation is collective: every rank makes the same alloc/free calls in the same order, so
+// an allocation has the same offset in every rank's heap. alloc/free talk to no other rank (no
+// hidden collective); instead they extend a running hash of the allocation sequence that barrier()
+// compares across ranks, and a rank out of step makes every rank throw.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "iris/core/error.hpp"
+#include "iris/device/device_context.hpp"
+#include "iris/runtime/bootstrap.hpp"
+
+namespace iris {
+
+class SymmetricHeap;
+class HeapAllocator;
+
+struct ContextOptions {
+  // Bytes per rank's heap; 0 takes IRIS_HEAP_SIZE (bytes, or with a K/M/G suffix) or 1 GiB.
+  // Rounded up to the VMM allocation granularity. Must be the same on every rank.
+  size_t heap_size = 0;
+  // CUDA device of this rank; -1 takes the local rank.
+  int device = -1;
+  // Bound on host bootstrap operations; 0 takes IRIS_BOOTSTRAP_TIMEOUT or 300 s.
+  std::chrono::milliseconds bootstrap_timeout{0};
+  // Bound on every device-side spin; 0 takes IRIS_DEVICE_TIMEOUT (seconds) or 10 s.
+  std::chrono::milliseconds device_timeout{0};
+};
+
+// Heap size from IRIS_HEAP_SIZE ("1073741824", "512M", "2G", "64K"), or 1 GiB when unset.
+// Throws InvalidArgument with the accepted forms when malformed.
+size_t heap_size_from_env();
+// Parses a byte count with optional K/M/G/T suffix (powers of 1024).
+size_t parse_byte_size(const std::string& text);
+
+class Context {
+ public:
+  // One process per rank, from the launcher's environment (see detect_launch_info()).
+  static std::unique_ptr<Context> create_from_env(const ContextOptions& options = {});
+
+  // Collective over `bootstrap`'s ranks: creates this rank's heap, exchanges it with every peer and
+  // maps every peer's heap. Throws on every rank together when ranks disagree (heap size...).
+  explicit Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& options = {});
+  // Collective: waits for every rank (so no peer still reads this heap), then unmaps and releases.
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int device() const { return device_; }
+  // A non-blocking stream owned by the context, on device().
+  cudaStream_t stream() const { return stream_; }
+  Bootstrap& bootstrap() { return *bootstrap_; }
+
+  // ---- heap ------------------------------------------------------------------------------------
+  size_t heap_size() const { return heap_size_; }
+  // Address at which rank r's heap is mapped in this rank's address space.
+  char* heap_base(int r) const;
+  std::vector<char*> heap_bases() const;
+  // Same object in rank `to`'s heap; ptr must point into this rank's heap.
+  template <typename T>
+  T* translate(T* ptr, int to) const {
+    return reinterpret_cast<T*>(translate_bytes(const_cast<void*>(static_cast<const void*>(ptr)), to));
+  }
+
+  // Collective allocation: same offset on every rank; alignment a power of two, at least 256.
+  // Throws InvalidArgument when the heap cannot fit the request (naming the size and free space).
+  void* alloc(size_t bytes, size_t alignment = 256);
+  // Collective free of a pointer returned by alloc (or a typed helper). Reused by later allocations.
+  void free(void* ptr);
+  // True when ptr points into a live allocation of this rank's heap.
+  bool is_symmetric(const void* ptr) const;
+  // Offset of ptr within this rank's heap (throws InvalidArgument when not in the heap).
+  size_t offset_of(const void* ptr) const;
+
+  // Typed helpers. Fills run on stream() and are complete when they return.
+  template <typename T>
+  T* empty(size_t count) {
+    return static_cast<T*>(alloc(count * sizeof(T), alignof(T) > 256 ? alignof(T) : 256));
+  }
+  template <typename T>
+  T* zeros(size_t count) {
+    T* p = empty<T>(count);
+    fill_bytes(p, 0, count * sizeof(T));
+    return p;
+  }
+  template <typename T>
+  T* full(size_t count, T value) {
+    T* p = empty<T>(count);
+    fill_pattern(p, &value, sizeof(T), count);
+    return p;
+  }
+  // Uniform random values in [lo, hi) for float/double/int32/uint32/int64/uint64, __half and
+  // __nv_bfloat16 (defined in iris/core/fill.hpp). Deterministic in (seed, index).
+  template <typename T>
+  T* random(size_t count, uint64_t seed, double lo = -1.0, double hi = 1.0);
+
+  size_t heap_bytes_in_use() const;
+  size_t heap_bytes_free() const;
+  // Running hash of this rank's alloc/free sequence and its length.
+  uint64_t allocation_hash() const;
+  uint64_t allocation_count() const;
+
+  // ---- synchronization -------------------------------------------------------------------------
+  // Host barrier: synchronizes stream(), then waits for every rank; also compares the allocation
+  // sequence across ranks and throws InvalidArgument on every rank when they differ.
+  void barrier();
+  // Compares the allocation sequence across ranks without synchronizing the stream (collective).
+  void check_heap_symmetry();
+  // Throws TimeoutError if a kernel launched with device_context() recorded a timeout; the record
+  // is cleared.
+  void check_device_error();
+  // Synchronizes stream(), then check_device_error().
+  void synchronize();
+
+  // POD handle for kernels; valid while this Context lives.
+  DeviceContext device_context() const { return device_ctx_; }
+  std::chrono::milliseconds device_timeout() const { return device_timeout_; }
+
+ private:
+  void* translate_bytes(void* ptr, int to) const;
+  void fill_bytes(void* dst, int value, size_t bytes);
+  void fill_pattern(void* dst, const void* pattern, size_t pattern_size, size_t count);
+
+  std::shared_ptr<Bootstrap> bootstrap_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  size_t heap_size_ = 0;
+  std::chrono::milliseconds device_timeout_{10000};
+  std::unique_ptr<SymmetricHeap> heap_;
+  std::unique_ptr<HeapAllocator> allocator_;
+  DeviceErrorRecord* error_record_ = nullptr;  // pinned, mapped host memory
+  DeviceContext device_ctx_{};
+  std::vector<void*> nvtx_heaps_;  // nvtxMemHeapHandle_t of each registered heap slot
+};
+
+// Number of CUDA devices visible to this process (0 when there is no driver or no device).
+int local_device_count();
+
+// Runs fn on `world_size` threads, thread r with its own Context of rank r on device r (contexts
+// share one process and one symmetric window). If any rank throws, the other ranks are released
+// from blocking bootstrap operations with RemoteError, every thread is joined, and the first
+// exception is rethrown to the caller.
+void run_threads(int world_size, const std::function<void(Context&)>& fn, const ContextOptions& options = {});
+
+}  // namespace iris

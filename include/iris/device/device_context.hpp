@@ -1,0 +1,57 @@
+// The POD device handle of an iris::Context, passed BY VALUE to kernels (`const __grid_constant__`
+// or a plain by-value parameter). Host-includable: no device code here.
+//
+// Layout of the symmetric window. In every process, the heaps of all ranks are mapped back to back
+// in one reserved virtual range:
+//
+//     heap_base                heap_base + heap_size        heap_base + (W-1)*heap_size
+//     | rank 0's heap (H bytes) | rank 1's heap (H bytes) | ... | rank W-1's heap |
+//
+// so rank r's heap starts at heap_base + r * heap_size in *this* process, and translating a pointer
+// into this rank's heap to the same object in rank `to`'s heap is one add:
+//     remote = ptr + (to - rank) * heap_size.
+// Threads of one process share one window (heap_base is then the same on every rank); separate
+// processes each map their own (heap_base differs, the formula does not). No world-size limit, and
+// no table of bases to load in a kernel.
+//
+// The handle is valid while the Context that made it is alive.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+namespace iris {
+
+// Written by the first device-side failure (a bounded wait that expired) and read by the host:
+// lives in pinned, mapped host memory so the host can read it even while a kernel still runs.
+struct DeviceErrorRecord {
+  static constexpr int kOpNameSize = 48;
+  // 0 = no error; 1 = a bounded wait timed out. Claimed with an atomic CAS from 0 by the first failure.
+  int32_t code;
+  int32_t rank;      // rank that observed the failure
+  int32_t peer;      // rank that owns the waited-on word (-1 if unknown)
+  int32_t block;     // blockIdx.x of the waiting thread
+  uint64_t address;  // address of the word waited on (in the waiting rank's address space)
+  uint64_t observed; // last value read
+  uint64_t expected; // value compared against
+  uint64_t elapsed_ns;
+  char op[kOpNameSize];  // name of the waiting operation, NUL-terminated
+};
+
+struct DeviceContext {
+  char* heap_base;      // start of rank 0's heap in this process (see the layout above)
+  uint64_t heap_size;   // bytes per rank's heap; also the distance between consecutive heaps
+  int32_t rank;
+  int32_t world_size;
+  // Host-mapped error record shared by every kernel launched with this handle, and the flag that
+  // tells other spinning threads to give up once a failure has been recorded.
+  DeviceErrorRecord* error;
+  // Bound on every device-side spin, in nanoseconds of %globaltimer.
+  uint64_t timeout_ns;
+};
+
+static_assert(std::is_trivially_copyable_v<DeviceContext>, "DeviceContext is passed by value to kernels");
+static_assert(std::is_standard_layout_v<DeviceContext>);
+static_assert(std::is_trivially_copyable_v<DeviceErrorRecord>);
+
+}  // namespace iris

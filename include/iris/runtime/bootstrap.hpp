@@ -1,0 +1,83 @@
+// Bootstrap: who am I, how many are we, and host byte exchange between the ranks of one job.
+//
+// Two transports:
+//   * threads of one process  — make_thread_bootstraps(world): shared memory + condition variables;
+//   * one process per GPU     — TcpBootstrap: a small TCP store served by rank 0 on MASTER_ADDR:MASTER_PORT
+//                               (loopback for one host), plus Unix-domain sockets for passing file
+//                               descriptors between local processes (SCM_RIGHTS).
+//
+// Every operation is collective (all ranks call it, in the same order) and bounded by a timeout: a
+// rank that never arrives gives iris::TimeoutError naming the missing ranks; a rank that fails
+// (abort(), or its process dies) releases the others with iris::RemoteError naming it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace iris {
+
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // Every rank contributes `mine` (any length, may differ by rank); every rank receives all
+  // contributions indexed by rank.
+  virtual std::vector<std::string> allgather(std::string_view mine) = 0;
+
+  // `value` from `root` on every rank (the argument is ignored on other ranks).
+  virtual std::string broadcast(std::string_view value, int root);
+
+  // Returns when every rank has called it.
+  virtual void barrier();
+
+  // Sends this rank's `fd` to every other rank and returns the descriptors received, indexed by
+  // rank (each a new descriptor owned by the caller; the entry for this rank is -1).
+  // Only between processes of one host. Throws iris::Error where the transport has no use for it
+  // (threads share one descriptor table).
+  virtual std::vector<int> exchange_fds(int fd) = 0;
+
+  // Marks this rank failed with `reason`: every other rank blocked in (or later entering) a
+  // bootstrap operation throws iris::RemoteError naming this rank and the reason. Never blocks,
+  // never throws.
+  virtual void abort(const std::string& reason) noexcept = 0;
+
+  // Timeout applied to each operation.
+  virtual std::chrono::milliseconds timeout() const = 0;
+};
+
+// `world` bootstraps sharing one in-process group; element r is rank r's, to be used by one thread.
+std::vector<std::shared_ptr<Bootstrap>> make_thread_bootstraps(int world,
+                                                                std::chrono::milliseconds timeout);
+
+// Where this process stands in a job started by a launcher.
+struct LaunchInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string launcher;  // "torchrun", "openmpi", "slurm" or "none"
+};
+
+// Reads the launcher's environment, in this order of precedence:
+//   torchrun / generic: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//   Open MPI:           OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (+ MASTER_ADDR/PORT if set)
+//   Slurm:              SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE... (+ MASTER_*)
+// With none of them set: a single rank (launcher "none").
+// Throws InvalidArgument on malformed or inconsistent values (rank outside [0, world), bad port...).
+LaunchInfo detect_launch_info();
+
+// A TCP store client (rank 0 also runs the server thread) for one process per rank.
+std::shared_ptr<Bootstrap> make_tcp_bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout);
+
+// Bootstrap timeout from IRIS_BOOTSTRAP_TIMEOUT (seconds, may be fractional), default 300 s.
+std::chrono::milliseconds default_bootstrap_timeout();
+
+}  // namespace iris

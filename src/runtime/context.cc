@@ -1,0 +1,378 @@
+#include "iris/context.hpp"
+
+#include <nvtx3/nvToolsExtMem.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include "iris/core/cuda_check.hpp"
+#include "iris/core/log.hpp"
+#include "runtime/heap_allocator.hpp"
+#include "runtime/symmetric_heap.hpp"
+
+namespace iris {
+namespace {
+
+constexpr size_t kDefaultHeapSize = size_t{1} << 30;
+
+std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::milliseconds fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  char* end = nullptr;
+  double s = std::strtod(env, &end);
+  IRIS_CHECK_ARG(end != env && *end == '\0' && s > 0, "Invalid ", name, "='", env,
+                 "': expected a positive number of seconds (e.g. 10 or 2.5).");
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0 + 0.5));
+}
+
+// Runs `step` on this rank and tells every rank whether any rank failed it, so that a local error
+// (a bad device, out of memory) raises on every rank together instead of stranding the others in
+// the next collective. The failing rank rethrows its own exception; the others get RemoteError.
+template <typename Step>
+void agree(Bootstrap& bootstrap, const char* what, Step&& step) {
+  std::exception_ptr error;
+  std::string message;
+  try {
+    step();
+  } catch (const std::exception& e) {
+    error = std::current_exception();
+    message = e.what();
+    if (message.empty()) message = "unknown error";
+  }
+  auto all = bootstrap.allgather(message);
+  if (error) std::rethrow_exception(error);
+  for (int r = 0; r < static_cast<int>(all.size()); ++r)
+    if (!all[r].empty()) throw RemoteError(detail::str_cat("rank ", r, " failed ", what, ": ", all[r]));
+}
+
+template <typename T>
+std::string pod_bytes(const T& v) {
+  return std::string(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <typename T>
+T pod_from(const std::string& s) {
+  T v{};
+  IRIS_ASSERT(s.size() == sizeof(T), "expected ", sizeof(T), " bytes from bootstrap, got ", s.size());
+  std::memcpy(&v, s.data(), sizeof(T));
+  return v;
+}
+
+nvtxDomainHandle_t nvtx_domain() {
+  static nvtxDomainHandle_t domain = nvtxDomainCreateA("iris");
+  return domain;
+}
+
+}  // namespace
+
+size_t parse_byte_size(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  std::string digits = text.substr(0, i), suffix = text.substr(i);
+  auto bad = [&]() {
+    return InvalidArgument("Invalid byte size '" + text +
+                           "': expected a positive integer with an optional K, M, G or T suffix (powers of 1024), "
+                           "e.g. 1073741824, 512M or 2G.");
+  };
+  if (digits.empty() || digits.size() > 19) throw bad();
+  unsigned long long value = std::stoull(digits);
+  int shift = 0;
+  if (suffix.empty() || suffix == "B") shift = 0;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB") shift = 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB") shift = 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB") shift = 30;
+  else if (suffix == "T" || suffix == "t" || suffix == "TiB") shift = 40;
+  else throw bad();
+  if (value == 0 || (shift > 0 && value > (~0ull >> shift))) throw bad();
+  return static_cast<size_t>(value << shift);
+}
+
+size_t heap_size_from_env() {
+  const char* env = std::getenv("IRIS_HEAP_SIZE");
+  if (env == nullptr || *env == '\0') return kDefaultHeapSize;
+  try {
+    return parse_byte_size(env);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("IRIS_HEAP_SIZE: ") + e.what());
+  }
+}
+
+int local_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver / no device" state
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Context> Context::create_from_env(const ContextOptions& options) {
+  LaunchInfo info = detect_launch_info();
+  IRIS_CHECK_ARG(info.local_world_size == info.world_size,
+                 "iris maps every rank's heap over NVLink, so all ranks must share one host: this job has ",
+                 info.world_size, " ranks but ", info.local_world_size,
+                 " on this host (multi-node fabric handles are not implemented).");
+  ContextOptions opts = options;
+  if (opts.device < 0) opts.device = info.local_rank;
+  auto timeout = opts.bootstrap_timeout.count() > 0 ? opts.bootstrap_timeout : default_bootstrap_timeout();
+  return std::make_unique<Context>(make_tcp_bootstrap(info, timeout), opts);
+}
+
+Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& options)
+    : bootstrap_(std::move(bootstrap)) {
+  IRIS_CHECK_ARG(bootstrap_ != nullptr, "Context needs a bootstrap.");
+  rank_ = bootstrap_->rank();
+  world_size_ = bootstrap_->world_size();
+  set_thread_rank(rank_, world_size_);
+
+  size_t requested = 0;
+  agree(*bootstrap_, "to set up its device", [&] {
+    device_timeout_ = options.device_timeout.count() > 0
+                          ? options.device_timeout
+                          : seconds_from_env("IRIS_DEVICE_TIMEOUT", std::chrono::milliseconds(10000));
+    requested = options.heap_size > 0 ? options.heap_size : heap_size_from_env();
+    int count = local_device_count();
+    device_ = options.device >= 0 ? options.device : rank_;
+    IRIS_CHECK_ARG(count > 0, "rank ", rank_, " found no CUDA device (cudaGetDeviceCount returned 0).");
+    IRIS_CHECK_ARG(device_ < count, "rank ", rank_, " was assigned device ", device_, " but only ", count,
+                   " CUDA device(s) are visible; start one rank per GPU.");
+    IRIS_CUDA_CHECK(cudaSetDevice(device_));
+    IRIS_CUDA_CHECK(cudaFree(nullptr));  // create the primary context so driver calls have one
+    size_t granularity = SymmetricHeap::allocation_granularity(device_);
+    heap_size_ = (requested + granularity - 1) / granularity * granularity;
+  });
+
+  // Every rank must use the same heap size: the window layout depends on it.
+  auto sizes = bootstrap_->allgather(pod_bytes(static_cast<uint64_t>(heap_size_)));
+  for (int r = 0; r < world_size_; ++r) {
+    uint64_t s = pod_from<uint64_t>(sizes[r]);
+    IRIS_CHECK_ARG(s == heap_size_, "Heap sizes differ across ranks: rank ", rank_, " has ", heap_size_,
+                   " bytes but rank ", r, " has ", s, ". Set the same IRIS_HEAP_SIZE (or heap_size) on every rank.");
+  }
+
+  agree(*bootstrap_, "to create its stream and error record", [&] {
+    IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    IRIS_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&error_record_), sizeof(DeviceErrorRecord), cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memset(error_record_, 0, sizeof(DeviceErrorRecord));
+  });
+
+  heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, device_, heap_size_);
+  allocator_ = std::make_unique<HeapAllocator>(heap_size_);
+
+  // Let memory checkers see every heap object as its own allocation (the heap is one device
+  // allocation, so without this a write running past one object into the next is invisible).
+  for (int r : heap_->registered_slots()) {
+    nvtxMemVirtualRangeDesc_t range{};
+    range.ptr = heap_->slot(r);
+    range.size = heap_size_;
+    nvtxMemHeapDesc_t desc{};
+    desc.extCompatID = NVTX_EXT_COMPATID_MEM;
+    desc.structSize = sizeof(desc);
+    desc.usage = NVTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR;
+    desc.type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+    desc.typeSpecificDescSize = sizeof(range);
+    desc.typeSpecificDesc = &range;
+    nvtx_heaps_.push_back(static_cast<void*>(nvtxMemHeapRegister(nvtx_domain(), &desc)));
+  }
+
+  device_ctx_.heap_base = heap_->base();
+  device_ctx_.heap_size = heap_size_;
+  device_ctx_.rank = rank_;
+  device_ctx_.world_size = world_size_;
+  DeviceErrorRecord* device_record = nullptr;
+  IRIS_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_record), error_record_, 0));
+  device_ctx_.error = device_record;
+  device_ctx_.timeout_ns = static_cast<uint64_t>(device_timeout_.count()) * 1000000ull;
+  IRIS_LOG_INFO("context ready: device ", device_, ", heap ", heap_size_, " bytes, window ",
+                static_cast<void*>(heap_->base()));
+}
+
+Context::~Context() {
+  // Unwinding an exception on this rank: peers may be blocked in a collective waiting for us, and
+  // the heap teardown below waits for them. Release them first so neither side waits forever.
+  if (std::uncaught_exceptions() > 0)
+    bootstrap_->abort(detail::str_cat("rank ", rank_, " destroyed its context while unwinding an exception"));
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (auto h : nvtx_heaps_) nvtxMemHeapUnregister(nvtx_domain(), static_cast<nvtxMemHeapHandle_t>(h));
+  heap_.reset();  // collective
+  allocator_.reset();
+  if (error_record_ != nullptr) cudaFreeHost(error_record_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+char* Context::heap_base(int r) const {
+  IRIS_CHECK_ARG(r >= 0 && r < world_size_, "rank ", r, " is outside [0, ", world_size_, ").");
+  return heap_->slot(r);
+}
+
+std::vector<char*> Context::heap_bases() const {
+  std::vector<char*> bases(world_size_);
+  for (int r = 0; r < world_size_; ++r) bases[r] = heap_->slot(r);
+  return bases;
+}
+
+size_t Context::offset_of(const void* ptr) const {
+  auto p = static_cast<const char*>(ptr);
+  const char* own = heap_->slot(rank_);
+  IRIS_CHECK_ARG(p >= own && p < own + heap_size_, "Pointer ", ptr, " is not in rank ", rank_,
+                 "'s symmetric heap [", static_cast<const void*>(own), ", +", heap_size_, ").");
+  return static_cast<size_t>(p - own);
+}
+
+void* Context::translate_bytes(void* ptr, int to) const {
+  IRIS_CHECK_ARG(to >= 0 && to < world_size_, "translate: rank ", to, " is outside [0, ", world_size_, ").");
+  return heap_->slot(to) + offset_of(ptr);
+}
+
+void* Context::alloc(size_t bytes, size_t alignment) {
+  size_t offset = allocator_->allocate(bytes, alignment);
+  char* ptr = heap_->slot(rank_) + offset;
+  for (size_t i = 0; i < nvtx_heaps_.size(); ++i) {
+    int slot = heap_->registered_slots()[i];
+    nvtxMemVirtualRangeDesc_t region{};
+    region.ptr = heap_->slot(slot) + offset;
+    region.size = bytes == 0 ? 1 : bytes;  // exactly what was asked: padding stays out of bounds
+    nvtxMemRegionsRegisterBatch_t batch{};
+    batch.extCompatID = NVTX_EXT_COMPATID_MEM;
+    batch.structSize = sizeof(batch);
+    batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+    batch.heap = static_cast<nvtxMemHeapHandle_t>(nvtx_heaps_[i]);
+    batch.regionCount = 1;
+    batch.regionDescElementSize = sizeof(region);
+    batch.regionDescElements = &region;
+    nvtxMemRegionsRegister(nvtx_domain(), &batch);
+  }
+  return ptr;
+}
+
+void Context::free(void* ptr) {
+  if (ptr == nullptr) return;
+  size_t offset = offset_of(ptr);
+  allocator_->release(offset);
+  for (size_t i = 0; i < nvtx_heaps_.size(); ++i) {
+    int slot = heap_->registered_slots()[i];
+    nvtxMemRegionRef_t ref{};
+    ref.pointer = heap_->slot(slot) + offset;
+    nvtxMemRegionsUnregisterBatch_t batch{};
+    batch.extCompatID = NVTX_EXT_COMPATID_MEM;
+    batch.structSize = sizeof(batch);
+    batch.refType = NVTX_MEM_REGION_REF_TYPE_POINTER;
+    batch.refCount = 1;
+    batch.refElementSize = sizeof(ref);
+    batch.refElements = &ref;
+    nvtxMemRegionsUnregister(nvtx_domain(), &batch);
+  }
+}
+
+bool Context::is_symmetric(const void* ptr) const {
+  auto p = static_cast<const char*>(ptr);
+  const char* own = heap_->slot(rank_);
+  if (p < own || p >= own + heap_size_) return false;
+  return allocator_->contains(static_cast<size_t>(p - own));
+}
+
+size_t Context::heap_bytes_in_use() const { return allocator_->bytes_in_use(); }
+size_t Context::heap_bytes_free() const { return allocator_->bytes_free(); }
+uint64_t Context::allocation_hash() const { return allocator_->sequence_hash(); }
+uint64_t Context::allocation_count() const { return allocator_->sequence_length(); }
+
+void Context::check_heap_symmetry() {
+  struct Seq {
+    uint64_t hash, count;
+  } mine{allocator_->sequence_hash(), allocator_->sequence_length()};
+  auto all = bootstrap_->allgather(pod_bytes(mine));
+  bool same = true;
+  std::string detail;
+  for (int r = 0; r < world_size_; ++r) {
+    auto s = pod_from<Seq>(all[r]);
+    same = same && s.hash == mine.hash && s.count == mine.count;
+    char hex[32];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(s.hash));
+    detail += detail::str_cat(r == 0 ? "" : ", ", "rank ", r, " made ", s.count, " (hash ", hex, ")");
+  }
+  if (!same)
+    throw InvalidArgument("Heap allocation sequence differs across ranks: " + detail +
+                          " alloc/free calls. Every rank must allocate and free the same sizes in the same order.");
+}
+
+void Context::barrier() {
+  IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_heap_symmetry();
+  check_device_error();
+}
+
+void Context::synchronize() {
+  IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_device_error();
+}
+
+void Context::check_device_error() {
+  volatile DeviceErrorRecord* rec = error_record_;
+  if (rec->code == 0) return;
+  DeviceErrorRecord copy;
+  std::memcpy(&copy, const_cast<DeviceErrorRecord*>(rec), sizeof(copy));
+  copy.op[DeviceErrorRecord::kOpNameSize - 1] = '\0';
+  std::memset(error_record_, 0, sizeof(DeviceErrorRecord));
+  char addr[32], seen[32], want[32];
+  std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
+  std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));
+  std::snprintf(want, sizeof(want), "%llu", static_cast<unsigned long long>(copy.expected));
+  throw TimeoutError(detail::str_cat("iris device timeout in ", copy.op, " on rank ", copy.rank, " (block ", copy.block,
+                                     "): waited ", copy.elapsed_ns / 1000000, " ms for the word at ", addr,
+                                     copy.peer >= 0 ? detail::str_cat(" owned by rank ", copy.peer) : std::string(),
+                                     "; last value ", seen, ", waiting for ", want,
+                                     ". A peer never signalled: check that every rank launched the same ops."));
+}
+
+void run_threads(int world_size, const std::function<void(Context&)>& fn, const ContextOptions& options) {
+  IRIS_CHECK_ARG(world_size >= 1, "run_threads needs at least one rank, got ", world_size, ".");
+  int count = local_device_count();
+  IRIS_CHECK_ARG(world_size <= count, "run_threads needs ", world_size, " GPUs (one per rank) but ", count,
+                 " CUDA device(s) are visible.");
+  auto timeout = options.bootstrap_timeout.count() > 0 ? options.bootstrap_timeout : default_bootstrap_timeout();
+  auto bootstraps = make_thread_bootstraps(world_size, timeout);
+  std::vector<std::exception_ptr> errors(world_size);
+  std::vector<std::thread> threads;
+  threads.reserve(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      ContextOptions opts = options;
+      if (opts.device < 0) opts.device = r;
+      std::unique_ptr<Context> ctx;
+      try {
+        ctx = std::make_unique<Context>(bootstraps[r], opts);
+        fn(*ctx);
+      } catch (const std::exception& e) {
+        errors[r] = std::current_exception();
+        bootstraps[r]->abort(e.what());
+      } catch (...) {
+        errors[r] = std::current_exception();
+        bootstraps[r]->abort("unknown exception");
+      }
+      try {
+        ctx.reset();
+      } catch (...) {
+        if (!errors[r]) errors[r] = std::current_exception();
+      }
+      set_thread_rank(-1, -1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Prefer the root cause over the RemoteErrors it caused on the other ranks.
+  std::exception_ptr first_remote;
+  for (auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const RemoteError&) {
+      if (!first_remote) first_remote = e;
+    } catch (...) {
+      std::rethrow_exception(e);
+    }
+  }
+  if (first_remote) std::rethrow_exception(first_remote);
+}
+
+}  // namespace iris

@@ -1,0 +1,194 @@
+#include "runtime/symmetric_heap.hpp"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "iris/core/cuda_check.hpp"
+#include "iris/core/log.hpp"
+
+namespace iris {
+namespace {
+
+CUmemAllocationProp allocation_prop(int device, bool exportable) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = exportable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  return prop;
+}
+
+template <typename T>
+std::string to_bytes(const T& v) {
+  return std::string(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+template <typename T>
+T from_bytes(const std::string& s) {
+  IRIS_ASSERT(s.size() == sizeof(T), "bootstrap returned ", s.size(), " bytes, expected ", sizeof(T));
+  T v;
+  std::memcpy(&v, s.data(), sizeof(T));
+  return v;
+}
+
+void grant_access(char* ptr, size_t size, int device) {
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUresult res = cuMemSetAccess(reinterpret_cast<CUdeviceptr>(ptr), size, &access, 1);
+  if (res != CUDA_SUCCESS) {
+    const char* name = "?";
+    cuGetErrorName(res, &name);
+    throw CuError(detail::str_cat("cannot give device ", device, " access to a peer's heap (", name,
+                                  "): the GPUs of this job must be peer-capable (NVLink or PCIe P2P). "
+                                  "Check `nvidia-smi topo -m`."),
+                  res);
+  }
+}
+
+}  // namespace
+
+size_t SymmetricHeap::allocation_granularity(int device) {
+  CUmemAllocationProp prop = allocation_prop(device, true);
+  size_t granularity = 0;
+  IRIS_CU_CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  return granularity;
+}
+
+SymmetricHeap::SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size)
+    : bootstrap_(bootstrap),
+      rank_(bootstrap.rank()),
+      world_(bootstrap.world_size()),
+      device_(device),
+      size_(heap_size),
+      mapped_(world_, false),
+      imported_(world_, 0) {
+  // Are the ranks threads of one process or separate processes?
+  auto pids = bootstrap_.allgather(to_bytes(static_cast<int64_t>(getpid())));
+  int same = 0;
+  for (const auto& p : pids) same += from_bytes<int64_t>(p) == getpid() ? 1 : 0;
+  IRIS_CHECK_ARG(same == 1 || same == world_,
+                 "iris ranks must be either all threads of one process or one process each; rank ", rank_,
+                 " shares its process with ", same - 1, " of ", world_ - 1, " peers.");
+  shared_window_ = world_ > 1 && same == world_;
+  if (world_ == 1) shared_window_ = false;
+
+  // Creating the physical memory can fail on one rank only (out of memory): agree before mapping.
+  std::string failure;
+  try {
+    CUmemAllocationProp prop = allocation_prop(device_, !shared_window_ && world_ > 1);
+    IRIS_CU_CHECK(cuMemCreate(&own_, size_, &prop, 0));
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  auto failures = bootstrap_.allgather(failure);
+  for (int r = 0; r < world_; ++r)
+    if (!failures[r].empty()) {
+      if (own_ != 0) cuMemRelease(own_);
+      own_ = 0;
+      throw Error(detail::str_cat("rank ", r, " could not create its ", size_, "-byte symmetric heap: ", failures[r]));
+    }
+
+  if (shared_window_) {
+    // One window for the whole process: rank 0 reserves it and tells the others where it is.
+    uintptr_t base = 0;
+    if (rank_ == 0) {
+      CUdeviceptr p = 0;
+      IRIS_CU_CHECK(cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
+      base = static_cast<uintptr_t>(p);
+    }
+    base = from_bytes<uintptr_t>(bootstrap_.broadcast(to_bytes(base), 0));
+    base_ = reinterpret_cast<char*>(base);
+    IRIS_CU_CHECK(cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
+    mapped_[rank_] = true;
+    bootstrap_.barrier();  // every slot is mapped before anyone sets access on it
+    for (int r = 0; r < world_; ++r) grant_access(slot(r), size_, device_);
+    bootstrap_.barrier();
+  } else {
+    CUdeviceptr p = 0;
+    IRIS_CU_CHECK(cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
+    base_ = reinterpret_cast<char*>(p);
+    IRIS_CU_CHECK(cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
+    mapped_[rank_] = true;
+    if (world_ > 1) {
+      int fd = -1;
+      IRIS_CU_CHECK(cuMemExportToShareableHandle(&fd, own_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+      std::vector<int> fds;
+      try {
+        fds = bootstrap_.exchange_fds(fd);
+      } catch (...) {
+        close(fd);
+        throw;
+      }
+      close(fd);
+      for (int r = 0; r < world_; ++r) {
+        if (r == rank_) continue;
+        CUresult res = cuMemImportFromShareableHandle(&imported_[r], reinterpret_cast<void*>(static_cast<uintptr_t>(fds[r])),
+                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        close(fds[r]);
+        if (res != CUDA_SUCCESS) IRIS_CU_CHECK(res);
+        IRIS_CU_CHECK(cuMemMap(reinterpret_cast<CUdeviceptr>(slot(r)), size_, 0, imported_[r], 0));
+        mapped_[r] = true;
+      }
+    }
+    for (int r = 0; r < world_; ++r) grant_access(slot(r), size_, device_);
+    bootstrap_.barrier();  // every rank can reach every heap before anyone returns
+  }
+  IRIS_LOG_DEBUG("symmetric heap: ", size_, " bytes per rank, window at ", static_cast<void*>(base_),
+                 shared_window_ ? " (shared by the threads of this process)" : "");
+}
+
+std::vector<int> SymmetricHeap::registered_slots() const {
+  if (shared_window_) return {rank_};
+  std::vector<int> all(world_);
+  for (int r = 0; r < world_; ++r) all[r] = r;
+  return all;
+}
+
+SymmetricHeap::~SymmetricHeap() {
+  // Wait until no rank can still touch any heap; if a peer failed we cannot know, so we still unmap
+  // our own mappings (the process is tearing down an aborted job) but leave a shared reservation.
+  bool peers_done = true;
+  try {
+    bootstrap_.barrier();
+  } catch (const std::exception& e) {
+    peers_done = false;
+    IRIS_LOG_WARN("heap teardown without a final barrier (", e.what(), ")");
+  }
+  auto unmap = [&](int r) {
+    if (!mapped_[r]) return;
+    CUresult res = cuMemUnmap(reinterpret_cast<CUdeviceptr>(slot(r)), size_);
+    if (res != CUDA_SUCCESS) IRIS_LOG_WARN("cuMemUnmap of slot ", r, " failed with code ", res);
+    mapped_[r] = false;
+  };
+  if (shared_window_) {
+    unmap(rank_);
+    if (own_ != 0) cuMemRelease(own_);
+    bool all_unmapped = peers_done;
+    if (peers_done) {
+      try {
+        bootstrap_.barrier();
+      } catch (const std::exception&) {
+        all_unmapped = false;
+      }
+    }
+    if (rank_ == 0 && base_ != nullptr) {
+      if (all_unmapped)
+        cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
+      else
+        IRIS_LOG_WARN("leaving the shared heap window reserved: a peer failed before unmapping");
+    }
+  } else {
+    for (int r = 0; r < world_; ++r) unmap(r);
+    for (int r = 0; r < world_; ++r)
+      if (imported_[r] != 0) cuMemRelease(imported_[r]);
+    if (own_ != 0) cuMemRelease(own_);
+    if (base_ != nullptr) cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
+  }
+}
+
+}  // namespace iris

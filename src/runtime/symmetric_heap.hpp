@@ -1,0 +1,58 @@
+// SymmetricHeap: the virtual-memory window holding every rank's heap in this process.
+//
+// Each rank creates `heap_size` bytes of physical memory on its device with cuMemCreate. The window
+// is one reserved range of world_size * heap_size bytes; rank r's memory is mapped at slot r
+// (base + r * heap_size), and every slot is made accessible to this rank's device.
+//   * Threads of one process: the ranks share one window. Rank 0 reserves it, each rank maps its own
+//     memory into its slot, then each rank grants its device access to every slot.
+//   * One process per rank: each process reserves its own window, exports its memory as a POSIX file
+//     descriptor, receives every peer's descriptor over a Unix socket (Bootstrap::exchange_fds),
+//     imports and maps it into the peer's slot.
+// Construction and destruction are collective over the bootstrap.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "iris/runtime/bootstrap.hpp"
+
+namespace iris {
+
+class SymmetricHeap {
+ public:
+  // Collective. `heap_size` must already be a multiple of allocation_granularity(device) and equal
+  // on every rank (the caller checks).
+  SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size);
+  // Collective when `peers_alive`: waits for every rank before unmapping so no peer still reads.
+  ~SymmetricHeap();
+  SymmetricHeap(const SymmetricHeap&) = delete;
+  SymmetricHeap& operator=(const SymmetricHeap&) = delete;
+
+  char* base() const { return base_; }
+  size_t size() const { return size_; }
+  char* slot(int r) const { return base_ + static_cast<size_t>(r) * size_; }
+  bool shared_window() const { return shared_window_; }  // threads of one process
+  // Slots whose heap this process registers with tools (its own slot in threads mode, all slots
+  // in process mode, so that tools see every mapped heap exactly once per process).
+  std::vector<int> registered_slots() const;
+
+  // Recommended VMM granularity for `device` (heap sizes are rounded up to it).
+  static size_t allocation_granularity(int device);
+
+ private:
+  Bootstrap& bootstrap_;
+  int rank_;
+  int world_;
+  int device_;
+  size_t size_;
+  bool shared_window_ = false;
+  char* base_ = nullptr;
+  CUmemGenericAllocationHandle own_ = 0;
+  std::vector<bool> mapped_;                       // per slot, mapped by this object
+  std::vector<CUmemGenericAllocationHandle> imported_;  // per slot (process mode)
+};
+
+}  // namespace iris

@@ -1,0 +1,141 @@
+// Host tests of the symmetric-heap offset allocator: no GPU needed.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <vector>
+
+#include "iris/core/error.hpp"
+#include "runtime/heap_allocator.hpp"
+
+namespace iris {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+TEST(HeapAllocator, AlignmentIsAtLeast256AndHonoursLargerRequests) {
+  HeapAllocator a(64 * kMiB);
+  for (size_t align : {1, 8, 64, 256, 512, 4096, 65536, 2 * 1024 * 1024}) {
+    size_t off = a.allocate(100, align);
+    EXPECT_EQ(off % std::max<size_t>(align, 256), 0u) << "alignment " << align;
+  }
+  EXPECT_THROW(a.allocate(16, 3), InvalidArgument);
+  EXPECT_THROW(a.allocate(16, 0), InvalidArgument);
+}
+
+TEST(HeapAllocator, BlocksDoNotOverlapAndZeroBytesGetsADistinctBlock) {
+  HeapAllocator a(kMiB);
+  size_t x = a.allocate(0), y = a.allocate(0), z = a.allocate(1000);
+  EXPECT_NE(x, y);
+  EXPECT_GE(y, x + 256);
+  EXPECT_GE(z, y + 256);
+  EXPECT_TRUE(a.contains(z + 999));
+  EXPECT_EQ(a.block_size(z), 1024u);
+}
+
+TEST(HeapAllocator, ReuseAfterFree) {
+  HeapAllocator a(kMiB);
+  size_t x = a.allocate(4096);
+  size_t y = a.allocate(4096);
+  a.release(x);
+  EXPECT_EQ(a.allocate(4096), x) << "first fit must reuse the freed hole";
+  a.release(y);
+  EXPECT_FALSE(a.contains(y));
+}
+
+TEST(HeapAllocator, FreeCoalescesSoFragmentationHeals) {
+  HeapAllocator a(kMiB);
+  std::vector<size_t> blocks;
+  for (int i = 0; i < 16; ++i) blocks.push_back(a.allocate(kMiB / 16));
+  EXPECT_EQ(a.bytes_free(), 0u);
+  EXPECT_THROW(a.allocate(1), InvalidArgument);
+  // Free every other block: half the heap free but no hole larger than one block.
+  for (int i = 0; i < 16; i += 2) a.release(blocks[i]);
+  EXPECT_EQ(a.bytes_free(), kMiB / 2);
+  EXPECT_EQ(a.largest_free_block(), kMiB / 16);
+  EXPECT_THROW(a.allocate(kMiB / 8), InvalidArgument);
+  // Free the rest in a scrambled order: everything coalesces back into one block.
+  for (int i : {7, 1, 15, 3, 11, 5, 13, 9}) a.release(blocks[i]);
+  EXPECT_EQ(a.largest_free_block(), kMiB);
+  EXPECT_EQ(a.allocate(kMiB), 0u);
+}
+
+TEST(HeapAllocator, ExhaustionMessageNamesRequestAndFreeSpace) {
+  HeapAllocator a(kMiB);
+  a.allocate(kMiB / 2);
+  try {
+    a.allocate(kMiB);
+    FAIL() << "expected InvalidArgument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "Symmetric heap exhausted: requested 1048576 bytes (alignment 256) but the largest free block is "
+                 "524288 bytes (524288 of 1048576 bytes free). Free buffers or raise IRIS_HEAP_SIZE.");
+  }
+}
+
+TEST(HeapAllocator, DoubleFreeAndInteriorPointerAreRejected) {
+  HeapAllocator a(kMiB);
+  size_t x = a.allocate(4096);
+  EXPECT_THROW(a.release(x + 256), InvalidArgument);
+  a.release(x);
+  try {
+    a.release(x);
+    FAIL() << "expected InvalidArgument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "Heap free of offset 0 which does not start a live allocation (double free, or a pointer into the "
+                 "middle of one).");
+  }
+}
+
+// Two allocators fed the same random sequence of allocs and frees hand out identical offsets and
+// end with identical hashes: this is what makes the heap symmetric across ranks.
+TEST(HeapAllocator, IdenticalSequencesGiveIdenticalOffsetsAndHashes) {
+  HeapAllocator a(256 * kMiB), b(256 * kMiB);
+  std::mt19937_64 rng(7);
+  std::vector<size_t> live;
+  for (int step = 0; step < 5000; ++step) {
+    if (!live.empty() && rng() % 2 == 0) {
+      size_t i = rng() % live.size();
+      a.release(live[i]);
+      b.release(live[i]);
+      live.erase(live.begin() + static_cast<long>(i));
+    } else {
+      size_t bytes = rng() % (1 << 16);
+      size_t align = size_t{1} << (rng() % 14);
+      size_t x = a.allocate(bytes, align);
+      ASSERT_EQ(b.allocate(bytes, align), x) << "step " << step;
+      live.push_back(x);
+    }
+  }
+  EXPECT_EQ(a.sequence_hash(), b.sequence_hash());
+  EXPECT_EQ(a.sequence_length(), b.sequence_length());
+  // Live blocks never overlap.
+  std::set<size_t> sorted(live.begin(), live.end());
+  size_t end = 0;
+  for (size_t off : sorted) {
+    EXPECT_GE(off, end);
+    end = off + a.block_size(off);
+  }
+}
+
+TEST(HeapAllocator, HashDetectsADifferentSizeOrderOrMissingFree) {
+  auto run = [](std::vector<std::pair<char, size_t>> ops) {
+    HeapAllocator a(kMiB);
+    std::vector<size_t> offs;
+    for (auto [op, v] : ops) {
+      if (op == 'a') offs.push_back(a.allocate(v));
+      else a.release(offs[v]);
+    }
+    return a.sequence_hash();
+  };
+  uint64_t base = run({{'a', 100}, {'a', 300}, {'f', 0}});
+  EXPECT_EQ(base, run({{'a', 100}, {'a', 300}, {'f', 0}}));
+  EXPECT_NE(base, run({{'a', 101}, {'a', 300}, {'f', 0}})) << "same block size, different request";
+  EXPECT_NE(base, run({{'a', 300}, {'a', 100}, {'f', 0}})) << "different order";
+  EXPECT_NE(base, run({{'a', 100}, {'a', 300}})) << "missing free";
+  EXPECT_NE(base, run({{'a', 100}, {'a', 300}, {'f', 1}})) << "freed a different block";
+}
+
+}  // namespace
+}  // namespace iris
