@@ -1,0 +1,40 @@
+// Configuration of the collectives. Field names follow Iris's iris.ccl.Config so users can carry
+// their settings over; validate(world_size) rejects bad values with a message naming the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace iris::ccl {
+
+enum class AllReduceVariant : uint8_t { kAuto = 0, kAtomic, kSpinlock, kOneShot, kTwoShot, kRing };
+enum class ReduceOp : uint8_t { kSum = 0, kMax, kMin };
+
+const char* variant_name(AllReduceVariant v);
+const char* reduce_op_name(ReduceOp op);
+// "auto", "atomic", "spinlock", "one_shot", "two_shot", "ring" (throws InvalidArgument otherwise).
+AllReduceVariant parse_all_reduce_variant(const std::string& name);
+
+struct Config {
+  // Tile of the 2-D tensor that one block handles at a time; edges (sizes that are not multiples)
+  // are handled. Locks and flags are sized by the resulting tile count.
+  int block_size_m = 32;
+  int block_size_n = 64;
+  // Tiles grouped together along M in the tile order (better locality for peers' reads).
+  int swizzle_size = 4;
+  // Blocks (SMs) the communication kernel uses; 0 = chosen by size and variant.
+  int comm_sms = 0;
+  AllReduceVariant all_reduce_variant = AllReduceVariant::kAuto;
+  // two_shot: 0 = tiles striped over ranks (tile t reduced by rank t % W), 1 = contiguous ranges.
+  int all_reduce_distribution = 0;
+  // ring: number of concurrent rings (each takes a share of the blocks and of the columns).
+  int all_reduce_num_rings = 1;
+  // ring: columns per pipelined slice of a tile; 0 = block_size_n. A power of two dividing block_size_n.
+  int all_reduce_ring_slice_n = 0;
+
+  // Throws InvalidArgument naming the field, its value and what is allowed.
+  void validate(int world_size) const;
+  int ring_slice_n() const { return all_reduce_ring_slice_n > 0 ? all_reduce_ring_slice_n : block_size_n; }
+};
+
+}  // namespace iris::ccl

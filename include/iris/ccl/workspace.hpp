@@ -1,0 +1,148 @@
+// Workspaces: the per-op state that lives on the symmetric heap between calls.
+//
+// A workspace records what it was prepared for (operation, shape, dtype, world size, variant and
+// block sizes) and owns the heap arrays that the variant's kernels index:
+//   locks        one 32-bit word per output tile                      (spinlock)
+//   flags        total_tiles * flags_per_tile 64-bit words             (ring, two_shot, atomic)
+//   staging      bytes for data pushed by peers                         (one_shot, two_shot, ...)
+//   block_state  64-bit words per launched block (epochs, barriers)     (every variant)
+//
+// Preparing (a *preamble*) is collective: it compares the call's parameters across ranks (ranks that
+// disagree all raise together), allocates every array that is missing, keeps an array larger than
+// needed (no shrink churn), and rejects an array that is too small with std::invalid_argument:
+//   Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend to use.
+// Every op checks capacity again right before launch, whether or not the preamble ran, so a
+// workspace prepared for large tiles can never be used to index past its arrays (the founding bug).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "iris/ccl/config.hpp"
+#include "iris/core/tensor.hpp"
+
+namespace iris {
+class Context;
+}
+
+namespace iris::ccl {
+
+enum class OpKind : uint8_t { kNone = 0, kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
+const char* op_name(OpKind op);
+
+// What a workspace needs from the runtime: collective heap allocation, zeroing, and host exchange.
+// A Context provides it (context_host()); host tests provide one backed by host memory.
+class WorkspaceHost {
+ public:
+  virtual ~WorkspaceHost() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual void* alloc(size_t bytes) = 0;  // collective, 256-byte aligned
+  virtual void free(void* ptr) = 0;       // collective
+  virtual void zero(void* ptr, size_t bytes) = 0;  // complete on return
+  virtual std::vector<std::string> allgather(std::string_view mine) = 0;
+};
+
+// Number of tiles of a rows x cols tensor in block_m x block_n tiles: ceil(M/bm) * ceil(N/bn).
+int64_t tile_count(int64_t rows, int64_t cols, int block_m, int block_n);
+
+// The exact user-facing capacity errors.
+void check_lock_capacity(size_t have, size_t need);
+void check_flag_capacity(size_t have, size_t need);
+void check_staging_capacity(size_t have, size_t need);
+void check_block_state_capacity(size_t have, size_t need);
+
+// What one call needs, in elements of each array (bytes for staging).
+struct WorkspaceNeeds {
+  size_t locks = 0;
+  size_t flags = 0;
+  size_t staging_bytes = 0;
+  size_t block_state = 0;
+};
+
+// The parameters a workspace is prepared for, and compared across ranks.
+struct OpSignature {
+  OpKind op = OpKind::kNone;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  DType dtype = DType::kFloat32;
+  int world_size = 0;
+  AllReduceVariant variant = AllReduceVariant::kAuto;  // the resolved variant (never kAuto once prepared)
+  int block_size_m = 0;
+  int block_size_n = 0;
+  int root = -1;  // broadcast
+  ReduceOp reduce_op = ReduceOp::kSum;
+
+  bool operator==(const OpSignature&) const = default;
+  std::string describe() const;
+};
+
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  Workspace(Workspace&& other) noexcept;
+  Workspace& operator=(Workspace&& other) noexcept;
+  // Arrays stay allocated until release() (collective) or the Context goes away with its heap.
+  ~Workspace() = default;
+
+  // True when prepared for exactly this operation, shape, dtype, world size, variant and block sizes.
+  bool matches(const OpSignature& sig) const { return prepared_ && sig == signature_; }
+  bool prepared() const { return prepared_; }
+  const OpSignature& signature() const { return signature_; }
+
+  // Collective: makes sure every array holds at least `needs` (allocating and zeroing the missing
+  // ones, keeping larger ones, throwing for smaller ones), after checking that every rank passed the
+  // same signature. On any error every rank throws.
+  void prepare(WorkspaceHost& host, const OpSignature& sig, const WorkspaceNeeds& needs);
+  // Throws the capacity errors when this workspace cannot serve `needs` (no communication).
+  void check_capacity(const WorkspaceNeeds& needs) const;
+  // Collective: frees every array.
+  void release(WorkspaceHost& host);
+
+  uint32_t* locks() const { return locks_; }
+  uint64_t* flags() const { return flags_; }
+  void* staging() const { return staging_; }
+  uint64_t* block_state() const { return block_state_; }
+  size_t lock_capacity() const { return lock_capacity_; }
+  size_t flag_capacity() const { return flag_capacity_; }
+  size_t staging_capacity() const { return staging_capacity_; }
+  size_t block_state_capacity() const { return block_state_capacity_; }
+  // Number of calls launched with this workspace (host-side count, for logs and tests).
+  uint64_t calls() const { return calls_; }
+  void count_call() { ++calls_; }
+
+ private:
+  bool prepared_ = false;
+  OpSignature signature_{};
+  uint32_t* locks_ = nullptr;
+  uint64_t* flags_ = nullptr;
+  void* staging_ = nullptr;
+  uint64_t* block_state_ = nullptr;
+  size_t lock_capacity_ = 0;
+  size_t flag_capacity_ = 0;
+  size_t staging_capacity_ = 0;
+  size_t block_state_capacity_ = 0;
+  uint64_t calls_ = 0;
+};
+
+// WorkspaceHost over a Context's heap, stream and bootstrap.
+class ContextWorkspaceHost final : public WorkspaceHost {
+ public:
+  explicit ContextWorkspaceHost(Context& ctx) : ctx_(ctx) {}
+  int rank() const override;
+  int world_size() const override;
+  void* alloc(size_t bytes) override;
+  void free(void* ptr) override;
+  void zero(void* ptr, size_t bytes) override;
+  std::vector<std::string> allgather(std::string_view mine) override;
+
+ private:
+  Context& ctx_;
+};
+
+}  // namespace iris::ccl

@@ -1,0 +1,60 @@
+// Non-owning 2-D tensor views passed at the op boundary: pointer, dtype tag, rows, cols, row stride
+// (in elements). A 1-D buffer is one row. Type-erased here, typed inside kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "iris/core/error.hpp"
+
+namespace iris {
+
+enum class DType : uint8_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt32 = 3 };
+
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat16: return 2;
+    case DType::kBFloat16: return 2;
+    case DType::kInt32: return 4;
+  }
+  return 0;
+}
+
+constexpr const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kInt32: return "int32";
+  }
+  return "unknown";
+}
+
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t stride = 0;  // elements between the starts of consecutive rows (>= cols)
+
+  static Tensor matrix(void* data, DType dtype, int64_t rows, int64_t cols, int64_t stride = -1) {
+    return Tensor{data, dtype, rows, cols, stride < 0 ? cols : stride};
+  }
+  static Tensor vector(void* data, DType dtype, int64_t count) { return Tensor{data, dtype, 1, count, count}; }
+
+  int64_t numel() const { return rows * cols; }
+  size_t element_size() const { return dtype_size(dtype); }
+  bool contiguous() const { return stride == cols || rows <= 1; }
+  // Bytes from the first element to one past the last (what the view touches).
+  size_t span_bytes() const {
+    return rows <= 0 || cols <= 0 ? 0 : static_cast<size_t>((rows - 1) * stride + cols) * element_size();
+  }
+  std::string describe() const {
+    return detail::str_cat(rows, "x", cols, " ", dtype_name(dtype), (contiguous() ? "" : " (row stride "),
+                           (contiguous() ? std::string() : std::to_string(stride) + ")"));
+  }
+};
+
+}  // namespace iris

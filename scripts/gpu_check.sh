@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The complete GPU check for the H200 test machine, in one run: build with all cores, run every test
+# (threads and processes), run the example over all GPUs in both modes, write logs under
+# $IRIS_LOG_DIR (default $OUT, else ./gpu-logs), and print a short summary last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG_DIR="${IRIS_LOG_DIR:-${OUT:-$PWD/gpu-logs}}"
+mkdir -p "$LOG_DIR"
+source scripts/env.sh
+summary=()
+started=$(date +%s)
+
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv > "$LOG_DIR/gpus.txt" 2>&1
+nvidia-smi topo -m >> "$LOG_DIR/gpus.txt" 2>&1
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+summary+=("gpus: $gpus ($(sed -n 2p "$LOG_DIR/gpus.txt"))")
+
+if ! iris_configure_and_build > "$LOG_DIR/build.log" 2>&1; then
+  tail -n 60 "$LOG_DIR/build.log"
+  echo "SUMMARY: build FAILED (log: build.log)"
+  exit 1
+fi
+summary+=("build: ok in $(( $(date +%s) - started )) s")
+
+# Every test, one at a time (GPU tests share the GPUs). Extra ctest arguments pass through.
+( cd "$IRIS_BUILD_DIR" && timeout "${IRIS_CTEST_TIMEOUT:-1500}" ctest --output-on-failure --timeout 300 \
+    --output-junit "$LOG_DIR/ctest.xml" "$@" ) > "$LOG_DIR/ctest.log" 2>&1
+ctest_rc=$?
+summary+=("ctest: $(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -n 1) (rc $ctest_rc)")
+skipped=$(grep -c "Skipped" "$LOG_DIR/ctest.log" || true)
+summary+=("ctest skipped: $skipped")
+grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$LOG_DIR/ctest.log" | head -n 20 > "$LOG_DIR/failed.txt"
+
+# The example over all GPUs: threads, then one process per GPU (torchrun-style environment).
+timeout 120 "$IRIS_BUILD_DIR/examples/heap_exchange" 256 > "$LOG_DIR/example_threads.log" 2>&1
+summary+=("heap_exchange threads: rc $? | $(tr '\n' ' ' < "$LOG_DIR/example_threads.log" | tail -c 600)")
+port=$((20000 + RANDOM % 20000))
+pids=()
+for ((r = 0; r < gpus; r++)); do
+  RANK=$r LOCAL_RANK=$r WORLD_SIZE=$gpus LOCAL_WORLD_SIZE=$gpus MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    timeout 120 "$IRIS_BUILD_DIR/examples/heap_exchange" 256 > "$LOG_DIR/example_proc_$r.log" 2>&1 &
+  pids+=($!)
+done
+proc_rc=0
+for p in "${pids[@]}"; do wait "$p" || proc_rc=$?; done
+summary+=("heap_exchange processes: rc $proc_rc | $(cat "$LOG_DIR"/example_proc_*.log | tr '\n' ' ' | tail -c 600)")
+
+[ -x "$IRIS_BUILD_DIR/bench/device_bench" ] && {
+  timeout 300 "$IRIS_BUILD_DIR/bench/device_bench" > "$LOG_DIR/device_bench.log" 2>&1
+  summary+=("device_bench: rc $?")
+}
+
+echo "==== failed tests (first 20) ===="
+cat "$LOG_DIR/failed.txt"
+echo "==== SUMMARY ($(( $(date +%s) - started )) s) ===="
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,142 @@
+#include "iris/ccl/workspace.hpp"
+
+#include <cstring>
+#include <utility>
+
+#include "iris/context.hpp"
+#include "iris/core/cuda_check.hpp"
+
+namespace iris::ccl {
+
+const char* op_name(OpKind op) {
+  switch (op) {
+    case OpKind::kNone: return "none";
+    case OpKind::kAllReduce: return "all_reduce";
+    case OpKind::kAllGather: return "all_gather";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kAllToAll: return "all_to_all";
+    case OpKind::kBroadcast: return "broadcast";
+  }
+  return "unknown";
+}
+
+int64_t tile_count(int64_t rows, int64_t cols, int block_m, int block_n) {
+  IRIS_CHECK_ARG(block_m > 0 && block_n > 0, "block sizes must be positive, got ", block_m, " x ", block_n);
+  if (rows <= 0 || cols <= 0) return 0;
+  return ((rows + block_m - 1) / block_m) * ((cols + block_n - 1) / block_n);
+}
+
+namespace {
+[[noreturn]] void too_small(const char* what, size_t have, size_t need) {
+  throw InvalidArgument(detail::str_cat(what, " too small: have ", have, " but need ", need,
+                                        ". Pre-allocate workspace with the smallest block sizes you intend to use."));
+}
+}  // namespace
+
+void check_lock_capacity(size_t have, size_t need) {
+  if (have < need) too_small("Lock array", have, need);
+}
+void check_flag_capacity(size_t have, size_t need) {
+  if (have < need) too_small("Flags array", have, need);
+}
+void check_staging_capacity(size_t have, size_t need) {
+  if (have < need)
+    throw InvalidArgument(detail::str_cat("Staging buffer too small: have ", have, " bytes but need ", need,
+                                          ". Pre-allocate workspace with the largest tensor you intend to use."));
+}
+void check_block_state_capacity(size_t have, size_t need) {
+  if (have < need)
+    throw InvalidArgument(detail::str_cat("Block state array too small: have ", have, " but need ", need,
+                                          ". Pre-allocate workspace with the largest comm_sms you intend to use."));
+}
+
+std::string OpSignature::describe() const {
+  return detail::str_cat(op_name(op), " ", rows, "x", cols, " ", dtype_name(dtype), " world ", world_size,
+                         op == OpKind::kAllReduce ? std::string(" variant ") + variant_name(variant) : std::string(),
+                         " blocks ", block_size_m, "x", block_size_n,
+                         root >= 0 ? detail::str_cat(" root ", root) : std::string(),
+                         op == OpKind::kAllReduce || op == OpKind::kReduceScatter
+                             ? std::string(" op ") + reduce_op_name(reduce_op)
+                             : std::string());
+}
+
+Workspace::Workspace(Workspace&& other) noexcept { *this = std::move(other); }
+
+Workspace& Workspace::operator=(Workspace&& other) noexcept {
+  if (this != &other) {
+    prepared_ = std::exchange(other.prepared_, false);
+    signature_ = std::exchange(other.signature_, OpSignature{});
+    locks_ = std::exchange(other.locks_, nullptr);
+    flags_ = std::exchange(other.flags_, nullptr);
+    staging_ = std::exchange(other.staging_, nullptr);
+    block_state_ = std::exchange(other.block_state_, nullptr);
+    lock_capacity_ = std::exchange(other.lock_capacity_, 0);
+    flag_capacity_ = std::exchange(other.flag_capacity_, 0);
+    staging_capacity_ = std::exchange(other.staging_capacity_, 0);
+    block_state_capacity_ = std::exchange(other.block_state_capacity_, 0);
+    calls_ = std::exchange(other.calls_, 0);
+  }
+  return *this;
+}
+
+void Workspace::check_capacity(const WorkspaceNeeds& needs) const {
+  check_lock_capacity(lock_capacity_, needs.locks);
+  check_flag_capacity(flag_capacity_, needs.flags);
+  check_staging_capacity(staging_capacity_, needs.staging_bytes);
+  check_block_state_capacity(block_state_capacity_, needs.block_state);
+}
+
+void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const WorkspaceNeeds& needs) {
+  // 1. Every rank must be preparing the same call; compare before touching the heap so that a
+  //    disagreement raises on every rank and no rank's allocation sequence diverges.
+  std::string mine = sig.describe();
+  auto all = host.allgather(mine);
+  for (int r = 0; r < static_cast<int>(all.size()); ++r)
+    IRIS_CHECK_ARG(all[r] == mine, "Collective parameters differ across ranks: rank ", host.rank(), " has ", mine,
+                   " but rank ", r, " has ", all[r], ". Every rank must call with the same shapes and config.");
+  // 2. Capacity: deterministic from the arguments, so every rank decides the same way.
+  if (lock_capacity_ > 0) check_lock_capacity(lock_capacity_, needs.locks);
+  if (flag_capacity_ > 0) check_flag_capacity(flag_capacity_, needs.flags);
+  if (staging_capacity_ > 0) check_staging_capacity(staging_capacity_, needs.staging_bytes);
+  if (block_state_capacity_ > 0) check_block_state_capacity(block_state_capacity_, needs.block_state);
+  // 3. Allocate and zero what is missing (collective, same order on every rank).
+  auto grow = [&](auto*& ptr, size_t& capacity, size_t need, size_t elem) {
+    if (capacity > 0 || need == 0) return;
+    void* p = host.alloc(need * elem);
+    host.zero(p, need * elem);
+    ptr = static_cast<std::remove_reference_t<decltype(ptr)>>(p);
+    capacity = need;
+  };
+  grow(locks_, lock_capacity_, needs.locks, sizeof(uint32_t));
+  grow(flags_, flag_capacity_, needs.flags, sizeof(uint64_t));
+  grow(block_state_, block_state_capacity_, needs.block_state, sizeof(uint64_t));
+  if (staging_capacity_ == 0 && needs.staging_bytes > 0) {
+    staging_ = host.alloc(needs.staging_bytes);
+    host.zero(staging_, needs.staging_bytes);
+    staging_capacity_ = needs.staging_bytes;
+  }
+  // 4. Peers may write into our arrays as soon as they launch: they must all be zeroed first.
+  host.allgather("");
+  signature_ = sig;
+  prepared_ = true;
+}
+
+void Workspace::release(WorkspaceHost& host) {
+  for (void* p : {static_cast<void*>(locks_), static_cast<void*>(flags_), staging_, static_cast<void*>(block_state_)})
+    if (p != nullptr) host.free(p);
+  *this = Workspace();
+}
+
+int ContextWorkspaceHost::rank() const { return ctx_.rank(); }
+int ContextWorkspaceHost::world_size() const { return ctx_.world_size(); }
+void* ContextWorkspaceHost::alloc(size_t bytes) { return ctx_.alloc(bytes); }
+void ContextWorkspaceHost::free(void* ptr) { ctx_.free(ptr); }
+void ContextWorkspaceHost::zero(void* ptr, size_t bytes) {
+  IRIS_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, ctx_.stream()));
+  IRIS_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+}
+std::vector<std::string> ContextWorkspaceHost::allgather(std::string_view mine) {
+  return ctx_.bootstrap().allgather(mine);
+}
+
+}  // namespace iris::ccl

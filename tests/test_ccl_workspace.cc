@@ -1,0 +1,274 @@
+// Host tests of collective configs and workspaces: tile math, capacity checks and their exact
+// messages, matches(), preamble semantics, and ranks that disagree. No GPU: the workspace runs on
+// a fake heap in host memory and a thread bootstrap.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "iris/ccl/config.hpp"
+#include "iris/ccl/workspace.hpp"
+#include "iris/runtime/bootstrap.hpp"
+
+namespace iris::ccl {
+namespace {
+
+// Host memory standing in for the symmetric heap; counts live allocations.
+class FakeHost final : public WorkspaceHost {
+ public:
+  explicit FakeHost(std::shared_ptr<Bootstrap> bs = nullptr) : bs_(std::move(bs)) {}
+  int rank() const override { return bs_ ? bs_->rank() : 0; }
+  int world_size() const override { return bs_ ? bs_->world_size() : 1; }
+  void* alloc(size_t bytes) override {
+    ++allocs;
+    live++;
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    std::memset(p, 0xAB, bytes);  // poisoned: prepare must zero
+    return p;
+  }
+  void free(void* p) override {
+    live--;
+    std::free(p);
+  }
+  void zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
+  std::vector<std::string> allgather(std::string_view mine) override {
+    if (bs_) return bs_->allgather(mine);
+    return {std::string(mine)};
+  }
+  int allocs = 0;
+  int live = 0;
+
+ private:
+  std::shared_ptr<Bootstrap> bs_;
+};
+
+OpSignature spinlock_sig(int64_t m, int64_t n, int bm, int bn) {
+  OpSignature s;
+  s.op = OpKind::kAllReduce;
+  s.rows = m;
+  s.cols = n;
+  s.dtype = DType::kFloat32;
+  s.world_size = 1;
+  s.variant = AllReduceVariant::kSpinlock;
+  s.block_size_m = bm;
+  s.block_size_n = bn;
+  return s;
+}
+
+WorkspaceNeeds lock_needs(int64_t m, int64_t n, int bm, int bn) {
+  WorkspaceNeeds w;
+  w.locks = static_cast<size_t>(tile_count(m, n, bm, bn));
+  return w;
+}
+
+TEST(CclTiles, CountsCeilTilesIncludingEdges) {
+  EXPECT_EQ(tile_count(512, 512, 128, 128), 16);
+  EXPECT_EQ(tile_count(512, 512, 64, 64), 64);
+  EXPECT_EQ(tile_count(128, 64, 32, 64), 4);
+  EXPECT_EQ(tile_count(256, 128, 32, 16), 64);
+  EXPECT_EQ(tile_count(1000, 333, 32, 64), 32 * 6);
+  EXPECT_EQ(tile_count(1, 1, 32, 64), 1);
+  EXPECT_EQ(tile_count(1, 7, 32, 64), 1);
+  EXPECT_EQ(tile_count(0, 7, 32, 64), 0);
+  EXPECT_EQ(tile_count(8192, 8192, 32, 64), 256 * 128);
+  EXPECT_THROW(tile_count(1, 1, 0, 64), std::invalid_argument);
+}
+
+TEST(CclCapacity, ExactMessages) {
+  try {
+    check_lock_capacity(16, 64);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you "
+                 "intend to use.");
+  }
+  try {
+    check_flag_capacity(16, 64);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "Flags array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes "
+                 "you intend to use.");
+  }
+  EXPECT_NO_THROW(check_lock_capacity(64, 64));
+  EXPECT_NO_THROW(check_flag_capacity(65, 64));
+}
+
+TEST(CclConfig, DefaultsAreValidAndBadFieldsAreNamed) {
+  Config c;
+  EXPECT_NO_THROW(c.validate(1));
+  EXPECT_NO_THROW(c.validate(8));
+  auto expect_msg = [](Config cfg, int world, const std::string& msg) {
+    try {
+      cfg.validate(world);
+      ADD_FAILURE() << "accepted: " << msg;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(e.what(), msg);
+    }
+  };
+  Config bad = c;
+  bad.block_size_m = 0;
+  expect_msg(bad, 2, "block_size_m must be positive, got 0");
+  bad = c;
+  bad.block_size_n = -4;
+  expect_msg(bad, 2, "block_size_n must be positive, got -4");
+  bad = c;
+  bad.swizzle_size = 0;
+  expect_msg(bad, 2, "swizzle_size must be positive, got 0");
+  bad = c;
+  bad.comm_sms = -1;
+  expect_msg(bad, 2, "comm_sms must be 0 (automatic) or positive, got -1");
+  bad = c;
+  bad.all_reduce_distribution = 2;
+  expect_msg(bad, 2, "all_reduce_distribution must be 0 (striding) or 1 (block), got 2");
+  bad = c;
+  bad.all_reduce_num_rings = 0;
+  expect_msg(bad, 2, "all_reduce_num_rings must be positive, got 0");
+  bad = c;
+  bad.all_reduce_ring_slice_n = 48;
+  expect_msg(bad, 2, "all_reduce_ring_slice_n must be a power of two, got 48");
+  bad = c;
+  bad.all_reduce_ring_slice_n = 128;
+  expect_msg(bad, 2, "all_reduce_ring_slice_n must divide block_size_n (block_size_n=64, slice=128)");
+  expect_msg(c, 0, "world_size must be at least 1, got 0");
+  EXPECT_EQ(parse_all_reduce_variant("two_shot"), AllReduceVariant::kTwoShot);
+  EXPECT_THROW(parse_all_reduce_variant("three_shot"), std::invalid_argument);
+}
+
+TEST(CclWorkspace, MatchesComparesEveryFieldIncludingBlockSizes) {
+  FakeHost host;
+  Workspace ws;
+  auto sig = spinlock_sig(512, 512, 128, 128);
+  EXPECT_FALSE(ws.matches(sig)) << "an unprepared workspace matches nothing";
+  ws.prepare(host, sig, lock_needs(512, 512, 128, 128));
+  EXPECT_TRUE(ws.matches(sig));
+  auto other = sig;
+  other.block_size_m = 64;
+  EXPECT_FALSE(ws.matches(other)) << "block_size_m alone differs";
+  other = sig;
+  other.block_size_n = 64;
+  EXPECT_FALSE(ws.matches(other)) << "block_size_n alone differs";
+  other = sig;
+  other.rows = 256;
+  EXPECT_FALSE(ws.matches(other));
+  other = sig;
+  other.dtype = DType::kBFloat16;
+  EXPECT_FALSE(ws.matches(other));
+  other = sig;
+  other.world_size = 2;
+  EXPECT_FALSE(ws.matches(other));
+  other = sig;
+  other.variant = AllReduceVariant::kRing;
+  EXPECT_FALSE(ws.matches(other));
+  other = sig;
+  other.op = OpKind::kReduceScatter;
+  EXPECT_FALSE(ws.matches(other));
+  ws.release(host);
+  EXPECT_EQ(host.live, 0);
+}
+
+// The founding bug on the host side: a workspace prepared with 128x128 blocks (16 tiles of a
+// 512x512 tensor) cannot serve 64x64 blocks (64 tiles), neither in the preamble nor at launch.
+TEST(CclWorkspace, TooSmallLockArrayIsRejectedByPreambleAndLaunchCheck) {
+  FakeHost host;
+  Workspace ws;
+  ws.prepare(host, spinlock_sig(512, 512, 128, 128), lock_needs(512, 512, 128, 128));
+  EXPECT_EQ(ws.lock_capacity(), 16u);
+  for (size_t i = 0; i < ws.lock_capacity(); ++i) ASSERT_EQ(ws.locks()[i], 0u) << "locks must start zeroed";
+  const char* msg =
+      "Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend "
+      "to use.";
+  try {
+    ws.check_capacity(lock_needs(512, 512, 64, 64));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), msg);
+  }
+  try {
+    ws.prepare(host, spinlock_sig(512, 512, 64, 64), lock_needs(512, 512, 64, 64));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), msg);
+  }
+  EXPECT_EQ(host.allocs, 1) << "a rejected preamble allocates nothing";
+  ws.release(host);
+}
+
+TEST(CclWorkspace, LargerArraysAreKeptWithoutReallocation) {
+  FakeHost host;
+  Workspace ws;
+  ws.prepare(host, spinlock_sig(512, 512, 64, 64), lock_needs(512, 512, 64, 64));
+  uint32_t* locks = ws.locks();
+  ws.prepare(host, spinlock_sig(512, 512, 128, 128), lock_needs(512, 512, 128, 128));
+  EXPECT_EQ(ws.locks(), locks);
+  EXPECT_EQ(ws.lock_capacity(), 64u);
+  EXPECT_TRUE(ws.matches(spinlock_sig(512, 512, 128, 128)));
+  EXPECT_FALSE(ws.matches(spinlock_sig(512, 512, 64, 64)));
+  EXPECT_NO_THROW(ws.check_capacity(lock_needs(512, 512, 64, 64)));
+  // Arrays another variant needs are added, the existing ones kept.
+  WorkspaceNeeds ring;
+  ring.flags = 64 * 2;
+  ring.block_state = 132;
+  auto ring_sig = spinlock_sig(512, 512, 64, 64);
+  ring_sig.variant = AllReduceVariant::kRing;
+  ws.prepare(host, ring_sig, ring);
+  EXPECT_EQ(ws.locks(), locks);
+  EXPECT_EQ(ws.flag_capacity(), 128u);
+  EXPECT_EQ(ws.block_state_capacity(), 132u);
+  EXPECT_EQ(host.allocs, 3);
+  try {
+    WorkspaceNeeds more = ring;
+    more.flags = 129;
+    ws.check_capacity(more);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "Flags array too small: have 128 but need 129. Pre-allocate workspace with the smallest block sizes "
+                 "you intend to use.");
+  }
+  try {
+    WorkspaceNeeds more = ring;
+    more.block_state = 264;
+    ws.check_capacity(more);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "Block state array too small: have 132 but need 264. Pre-allocate workspace with the largest comm_sms "
+                 "you intend to use.");
+  }
+  ws.release(host);
+  EXPECT_EQ(host.live, 0);
+}
+
+TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeHost host(bootstraps[r]);
+      Workspace ws;
+      auto sig = spinlock_sig(512, r == 0 ? 512 : 256, 64, 64);  // rank 1 passes another shape
+      sig.world_size = 2;
+      try {
+        ws.prepare(host, sig, lock_needs(512, 512, 64, 64));
+      } catch (const std::invalid_argument& e) {
+        errors[r] = e.what();
+      }
+      EXPECT_EQ(host.allocs, 0) << "nothing allocated on a disagreement";
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0],
+            "Collective parameters differ across ranks: rank 0 has all_reduce 512x512 float32 world 2 variant spinlock "
+            "blocks 64x64 op sum but rank 1 has all_reduce 512x256 float32 world 2 variant spinlock blocks 64x64 op "
+            "sum. Every rank must call with the same shapes and config.");
+  EXPECT_EQ(errors[1],
+            "Collective parameters differ across ranks: rank 1 has all_reduce 512x256 float32 world 2 variant spinlock "
+            "blocks 64x64 op sum but rank 0 has all_reduce 512x512 float32 world 2 variant spinlock blocks 64x64 op "
+            "sum. Every rank must call with the same shapes and config.");
+}
+
+}  // namespace
+}  // namespace iris::ccl

@@ -1,0 +1,101 @@
+// Host tests of Context-level configuration: no GPU needed.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "iris/context.hpp"
+
+namespace iris {
+namespace {
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+TEST(HeapSize, ParsesPlainNumbersAndSuffixes) {
+  EXPECT_EQ(parse_byte_size("1073741824"), size_t{1} << 30);
+  EXPECT_EQ(parse_byte_size("64K"), size_t{64} << 10);
+  EXPECT_EQ(parse_byte_size("512M"), size_t{512} << 20);
+  EXPECT_EQ(parse_byte_size("2G"), size_t{2} << 30);
+  EXPECT_EQ(parse_byte_size("3GiB"), size_t{3} << 30);
+  EXPECT_EQ(parse_byte_size("1T"), size_t{1} << 40);
+}
+
+TEST(HeapSize, RejectsMalformedWithExactMessage) {
+  for (const char* bad : {"", "G", "-1", "1.5G", "12Q", "0", "99999999999999999999"}) {
+    try {
+      parse_byte_size(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("Invalid byte size '") + bad +
+                    "': expected a positive integer with an optional K, M, G or T suffix (powers of 1024), "
+                    "e.g. 1073741824, 512M or 2G.");
+    }
+  }
+}
+
+TEST(HeapSize, ComesFromEnvironmentWithDefaultOneGiB) {
+  {
+    ScopedEnv env("IRIS_HEAP_SIZE", nullptr);
+    EXPECT_EQ(heap_size_from_env(), size_t{1} << 30);
+  }
+  {
+    ScopedEnv env("IRIS_HEAP_SIZE", "256M");
+    EXPECT_EQ(heap_size_from_env(), size_t{256} << 20);
+  }
+  {
+    ScopedEnv env("IRIS_HEAP_SIZE", "lots");
+    try {
+      heap_size_from_env();
+      ADD_FAILURE() << "accepted IRIS_HEAP_SIZE=lots";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_STREQ(e.what(),
+                   "IRIS_HEAP_SIZE: Invalid byte size 'lots': expected a positive integer with an optional K, M, G or "
+                   "T suffix (powers of 1024), e.g. 1073741824, 512M or 2G.");
+    }
+  }
+}
+
+TEST(RunThreads, RejectsMoreRanksThanGpusWithClearMessage) {
+  int n = local_device_count();
+  try {
+    run_threads(n + 1, [](Context&) {});
+    ADD_FAILURE() << "run_threads accepted more ranks than GPUs";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "run_threads needs " + std::to_string(n + 1) + " GPUs (one per rank) but " +
+                                         std::to_string(n) + " CUDA device(s) are visible.");
+  }
+  EXPECT_THROW(run_threads(0, [](Context&) {}), std::invalid_argument);
+}
+
+TEST(CreateFromEnv, RejectsJobsSpanningHosts) {
+  ScopedEnv a("RANK", "0"), b("WORLD_SIZE", "4"), c("LOCAL_RANK", "0"), d("LOCAL_WORLD_SIZE", "2"),
+      e("MASTER_ADDR", "127.0.0.1"), f("MASTER_PORT", "29999");
+  try {
+    Context::create_from_env();
+    ADD_FAILURE() << "accepted a multi-host job";
+  } catch (const std::invalid_argument& err) {
+    EXPECT_STREQ(err.what(),
+                 "iris maps every rank's heap over NVLink, so all ranks must share one host: this job has 4 ranks "
+                 "but 2 on this host (multi-node fabric handles are not implemented).");
+  }
+}
+
+}  // namespace
+}  // namespace iris

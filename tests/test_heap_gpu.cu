@@ -1,0 +1,273 @@
+// GPU tests of the symmetric heap: every rank writes into every peer's heap through translated
+// pointers, allocation symmetry, alloc/free cycles, repeated contexts. 1 and 2 ranks (more with
+// IRIS_TEST_MAX_RANKS), threads and processes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "iris/context.hpp"
+#include "iris/core/cuda_check.hpp"
+#include "support/ranks.hpp"
+
+namespace iris {
+namespace {
+
+using test::RankSetup;
+
+constexpr size_t kTestHeap = size_t{256} << 20;
+
+ContextOptions small_heap() {
+  ContextOptions o;
+  o.heap_size = kTestHeap;
+  return o;
+}
+
+__host__ __device__ uint32_t pattern(int writer, int reader, size_t i, uint32_t salt) {
+  return (static_cast<uint32_t>(writer) * 0x9E3779B1u) ^ (static_cast<uint32_t>(reader) * 0x85EBCA77u) ^
+         (static_cast<uint32_t>(i) * 0xC2B2AE3Du) ^ salt;
+}
+
+// Rank `me` writes its block into slot `me` of every rank's buffer (including its own), using only
+// the device handle: remote = ptr + (to - rank) * heap_size.
+__global__ void scatter_pattern(DeviceContext ctx, uint32_t* buf, size_t n, uint32_t salt) {
+  for (int to = 0; to < ctx.world_size; ++to) {
+    uint32_t* remote = reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(buf + static_cast<size_t>(ctx.rank) * n) +
+                                                   static_cast<int64_t>(to - ctx.rank) * static_cast<int64_t>(ctx.heap_size));
+    for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
+      remote[i] = pattern(ctx.rank, to, i, salt);
+  }
+}
+
+class HeapGpu : public ::testing::TestWithParam<RankSetup> {};
+
+TEST_P(HeapGpu, EveryRankWritesEveryPeersHeapThroughTranslatedPointers) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const int world = ctx.world_size(), me = ctx.rank();
+    for (size_t n : {size_t{1}, size_t{1000003}, size_t{4} << 20}) {  // one word, odd size, 16 MiB per rank
+      uint32_t salt = static_cast<uint32_t>(n * 2654435761u);
+      auto* buf = ctx.full<uint32_t>(n * world, 0xDEADBEEFu);  // poisoned
+      ctx.barrier();  // every rank has poisoned before anyone writes
+      scatter_pattern<<<132, 512, 0, ctx.stream()>>>(ctx.device_context(), buf, n, salt);
+      IRIS_CUDA_CHECK_LAUNCH();
+      ctx.barrier();  // every rank's writes are complete
+      std::vector<uint32_t> host(n * world);
+      IRIS_CUDA_CHECK(cudaMemcpy(host.data(), buf, host.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+      size_t wrong = 0, first_bad = SIZE_MAX;
+      for (int from = 0; from < world; ++from)
+        for (size_t i = 0; i < n; ++i)
+          if (host[from * n + i] != pattern(from, me, i, salt)) {
+            if (first_bad == SIZE_MAX) first_bad = from * n + i;
+            ++wrong;
+          }
+      EXPECT_EQ(wrong, 0u) << "rank " << me << ", n=" << n << ": first wrong word at " << first_bad;
+      ctx.barrier();  // no peer still writes before the buffer is freed
+      ctx.free(buf);
+    }
+    ctx.barrier();
+  }, small_heap());
+}
+
+TEST_P(HeapGpu, OffsetsAreIdenticalAcrossRanksAndTranslationMatchesHeapBases) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    std::vector<void*> ptrs;
+    std::string offsets;
+    for (size_t bytes : {1, 255, 256, 4097, 1 << 20, 3 << 20}) {
+      ptrs.push_back(ctx.alloc(bytes, bytes >= (1 << 20) ? 1 << 16 : 256));
+      size_t off = ctx.offset_of(ptrs.back());
+      offsets.append(reinterpret_cast<const char*>(&off), sizeof(off));
+    }
+    ctx.free(ptrs[1]);
+    ptrs[1] = ctx.alloc(100);  // reuses the hole on every rank
+    size_t off = ctx.offset_of(ptrs[1]);
+    offsets.append(reinterpret_cast<const char*>(&off), sizeof(off));
+    auto all = ctx.bootstrap().allgather(offsets);
+    for (int r = 0; r < ctx.world_size(); ++r) EXPECT_EQ(all[r], offsets) << "rank " << r << " differs";
+    for (int r = 0; r < ctx.world_size(); ++r) {
+      EXPECT_EQ(ctx.translate(static_cast<char*>(ptrs[2]), r), ctx.heap_base(r) + ctx.offset_of(ptrs[2]));
+      EXPECT_EQ(ctx.heap_base(r), ctx.device_context().heap_base + r * ctx.heap_size());
+    }
+    EXPECT_TRUE(ctx.is_symmetric(ptrs[0]));
+    EXPECT_FALSE(ctx.is_symmetric(&offsets));
+    EXPECT_EQ(ctx.heap_size() % (2 << 20), 0u);
+    ctx.barrier();
+    for (void* p : ptrs) ctx.free(p);
+    EXPECT_EQ(ctx.heap_bytes_in_use(), 0u);
+    ctx.barrier();
+  }, small_heap());
+}
+
+__global__ void write_index(uint64_t* p, size_t n, uint64_t salt) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
+    p[i] = i ^ salt;
+}
+
+TEST_P(HeapGpu, HundredAllocFreeCyclesReuseMemoryAndStayCorrect) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    size_t first_offset = SIZE_MAX;
+    for (int cycle = 0; cycle < 100; ++cycle) {
+      size_t n = 1000 + static_cast<size_t>(cycle) * 7919;  // a different, odd size each cycle
+      auto* keep = ctx.zeros<uint64_t>(17);
+      auto* p = ctx.empty<uint64_t>(n);
+      write_index<<<64, 256, 0, ctx.stream()>>>(p, n, cycle);
+      IRIS_CUDA_CHECK_LAUNCH();
+      std::vector<uint64_t> host(n);
+      IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), p, n * 8, cudaMemcpyDeviceToHost, ctx.stream()));
+      IRIS_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+      for (size_t i = 0; i < n; i += 997) ASSERT_EQ(host[i], i ^ cycle) << "cycle " << cycle;
+      ctx.free(p);
+      ctx.free(keep);
+      size_t off = ctx.offset_of(ctx.alloc(8));
+      if (first_offset == SIZE_MAX) first_offset = off;
+      EXPECT_EQ(off, first_offset) << "freed memory is not reused (cycle " << cycle << ")";
+      ctx.free(ctx.heap_base(ctx.rank()) + off);
+      if (cycle % 10 == 0) ctx.barrier();  // also compares the allocation hash across ranks
+    }
+    EXPECT_EQ(ctx.heap_bytes_in_use(), 0u);
+    EXPECT_EQ(ctx.allocation_count(), 100u * 6);
+    ctx.barrier();
+  }, small_heap());
+}
+
+TEST_P(HeapGpu, TypedHelpersFillOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const size_t n = 4099;
+    auto* z = ctx.zeros<float>(n);
+    auto* f = ctx.full<int32_t>(n, -7);
+    auto* r = ctx.random<float>(n, 42, -2.0, 3.0);
+    auto* r2 = ctx.random<float>(n, 42, -2.0, 3.0);
+    auto* ri = ctx.random<int32_t>(n, 9, 0, 10);
+    std::vector<float> hz(n), hr(n), hr2(n);
+    std::vector<int32_t> hf(n), hri(n);
+    IRIS_CUDA_CHECK(cudaMemcpy(hz.data(), z, n * 4, cudaMemcpyDeviceToHost));
+    IRIS_CUDA_CHECK(cudaMemcpy(hf.data(), f, n * 4, cudaMemcpyDeviceToHost));
+    IRIS_CUDA_CHECK(cudaMemcpy(hr.data(), r, n * 4, cudaMemcpyDeviceToHost));
+    IRIS_CUDA_CHECK(cudaMemcpy(hr2.data(), r2, n * 4, cudaMemcpyDeviceToHost));
+    IRIS_CUDA_CHECK(cudaMemcpy(hri.data(), ri, n * 4, cudaMemcpyDeviceToHost));
+    double mean = 0;
+    int hist[10] = {};
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(hz[i], 0.0f);
+      ASSERT_EQ(hf[i], -7);
+      ASSERT_GE(hr[i], -2.0f);
+      ASSERT_LT(hr[i], 3.0f);
+      ASSERT_EQ(hr[i], hr2[i]) << "same seed must give the same values";
+      ASSERT_GE(hri[i], 0);
+      ASSERT_LT(hri[i], 10);
+      hist[hri[i]]++;
+      mean += hr[i];
+    }
+    EXPECT_NEAR(mean / n, 0.5, 0.1);
+    for (int b = 0; b < 10; ++b) EXPECT_GT(hist[b], static_cast<int>(n / 20)) << "bucket " << b;
+    for (void* p : {static_cast<void*>(z), static_cast<void*>(f), static_cast<void*>(r), static_cast<void*>(r2),
+                    static_cast<void*>(ri)})
+      ctx.free(p);
+    ctx.barrier();
+  }, small_heap());
+}
+
+TEST_P(HeapGpu, RankAllocatingOutOfStepMakesEveryRankThrow) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    void* a = ctx.alloc(1024);
+    void* extra = ctx.rank() == 1 ? ctx.alloc(512) : nullptr;  // rank 1 goes out of step
+    try {
+      ctx.barrier();
+      ADD_FAILURE() << "rank " << ctx.rank() << ": barrier accepted an asymmetric allocation sequence";
+    } catch (const std::invalid_argument& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find("Heap allocation sequence differs across ranks: rank 0 made 1 (hash "), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("rank 1 made 2 (hash "), std::string::npos) << what;
+      EXPECT_NE(what.find("Every rank must allocate and free the same sizes in the same order."), std::string::npos);
+    }
+    if (extra) ctx.free(extra);
+    ctx.free(a);
+    ctx.barrier();  // back in step: passes again
+  }, small_heap());
+}
+
+TEST_P(HeapGpu, HeapSizeIsRoundedToGranularityAndMustAgree) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  ContextOptions odd = small_heap();
+  odd.heap_size = (size_t{64} << 20) + 1;
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    EXPECT_EQ(ctx.heap_size(), size_t{66} << 20) << "64 MiB + 1 rounds up to the 2 MiB granularity";
+    void* p = ctx.alloc(size_t{66} << 20);  // the whole rounded heap is usable
+    EXPECT_THROW(ctx.alloc(1), std::invalid_argument);
+    ctx.free(p);
+    ctx.barrier();
+  }, odd);
+}
+
+// Threads only: both ranks must be steered to different heap sizes inside one test process.
+TEST(HeapGpuThreads, DifferentHeapSizesOnRanksRaiseOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(2);
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(30));
+  std::atomic<int> raised{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ContextOptions o;
+      o.device = r;
+      o.heap_size = r == 0 ? size_t{64} << 20 : size_t{128} << 20;
+      try {
+        Context ctx(bootstraps[r], o);
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("Heap sizes differ across ranks"), std::string::npos) << e.what();
+        raised++;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(raised.load(), 2);
+}
+
+TEST(HeapGpuThreads, ContextsCreatedOneAfterAnotherLeakNothing) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  int world = std::min(test::gpu_count(), 2);
+  auto device_free = [] {
+    size_t free_bytes = 0, total = 0;
+    IRIS_CUDA_CHECK(cudaSetDevice(0));
+    IRIS_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return free_bytes;
+  };
+  run_threads(world, [](Context& ctx) { ctx.barrier(); }, small_heap());  // warm: CUDA contexts exist
+  size_t before = device_free();
+  for (int i = 0; i < 10; ++i)
+    run_threads(world, [i](Context& ctx) {
+      auto* p = ctx.full<int32_t>(1000, i);
+      int32_t v = 0;
+      IRIS_CUDA_CHECK(cudaMemcpy(&v, p + 999, 4, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(v, i);
+      ctx.barrier();
+    }, small_heap());
+  size_t after = device_free();
+  EXPECT_LE(before > after ? before - after : 0, size_t{4} << 20) << "device memory leaked across 10 contexts";
+}
+
+TEST(HeapGpuThreads, ExceptionOnOneRankReleasesTheOthers) {
+  IRIS_TEST_REQUIRE_GPUS(2);
+  auto start = std::chrono::steady_clock::now();
+  try {
+    run_threads(2, [](Context& ctx) {
+      if (ctx.rank() == 1) throw std::runtime_error("rank 1 gives up");
+      ctx.barrier();  // would wait forever for rank 1
+    }, small_heap());
+    ADD_FAILURE() << "run_threads swallowed the exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "rank 1 gives up") << "the root cause, not the RemoteError it caused, reaches the caller";
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, HeapGpu, ::testing::ValuesIn(test::all_rank_setups()), test::rank_setup_name);
+
+}  // namespace
+}  // namespace iris
