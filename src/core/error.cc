@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "core/driver_api.hpp"
+
 namespace iris::detail {
 
 void throw_cuda_error(int code, const char* call, const char* file, int line) {
@@ -15,11 +17,9 @@ void throw_cuda_error(int code, const char* call, const char* file, int line) {
 }
 
 void throw_cu_error(int code, const char* call, const char* file, int line) {
-  const char* name = nullptr;
-  const char* text = nullptr;
   auto res = static_cast<CUresult>(code);
-  if (cuGetErrorName(res, &name) != CUDA_SUCCESS) name = "CUDA_ERROR_UNKNOWN";
-  if (cuGetErrorString(res, &text) != CUDA_SUCCESS) text = "unrecognized error code";
+  const char* name = driver::error_name(res);
+  const char* text = driver::error_string(res);
   throw CuError(str_cat("CUDA driver error ", name, " (", code, "): ", text, "\n  in ", call, "\n  at ", file, ":",
                         line),
                 code);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/driver_api.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/log.hpp"
 
@@ -39,10 +40,9 @@ void grant_access(char* ptr, size_t size, int device) {
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CUresult res = cuMemSetAccess(reinterpret_cast<CUdeviceptr>(ptr), size, &access, 1);
+  CUresult res = driver::api().cuMemSetAccess(reinterpret_cast<CUdeviceptr>(ptr), size, &access, 1);
   if (res != CUDA_SUCCESS) {
-    const char* name = "?";
-    cuGetErrorName(res, &name);
+    const char* name = driver::error_name(res);
     throw CuError(detail::str_cat("cannot give device ", device, " access to a peer's heap (", name,
                                   "): the GPUs of this job must be peer-capable (NVLink or PCIe P2P). "
                                   "Check `nvidia-smi topo -m`."),
@@ -55,7 +55,7 @@ void grant_access(char* ptr, size_t size, int device) {
 size_t SymmetricHeap::allocation_granularity(int device) {
   CUmemAllocationProp prop = allocation_prop(device, true);
   size_t granularity = 0;
-  IRIS_CU_CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  IRIS_CU_CHECK(driver::api().cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
   return granularity;
 }
 
@@ -81,14 +81,14 @@ SymmetricHeap::SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size)
   std::string failure;
   try {
     CUmemAllocationProp prop = allocation_prop(device_, !shared_window_ && world_ > 1);
-    IRIS_CU_CHECK(cuMemCreate(&own_, size_, &prop, 0));
+    IRIS_CU_CHECK(driver::api().cuMemCreate(&own_, size_, &prop, 0));
   } catch (const std::exception& e) {
     failure = e.what();
   }
   auto failures = bootstrap_.allgather(failure);
   for (int r = 0; r < world_; ++r)
     if (!failures[r].empty()) {
-      if (own_ != 0) cuMemRelease(own_);
+      if (own_ != 0) driver::api().cuMemRelease(own_);
       own_ = 0;
       throw Error(detail::str_cat("rank ", r, " could not create its ", size_, "-byte symmetric heap: ", failures[r]));
     }
@@ -98,25 +98,25 @@ SymmetricHeap::SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size)
     uintptr_t base = 0;
     if (rank_ == 0) {
       CUdeviceptr p = 0;
-      IRIS_CU_CHECK(cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
+      IRIS_CU_CHECK(driver::api().cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
       base = static_cast<uintptr_t>(p);
     }
     base = from_bytes<uintptr_t>(bootstrap_.broadcast(to_bytes(base), 0));
     base_ = reinterpret_cast<char*>(base);
-    IRIS_CU_CHECK(cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
+    IRIS_CU_CHECK(driver::api().cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
     mapped_[rank_] = true;
     bootstrap_.barrier();  // every slot is mapped before anyone sets access on it
     for (int r = 0; r < world_; ++r) grant_access(slot(r), size_, device_);
     bootstrap_.barrier();
   } else {
     CUdeviceptr p = 0;
-    IRIS_CU_CHECK(cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
+    IRIS_CU_CHECK(driver::api().cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
     base_ = reinterpret_cast<char*>(p);
-    IRIS_CU_CHECK(cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
+    IRIS_CU_CHECK(driver::api().cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
     mapped_[rank_] = true;
     if (world_ > 1) {
       int fd = -1;
-      IRIS_CU_CHECK(cuMemExportToShareableHandle(&fd, own_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+      IRIS_CU_CHECK(driver::api().cuMemExportToShareableHandle(&fd, own_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
       std::vector<int> fds;
       try {
         fds = bootstrap_.exchange_fds(fd);
@@ -127,11 +127,11 @@ SymmetricHeap::SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size)
       close(fd);
       for (int r = 0; r < world_; ++r) {
         if (r == rank_) continue;
-        CUresult res = cuMemImportFromShareableHandle(&imported_[r], reinterpret_cast<void*>(static_cast<uintptr_t>(fds[r])),
+        CUresult res = driver::api().cuMemImportFromShareableHandle(&imported_[r], reinterpret_cast<void*>(static_cast<uintptr_t>(fds[r])),
                                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
         close(fds[r]);
         if (res != CUDA_SUCCESS) IRIS_CU_CHECK(res);
-        IRIS_CU_CHECK(cuMemMap(reinterpret_cast<CUdeviceptr>(slot(r)), size_, 0, imported_[r], 0));
+        IRIS_CU_CHECK(driver::api().cuMemMap(reinterpret_cast<CUdeviceptr>(slot(r)), size_, 0, imported_[r], 0));
         mapped_[r] = true;
       }
     }
@@ -161,13 +161,13 @@ SymmetricHeap::~SymmetricHeap() {
   }
   auto unmap = [&](int r) {
     if (!mapped_[r]) return;
-    CUresult res = cuMemUnmap(reinterpret_cast<CUdeviceptr>(slot(r)), size_);
+    CUresult res = driver::api().cuMemUnmap(reinterpret_cast<CUdeviceptr>(slot(r)), size_);
     if (res != CUDA_SUCCESS) IRIS_LOG_WARN("cuMemUnmap of slot ", r, " failed with code ", res);
     mapped_[r] = false;
   };
   if (shared_window_) {
     unmap(rank_);
-    if (own_ != 0) cuMemRelease(own_);
+    if (own_ != 0) driver::api().cuMemRelease(own_);
     bool all_unmapped = peers_done;
     if (peers_done) {
       try {
@@ -178,16 +178,16 @@ SymmetricHeap::~SymmetricHeap() {
     }
     if (rank_ == 0 && base_ != nullptr) {
       if (all_unmapped)
-        cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
+        driver::api().cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
       else
         IRIS_LOG_WARN("leaving the shared heap window reserved: a peer failed before unmapping");
     }
   } else {
     for (int r = 0; r < world_; ++r) unmap(r);
     for (int r = 0; r < world_; ++r)
-      if (imported_[r] != 0) cuMemRelease(imported_[r]);
-    if (own_ != 0) cuMemRelease(own_);
-    if (base_ != nullptr) cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
+      if (imported_[r] != 0) driver::api().cuMemRelease(imported_[r]);
+    if (own_ != 0) driver::api().cuMemRelease(own_);
+    if (base_ != nullptr) driver::api().cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
   }
 }
 

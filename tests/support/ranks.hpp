@@ -53,3 +53,10 @@ int gpu_count();
     int iris_have_ = ::iris::test::gpu_count();                                                        \
     if (iris_have_ < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA GPU(s), " << iris_have_ << " visible"; \
   } while (0)
+
+namespace iris::test {
+// Readable test names in ctest output (instead of a byte dump).
+inline void PrintTo(const RankSetup& s, std::ostream* os) {
+  *os << (s.mode == Mode::kThreads ? "threads" : "processes") << " x" << s.world;
+}
+}  // namespace iris::test

@@ -1,0 +1,33 @@
+// The CUDA driver functions iris uses, resolved at run time through the runtime
+// (cudaGetDriverEntryPointByVersion) instead of linking libcuda: binaries then start on machines
+// without a driver (CI, build hosts), where cudaGetDeviceCount simply reports no device.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+namespace iris::driver {
+
+struct Api {
+  PFN_cuGetErrorName_v6000 cuGetErrorName = nullptr;
+  PFN_cuGetErrorString_v6000 cuGetErrorString = nullptr;
+  PFN_cuMemCreate_v10020 cuMemCreate = nullptr;
+  PFN_cuMemRelease_v10020 cuMemRelease = nullptr;
+  PFN_cuMemMap_v10020 cuMemMap = nullptr;
+  PFN_cuMemUnmap_v10020 cuMemUnmap = nullptr;
+  PFN_cuMemSetAccess_v10020 cuMemSetAccess = nullptr;
+  PFN_cuMemAddressReserve_v10020 cuMemAddressReserve = nullptr;
+  PFN_cuMemAddressFree_v10020 cuMemAddressFree = nullptr;
+  PFN_cuMemExportToShareableHandle_v10020 cuMemExportToShareableHandle = nullptr;
+  PFN_cuMemImportFromShareableHandle_v10020 cuMemImportFromShareableHandle = nullptr;
+  PFN_cuMemGetAllocationGranularity_v10020 cuMemGetAllocationGranularity = nullptr;
+};
+
+// Resolved once; throws iris::CudaError naming the symbol when the driver lacks one.
+const Api& api();
+
+// Name and text of a driver error code, or placeholders when the driver is unavailable.
+const char* error_name(CUresult res);
+const char* error_string(CUresult res);
+
+}  // namespace iris::driver

@@ -1,0 +1,253 @@
+// Transport-independent parts of the bootstrap: the default broadcast and barrier, the timeout from
+// the environment, and reading the launcher's environment (torchrun, Open MPI, Slurm).
+#include "iris/runtime/bootstrap.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+
+#include "iris/core/error.hpp"
+#include "runtime/bootstrap_detail.hpp"
+
+namespace iris {
+
+// ---- default collectives built on allgather ---------------------------------------------------
+
+std::string Bootstrap::broadcast(std::string_view value, int root) {
+  IRIS_CHECK_ARG(root >= 0 && root < world_size(), "iris bootstrap: broadcast root ", root, " is outside [0, ",
+                 world_size(), ")");
+  // Only the root's contribution carries data; the others send nothing so the exchange stays small.
+  std::vector<std::string> all = allgather(rank() == root ? value : std::string_view{});
+  return std::move(all[root]);
+}
+
+void Bootstrap::barrier() { allgather({}); }
+
+// ---- shared helpers -------------------------------------------------------------------------------
+
+namespace detail {
+
+std::string format_seconds(std::chrono::milliseconds duration) {
+  long long ms = duration.count();
+  if (ms < 0) ms = 0;
+  char frac[4];
+  std::snprintf(frac, sizeof(frac), "%03lld", ms % 1000);
+  std::string digits(frac);
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  return str_cat(ms / 1000, ".", digits);
+}
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+bool wait_fd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) left = 0;
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+    if (n > 0) return true;
+    if (n == 0) {
+      if (Clock::now() >= deadline) return false;
+      continue;  // poll rounds down in rare cases; go around until the deadline really passed
+    }
+    if (errno != EINTR) IRIS_SYSCHECK(n);
+  }
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);  // close() is not retried on EINTR: on Linux the fd is gone either way
+  fd_ = fd;
+}
+
+}  // namespace detail
+
+// ---- timeout from the environment -----------------------------------------------------------------
+
+namespace {
+
+// A variable counts as set only when non-empty, so `export RANK=` clears it like `unset RANK`.
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+}  // namespace
+
+std::chrono::milliseconds default_bootstrap_timeout() {
+  constexpr std::chrono::milliseconds kDefault{300'000};
+  auto text = env("IRIS_BOOTSTRAP_TIMEOUT");
+  if (!text) return kDefault;
+  errno = 0;
+  char* end = nullptr;
+  double seconds = std::strtod(text->c_str(), &end);
+  // Upper bound keeps the millisecond count far from overflow; a billion seconds is ~30 years.
+  bool ok =
+      end != text->c_str() && *end == '\0' && errno == 0 && std::isfinite(seconds) && seconds > 0 && seconds <= 1e9;
+  IRIS_CHECK_ARG(ok, "iris bootstrap: IRIS_BOOTSTRAP_TIMEOUT='", *text,
+                 "' is not a valid timeout: expected a positive number of seconds, such as 300 or 2.5");
+  auto ms = static_cast<long long>(std::llround(seconds * 1000.0));
+  return std::chrono::milliseconds(std::max(1LL, ms));
+}
+
+// ---- launcher environment ---------------------------------------------------------------------------
+
+namespace {
+
+// One integer read from the environment, remembering where it came from for error messages.
+struct EnvInt {
+  std::string name;
+  int value = 0;
+};
+
+int parse_int(const std::string& name, const std::string& text) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  IRIS_CHECK_ARG(ec == std::errc() && ptr == text.data() + text.size(), "iris bootstrap: ", name, "='", text,
+                 "' is not an integer");
+  return value;
+}
+
+std::optional<EnvInt> env_int(const char* name) {
+  auto text = env(name);
+  if (!text) return std::nullopt;
+  return EnvInt{name, parse_int(name, *text)};
+}
+
+EnvInt require_int(const char* name, const char* because) {
+  auto v = env_int(name);
+  IRIS_CHECK_ARG(v.has_value(), "iris bootstrap: ", because, " but ", name, " is not set");
+  return *v;
+}
+
+// Slurm's SLURM_TASKS_PER_NODE looks like "4" or "2(x3),1"; the first number is the task count of
+// the first node(s), which is this node's count for the usual homogeneous allocation.
+EnvInt slurm_tasks_per_node_first(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  IRIS_CHECK_ARG(digits > 0, "iris bootstrap: SLURM_TASKS_PER_NODE='", text,
+                 "' does not start with a task count (expected e.g. 4 or 2(x3),1)");
+  return EnvInt{"SLURM_TASKS_PER_NODE", parse_int("SLURM_TASKS_PER_NODE", text.substr(0, digits))};
+}
+
+// The four numbers of a launch plus the names they were read from.
+struct RawLaunch {
+  std::string launcher;
+  EnvInt rank, world;
+  std::optional<EnvInt> local_rank, local_world;
+};
+
+std::optional<RawLaunch> read_torchrun() {
+  auto rank = env_int("RANK");
+  auto world = env_int("WORLD_SIZE");
+  if (!rank && !world) return std::nullopt;
+  IRIS_CHECK_ARG(rank.has_value(),
+                 "iris bootstrap: WORLD_SIZE is set but RANK is not (a torchrun-style launch sets both)");
+  IRIS_CHECK_ARG(world.has_value(),
+                 "iris bootstrap: RANK is set but WORLD_SIZE is not (a torchrun-style launch sets both)");
+  return RawLaunch{"torchrun", *rank, *world, env_int("LOCAL_RANK"), env_int("LOCAL_WORLD_SIZE")};
+}
+
+std::optional<RawLaunch> read_openmpi() {
+  auto rank = env_int("OMPI_COMM_WORLD_RANK");
+  if (!rank) return std::nullopt;
+  EnvInt world = require_int("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK is set");
+  return RawLaunch{"openmpi", *rank, world, env_int("OMPI_COMM_WORLD_LOCAL_RANK"),
+                   env_int("OMPI_COMM_WORLD_LOCAL_SIZE")};
+}
+
+std::optional<RawLaunch> read_slurm() {
+  auto rank = env_int("SLURM_PROCID");
+  if (!rank) return std::nullopt;
+  EnvInt world = require_int("SLURM_NTASKS", "SLURM_PROCID is set");
+  std::optional<EnvInt> local_world = env_int("SLURM_NTASKS_PER_NODE");
+  if (!local_world) {
+    if (auto tpn = env("SLURM_TASKS_PER_NODE")) local_world = slurm_tasks_per_node_first(*tpn);
+  }
+  if (!local_world) {
+    // Without a per-node count we only know the answer when the job has a single node.
+    auto nodes = env_int("SLURM_NNODES");
+    IRIS_CHECK_ARG(!nodes || nodes->value == 1,
+                   "iris bootstrap: cannot tell how many ranks run on this node: SLURM_NNODES=",
+                   nodes ? nodes->value : 0, " but neither SLURM_NTASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set");
+    local_world = EnvInt{"SLURM_NTASKS", world.value};
+  }
+  return RawLaunch{"slurm", *rank, world, env_int("SLURM_LOCALID"), local_world};
+}
+
+}  // namespace
+
+LaunchInfo detect_launch_info() {
+  std::optional<RawLaunch> raw = read_torchrun();
+  if (!raw) raw = read_openmpi();
+  if (!raw) raw = read_slurm();
+
+  LaunchInfo info;
+  if (!raw) {
+    info.launcher = "none";
+    return info;  // a single rank: nothing else to read or check
+  }
+  info.launcher = raw->launcher;
+
+  const EnvInt& world = raw->world;
+  const EnvInt& rank = raw->rank;
+  IRIS_CHECK_ARG(world.value >= 1, "iris bootstrap: ", world.name, "=", world.value, " must be at least 1");
+  IRIS_CHECK_ARG(rank.value >= 0 && rank.value < world.value, "iris bootstrap: ", rank.name, "=", rank.value,
+                 " is outside [0, ", world.name, "=", world.value, ")");
+
+  // Without per-node numbers, assume one node: every rank is local.
+  EnvInt local_world = raw->local_world.value_or(EnvInt{world.name, world.value});
+  IRIS_CHECK_ARG(local_world.value >= 1 && local_world.value <= world.value, "iris bootstrap: ", local_world.name, "=",
+                 local_world.value, " is outside [1, ", world.name, "=", world.value, "]");
+  EnvInt local_rank;
+  if (raw->local_rank) {
+    local_rank = *raw->local_rank;
+  } else {
+    IRIS_CHECK_ARG(local_world.value == world.value, "iris bootstrap: ", local_world.name, "=", local_world.value,
+                   " says the job spans several nodes, but the local rank is not set (",
+                   raw->launcher == "torchrun"  ? "LOCAL_RANK"
+                   : raw->launcher == "openmpi" ? "OMPI_COMM_WORLD_LOCAL_RANK"
+                                                : "SLURM_LOCALID",
+                   ")");
+    local_rank = EnvInt{rank.name, rank.value};
+  }
+  IRIS_CHECK_ARG(local_rank.value >= 0 && local_rank.value < local_world.value, "iris bootstrap: ", local_rank.name,
+                 "=", local_rank.value, " is outside [0, ", local_world.name, "=", local_world.value, ")");
+
+  info.rank = rank.value;
+  info.world_size = world.value;
+  info.local_rank = local_rank.value;
+  info.local_world_size = local_world.value;
+
+  auto addr = env("MASTER_ADDR");
+  // Several nodes with the loopback default would make every node host its own store and hang.
+  IRIS_CHECK_ARG(addr || local_world.value == world.value, "iris bootstrap: the job spans several nodes (", world.name,
+                 "=", world.value, ", ", local_world.name, "=", local_world.value,
+                 ") but MASTER_ADDR is not set; set MASTER_ADDR (and MASTER_PORT) to the address of the node running "
+                 "rank 0");
+  if (addr) info.master_addr = *addr;
+  if (auto port_text = env("MASTER_PORT")) {
+    int port = 0;
+    auto [ptr, ec] = std::from_chars(port_text->data(), port_text->data() + port_text->size(), port);
+    bool ok = ec == std::errc() && ptr == port_text->data() + port_text->size() && port >= 1 && port <= 65535;
+    IRIS_CHECK_ARG(ok, "iris bootstrap: MASTER_PORT='", *port_text, "' is not a port number (expected 1..65535)");
+    info.master_port = port;
+  }
+  return info;
+}
+
+}  // namespace iris

@@ -1,0 +1,48 @@
+// Internal helpers shared by the bootstrap transports (threads, TCP store, fd passing).
+// Not installed; only src/runtime/bootstrap*.cc, fd_passing.cc and the tests include it.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace iris::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// "2.0", "1.5", "0.25", "0.001": seconds for error messages. Always at least one decimal so that
+// "after 2.0 s" reads as a duration, never more digits than the millisecond value needs.
+std::string format_seconds(std::chrono::milliseconds duration);
+
+// "rank 3" or "ranks 1, 3" (in the order given).
+std::string format_ranks(const std::vector<int>& ranks);
+
+// Waits until `fd` reports one of `events` (or an error / hang-up, which the next read or write
+// will surface) or until `deadline`. Returns false on timeout. Retries on EINTR with the time left.
+bool wait_fd(int fd, short events, Clock::time_point deadline);
+
+// Owns one file descriptor; closes it on destruction. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace iris::detail

@@ -1,0 +1,655 @@
+// Bootstrap tests: the TCP store with real processes over loopback (one fork()ed child per rank;
+// no CUDA is initialized here, so fork is safe) and the in-process thread group.
+//
+// Children report through their exit code (0 = every check passed) and print what went wrong to
+// stderr; the parent asserts on the codes. Each child checks exact error texts, so a message that
+// names the wrong rank fails the test.
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "iris/core/error.hpp"
+#include "iris/runtime/bootstrap.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using iris::Bootstrap;
+
+// ---- helpers ---------------------------------------------------------------------------------------
+
+constexpr int kCheckFailed = 1;
+constexpr int kUnexpectedException = 90;
+constexpr int kKilled = -1;
+
+// A port nobody listens on right now: bind port 0, read what the kernel picked, release it.
+int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  socklen_t len = sizeof(addr);
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(s);
+  return ntohs(addr.sin_port);
+}
+
+// Open descriptors of this process, to show that a bootstrap leaves none behind.
+int open_fd_count() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d) != nullptr) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+iris::LaunchInfo tcp_info(int rank, int world, int port) {
+  iris::LaunchInfo info;
+  info.rank = rank;
+  info.world_size = world;
+  info.local_rank = rank;
+  info.local_world_size = world;
+  info.master_addr = "127.0.0.1";
+  info.master_port = port;
+  info.launcher = "test";
+  return info;
+}
+
+// Runs body(rank) in one child process per entry of `ranks`; returns the exit codes in that order
+// (kKilled for a child still running after `limit`, which is then killed).
+std::vector<int> run_processes(const std::vector<int>& ranks, const std::function<int(int)>& body,
+                               std::chrono::milliseconds limit = 15s) {
+  std::vector<pid_t> pids;
+  for (int rank : ranks) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = kUnexpectedException;
+      try {
+        code = body(rank);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[rank %d] unexpected exception: %s\n", rank, e.what());
+      } catch (...) {
+        std::fprintf(stderr, "[rank %d] unexpected non-standard exception\n", rank);
+      }
+      // _exit: no atexit handlers, no flushing of the parent's (inherited) gtest output buffers.
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes(pids.size(), kKilled);
+  std::vector<bool> done(pids.size(), false);
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  size_t remaining = pids.size();
+  while (remaining > 0) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int status = 0;
+      if (::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        done[i] = true;
+        --remaining;
+        codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    }
+    if (remaining == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (done[i]) continue;
+        std::fprintf(stderr, "[rank %d] still running after the limit: killed\n", ranks[i]);
+        ::kill(pids[i], SIGKILL);
+        ::waitpid(pids[i], nullptr, 0);
+      }
+      break;
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  return codes;
+}
+
+std::vector<int> run_ranks(int world, const std::function<int(int)>& body, std::chrono::milliseconds limit = 15s) {
+  std::vector<int> ranks(world);
+  for (int r = 0; r < world; ++r) ranks[r] = r;
+  return run_processes(ranks, body, limit);
+}
+
+void expect_all_zero(const std::vector<int>& codes, const std::vector<int>& ranks = {}) {
+  for (size_t i = 0; i < codes.size(); ++i)
+    EXPECT_EQ(codes[i], 0) << "rank " << (ranks.empty() ? int(i) : ranks[i]) << " failed (see its stderr)";
+}
+
+// The what() of the E that f throws, or a description of what happened instead.
+template <typename E, typename F>
+std::string what_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<another exception type> ") + e.what();
+  } catch (...) {
+    return "<non-standard exception>";
+  }
+  return "<no exception>";
+}
+
+// For children: 0 when `got` is `want`, else prints both and returns kCheckFailed.
+int same_text(int rank, const std::string& got, const std::string& want) {
+  if (got == want) return 0;
+  std::fprintf(stderr, "[rank %d] wrong error text\n   got: %s\n  want: %s\n", rank, got.c_str(), want.c_str());
+  return kCheckFailed;
+}
+
+#define CHILD_CHECK(rank, cond)                                                                 \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      std::fprintf(stderr, "[rank %d] check failed at line %d: %s\n", (rank), __LINE__, #cond); \
+      return kCheckFailed;                                                                      \
+    }                                                                                           \
+  } while (0)
+
+// Distinct, position-dependent content so a misplaced or truncated contribution is caught.
+std::string pattern(int rank, int round, size_t length) {
+  std::string s(length, '\0');
+  for (size_t i = 0; i < length; ++i) s[i] = static_cast<char>((rank * 31 + round * 7 + i) % 251);
+  return s;
+}
+
+size_t contribution_length(int rank, int round) {
+  // Rank 0 sends nothing, rank 1 a megabyte (many partial reads and writes), the others a little.
+  return rank == 0 ? 0 : rank == 1 ? (size_t{1} << 20) + 7 + round : static_cast<size_t>(rank * 13 + round);
+}
+
+// ---- TCP store, one process per rank ------------------------------------------------------------------
+
+TEST(BootstrapTcp, AllgatherVariableLengths) {
+  for (int world : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "world " << world);
+    int port = free_port();
+    auto codes = run_ranks(world, [&](int rank) {
+      auto bs = iris::make_tcp_bootstrap(tcp_info(rank, world, port), 10s);
+      CHILD_CHECK(rank, bs->rank() == rank && bs->world_size() == world && bs->timeout() == 10s);
+      for (int round = 0; round < 3; ++round) {
+        auto all = bs->allgather(pattern(rank, round, contribution_length(rank, round)));
+        CHILD_CHECK(rank, static_cast<int>(all.size()) == world);
+        for (int q = 0; q < world; ++q) CHILD_CHECK(rank, all[q] == pattern(q, round, contribution_length(q, round)));
+      }
+      return 0;
+    });
+    expect_all_zero(codes);
+  }
+}
+
+TEST(BootstrapTcp, BroadcastFromNonZeroRoot) {
+  constexpr int kWorld = 3;
+  int port = free_port();
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    std::string big = pattern(2, 0, 100'000);
+    std::string got = bs->broadcast(rank == 2 ? big : std::string("ignored"), 2);
+    CHILD_CHECK(rank, got == big);
+    got = bs->broadcast(rank == 1 ? "from rank 1" : "not me", 1);
+    CHILD_CHECK(rank, got == "from rank 1");
+    got = bs->broadcast(rank == 2 ? "" : "not me", 2);  // an empty value is a value too
+    CHILD_CHECK(rank, got.empty());
+    CHILD_CHECK(rank, what_of<iris::InvalidArgument>([&] { bs->broadcast("x", kWorld); }) ==
+                          "iris bootstrap: broadcast root 3 is outside [0, 3)");
+    return 0;
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, BarrierWaitsForEveryRank) {
+  constexpr int kWorld = 4;
+  constexpr int kRounds = 3;
+  // A counter in memory shared by the children: each rank bumps it before the barrier, so after
+  // barrier k every rank must see at least world * (k + 1).
+  void* mem = ::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* counter = new (mem) std::atomic<int>(0);
+  int port = free_port();
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    for (int round = 0; round < kRounds; ++round) {
+      // Stagger the arrivals so a barrier that does not wait is caught.
+      std::this_thread::sleep_for(std::chrono::milliseconds(((rank + round) % kWorld) * 40));
+      counter->fetch_add(1);
+      bs->barrier();
+      CHILD_CHECK(rank, counter->load() >= kWorld * (round + 1));
+    }
+    return 0;
+  });
+  expect_all_zero(codes);
+  EXPECT_EQ(counter->load(), kWorld * kRounds);
+  ::munmap(mem, sizeof(std::atomic<int>));
+}
+
+TEST(BootstrapTcp, ManySequentialCollectives) {
+  constexpr int kWorld = 4;
+  constexpr int kIterations = 200;
+  int port = free_port();
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    for (int i = 0; i < kIterations; ++i) {
+      switch (i % 3) {
+        case 0: {
+          auto all = bs->allgather(std::to_string(i) + "/" + std::to_string(rank));
+          for (int q = 0; q < kWorld; ++q) CHILD_CHECK(rank, all[q] == std::to_string(i) + "/" + std::to_string(q));
+          break;
+        }
+        case 1: {
+          int root = i % kWorld;
+          std::string got = bs->broadcast(rank == root ? "b" + std::to_string(i) : "", root);
+          CHILD_CHECK(rank, got == "b" + std::to_string(i));
+          break;
+        }
+        default:
+          bs->barrier();
+      }
+    }
+    return 0;
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, SingleRank) {
+  int port = free_port();
+  auto codes = run_ranks(1, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(tcp_info(0, 1, port), 5s);
+    CHILD_CHECK(rank, bs->allgather("alone") == std::vector<std::string>{"alone"});
+    CHILD_CHECK(rank, bs->broadcast("me", 0) == "me");
+    bs->barrier();
+    int fd = ::memfd_create("iris-test", MFD_CLOEXEC);
+    CHILD_CHECK(rank, bs->exchange_fds(fd) == std::vector<int>{-1});
+    ::close(fd);
+    return 0;
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, ExchangeFdsSharesTheSameFiles) {
+  constexpr int kWorld = 3;
+  int port = free_port();
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    const int fds_before = open_fd_count();
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+
+    // memfd: read what the owner wrote through the received descriptor, then write into the
+    // owner's file through it; the owner sees every peer's mark in its own file.
+    int mine = ::memfd_create("iris-test", MFD_CLOEXEC);
+    CHILD_CHECK(rank, mine >= 0 && ::ftruncate(mine, 4096) == 0);
+    std::string owner = "owner " + std::to_string(rank);
+    CHILD_CHECK(rank, ::pwrite(mine, owner.data(), owner.size(), 0) == ssize_t(owner.size()));
+    std::vector<int> fds = bs->exchange_fds(mine);
+    CHILD_CHECK(rank, static_cast<int>(fds.size()) == kWorld && fds[rank] == -1);
+    for (int q = 0; q < kWorld; ++q) {
+      if (q == rank) continue;
+      CHILD_CHECK(rank, fds[q] >= 0 && fds[q] != mine);
+      CHILD_CHECK(rank, (::fcntl(fds[q], F_GETFD) & FD_CLOEXEC) != 0);
+      char buf[16] = {};
+      std::string want = "owner " + std::to_string(q);
+      CHILD_CHECK(rank, ::pread(fds[q], buf, want.size(), 0) == ssize_t(want.size()) && want == buf);
+      char mark = static_cast<char>('A' + rank);
+      CHILD_CHECK(rank, ::pwrite(fds[q], &mark, 1, 100 + rank) == 1);
+    }
+    bs->barrier();
+    for (int q = 0; q < kWorld; ++q) {
+      if (q == rank) continue;
+      char mark = 0;
+      CHILD_CHECK(rank, ::pread(mine, &mark, 1, 100 + q) == 1 && mark == 'A' + q);
+      ::close(fds[q]);
+    }
+    ::close(mine);
+
+    // Second exchange, pipes: each rank hands out its pipe's write end; peers write one byte into
+    // it and close; the owner reads every peer's byte and then end-of-file.
+    int p[2];
+    CHILD_CHECK(rank, ::pipe2(p, O_CLOEXEC) == 0);
+    fds = bs->exchange_fds(p[1]);
+    ::close(p[1]);
+    for (int q = 0; q < kWorld; ++q) {
+      if (q == rank) continue;
+      char byte = static_cast<char>('a' + rank);
+      CHILD_CHECK(rank, ::write(fds[q], &byte, 1) == 1);
+      ::close(fds[q]);
+    }
+    std::string got;
+    for (;;) {
+      pollfd pfd{p[0], POLLIN, 0};
+      CHILD_CHECK(rank, ::poll(&pfd, 1, 5000) == 1);
+      char buf[8];
+      ssize_t n = ::read(p[0], buf, sizeof(buf));
+      CHILD_CHECK(rank, n >= 0);
+      if (n == 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    std::sort(got.begin(), got.end());
+    std::string want;
+    for (int q = 0; q < kWorld; ++q)
+      if (q != rank) want += static_cast<char>('a' + q);
+    CHILD_CHECK(rank, got == want);
+    ::close(p[0]);
+    bs.reset();  // rank 0 also stops its store thread here
+    CHILD_CHECK(rank, open_fd_count() == fds_before);
+    return 0;
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, ExchangeFdsWithBadDescriptorReleasesOthers) {
+  constexpr int kWorld = 2;
+  int port = free_port();
+  const std::string bad = "iris bootstrap: exchange_fds: -1 is not an open file descriptor";
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    const int fds_before = open_fd_count();
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    int code = 0;
+    if (rank == 1) {
+      code = same_text(rank, what_of<iris::InvalidArgument>([&] { bs->exchange_fds(-1); }), bad);
+    } else {
+      int fd = ::memfd_create("iris-test", MFD_CLOEXEC);
+      code = same_text(rank, what_of<iris::RemoteError>([&] { bs->exchange_fds(fd); }),
+                       "rank 1 failed: exchange_fds failed: " + bad);
+      ::close(fd);
+    }
+    bs.reset();
+    CHILD_CHECK(rank, open_fd_count() == fds_before);  // the failed exchange left nothing open
+    return code;
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, MissingPeerTimesOutNamingIt) {
+  constexpr int kWorld = 4;
+  int port = free_port();
+  const std::string want =
+      "iris bootstrap: timed out after 1.0 s: rank 3 never connected to the store at 127.0.0.1:" + std::to_string(port);
+  auto start = std::chrono::steady_clock::now();
+  auto codes = run_processes({0, 1, 2}, [&](int rank) {
+    return same_text(
+        rank, what_of<iris::TimeoutError>([&] { iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 1s); }), want);
+  });
+  expect_all_zero(codes, {0, 1, 2});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST(BootstrapTcp, MissingStoreTimesOutNamingAddress) {
+  int port = free_port();
+  const std::string want =
+      "iris bootstrap: rank 1 could not connect to the bootstrap store at 127.0.0.1:" + std::to_string(port) +
+      " within 0.5 s (Connection refused); rank 0 hosts the store: is it running, and do all "
+      "ranks use the same MASTER_ADDR and MASTER_PORT?";
+  auto codes = run_processes({1}, [&](int rank) {
+    return same_text(
+        rank, what_of<iris::TimeoutError>([&] { iris::make_tcp_bootstrap(tcp_info(rank, 2, port), 500ms); }), want);
+  });
+  expect_all_zero(codes, {1});
+}
+
+TEST(BootstrapTcp, RankMissingFromCollectiveTimesOut) {
+  constexpr int kWorld = 3;
+  int port = free_port();
+  const std::string want = "iris bootstrap: timed out after 1.0 s in barrier #2 waiting for rank 2 (of 3)";
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 1s);
+    bs->barrier();
+    if (rank == 2) {
+      // Late: the others gave up. The failure is sticky, so this rank gets the same answer.
+      std::this_thread::sleep_for(1500ms);
+    }
+    return same_text(rank, what_of<iris::TimeoutError>([&] { bs->barrier(); }), want);
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, ExitedRankReleasesOthers) {
+  constexpr int kWorld = 4;
+  int port = free_port();
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    bs->barrier();
+    if (rank == 3) ::_exit(0);  // dies without closing its bootstrap
+    int first = same_text(rank, what_of<iris::RemoteError>([&] { bs->barrier(); }),
+                          "rank 3 disconnected from the bootstrap store (process exited?)");
+    // Sticky: the next call fails the same way at once.
+    int again = same_text(rank, what_of<iris::RemoteError>([&] { bs->allgather("x"); }),
+                          "rank 3 disconnected from the bootstrap store (process exited?)");
+    return first | again;
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, ExitedStoreHostReleasesOthers) {
+  constexpr int kWorld = 3;
+  int port = free_port();
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    bs->barrier();
+    if (rank == 0) ::_exit(0);  // takes the store down with it
+    return same_text(rank, what_of<iris::RemoteError>([&] { bs->barrier(); }),
+                     "rank 0 (host of the bootstrap store at 127.0.0.1:" + std::to_string(port) +
+                         ") disconnected (process exited?)");
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, ClosedRankIsNotReportedAsDead) {
+  constexpr int kWorld = 3;
+  int port = free_port();
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    bs->barrier();
+    if (rank == 1) {
+      bs.reset();  // a normal close: says goodbye
+      return 0;
+    }
+    std::this_thread::sleep_for(100ms);
+    return same_text(rank, what_of<iris::RemoteError>([&] { bs->barrier(); }),
+                     "rank 1 closed its bootstrap before barrier #2");
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, AbortReleasesOthers) {
+  constexpr int kWorld = 3;
+  int port = free_port();
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    bs->barrier();
+    if (rank == 1) {
+      std::this_thread::sleep_for(200ms);  // the others are blocked in the barrier by now
+      bs->abort("out of memory on GPU 1");
+    }
+    auto start = std::chrono::steady_clock::now();
+    int code =
+        same_text(rank, what_of<iris::RemoteError>([&] { bs->barrier(); }), "rank 1 failed: out of memory on GPU 1");
+    CHILD_CHECK(rank, std::chrono::steady_clock::now() - start < 5s);  // released, not timed out
+    return code;
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, WorldSizeMismatchFailsEveryRank) {
+  int port = free_port();
+  const std::string want = "iris bootstrap: rank 1 was started with world size 3 but rank 0 with world size 2";
+  auto codes = run_ranks(2, [&](int rank) {
+    int world = rank == 0 ? 2 : 3;
+    return same_text(rank, what_of<iris::Error>([&] { iris::make_tcp_bootstrap(tcp_info(rank, world, port), 10s); }),
+                     want);
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, MismatchedCollectivesFail) {
+  int port = free_port();
+  const std::string want =
+      "iris bootstrap: ranks disagree on collective #2: rank 0 called barrier, rank 1 called broadcast from rank 1";
+  auto codes = run_ranks(2, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, 2, port), 10s);
+    bs->allgather("ok");
+    if (rank == 0) return same_text(rank, what_of<iris::Error>([&] { bs->barrier(); }), want);
+    return same_text(rank, what_of<iris::Error>([&] { bs->broadcast("v", 1); }), want);
+  });
+  expect_all_zero(codes);
+}
+
+TEST(BootstrapTcp, RejectsBadLaunchInfo) {
+  EXPECT_EQ(what_of<iris::InvalidArgument>([] { iris::make_tcp_bootstrap(tcp_info(2, 2, 29500), 1s); }),
+            "iris bootstrap: rank 2 is outside [0, 2)");
+  EXPECT_EQ(what_of<iris::InvalidArgument>([] { iris::make_tcp_bootstrap(tcp_info(0, 1, 0), 1s); }),
+            "iris bootstrap: master port 0 is outside 1..65535");
+  EXPECT_EQ(what_of<iris::InvalidArgument>([] { iris::make_tcp_bootstrap(tcp_info(0, 1, 29500), 0ms); }),
+            "iris bootstrap: timeout 0 ms must be positive");
+}
+
+// ---- threads of one process ----------------------------------------------------------------------------
+
+// Runs body(rank, bootstrap) on one thread per rank; returns each thread's failure text ("" = ok).
+std::vector<std::string> run_threads(const std::vector<std::shared_ptr<Bootstrap>>& group,
+                                     const std::function<std::string(int, Bootstrap&)>& body) {
+  std::vector<std::string> errors(group.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < group.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        errors[r] = body(static_cast<int>(r), *group[r]);
+      } catch (const std::exception& e) {
+        errors[r] = std::string("unexpected exception: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+void expect_no_errors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(BootstrapThreads, Collectives) {
+  constexpr int kWorld = 4;
+  auto group = iris::make_thread_bootstraps(kWorld, 10s);
+  ASSERT_EQ(group.size(), size_t{kWorld});
+  expect_no_errors(run_threads(group, [](int rank, Bootstrap& bs) -> std::string {
+    if (bs.rank() != rank || bs.world_size() != kWorld || bs.timeout() != 10s) return "wrong rank/world/timeout";
+    for (int round = 0; round < 50; ++round) {
+      size_t len = round < 3 ? contribution_length(rank, round) : static_cast<size_t>(rank + round);
+      auto all = bs.allgather(pattern(rank, round, len));
+      for (int q = 0; q < kWorld; ++q) {
+        size_t qlen = round < 3 ? contribution_length(q, round) : static_cast<size_t>(q + round);
+        if (all[q] != pattern(q, round, qlen)) return "allgather mismatch in round " + std::to_string(round);
+      }
+      int root = round % kWorld;
+      std::string value = "round " + std::to_string(round);
+      if (bs.broadcast(rank == root ? value : "ignored", root) != value) return "broadcast mismatch";
+      bs.barrier();
+    }
+    return "";
+  }));
+}
+
+TEST(BootstrapThreads, BarrierWaitsForEveryRank) {
+  constexpr int kWorld = 4;
+  auto group = iris::make_thread_bootstraps(kWorld, 10s);
+  std::atomic<int> counter{0};
+  expect_no_errors(run_threads(group, [&](int rank, Bootstrap& bs) -> std::string {
+    for (int round = 0; round < 5; ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(((rank + round) % kWorld) * 10));
+      counter.fetch_add(1);
+      bs.barrier();
+      if (counter.load() < kWorld * (round + 1)) return "barrier returned early in round " + std::to_string(round);
+    }
+    return "";
+  }));
+}
+
+TEST(BootstrapThreads, AbortReleasesBlockedRanks) {
+  constexpr int kWorld = 3;
+  auto group = iris::make_thread_bootstraps(kWorld, 10s);
+  const std::string want = "rank 1 failed: bad input";
+  auto start = std::chrono::steady_clock::now();
+  auto errors = run_threads(group, [&](int rank, Bootstrap& bs) -> std::string {
+    if (rank == 1) {
+      std::this_thread::sleep_for(100ms);
+      bs.abort("bad input");
+    }
+    std::string got = what_of<iris::RemoteError>([&] { bs.barrier(); });
+    return got == want ? "" : got;
+  });
+  expect_no_errors(errors);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  // Later entries fail the same way.
+  EXPECT_EQ(what_of<iris::RemoteError>([&] { group[0]->allgather("x"); }), want);
+}
+
+TEST(BootstrapThreads, TimeoutNamesMissingRanks) {
+  constexpr int kWorld = 4;
+  auto group = iris::make_thread_bootstraps(kWorld, 500ms);
+  const std::string want = "iris bootstrap: timed out after 0.5 s in allgather #3 waiting for ranks 1, 3 (of 4)";
+  std::atomic<int> gave_up{0};
+  auto errors = run_threads(group, [&](int rank, Bootstrap& bs) -> std::string {
+    bs.barrier();
+    bs.allgather("two");
+    std::string got;
+    if (rank % 2 == 0) {
+      got = what_of<iris::TimeoutError>([&] { bs.allgather("three"); });
+      gave_up.fetch_add(1);
+    } else {
+      // Arrive only after the others gave up: the failure is sticky, same text.
+      while (gave_up.load() < 2) std::this_thread::sleep_for(1ms);
+      got = what_of<iris::TimeoutError>([&] { bs.barrier(); });
+    }
+    return got == want ? "" : got;
+  });
+  expect_no_errors(errors);
+}
+
+TEST(BootstrapThreads, MismatchedCollectivesFail) {
+  auto group = iris::make_thread_bootstraps(2, 10s);
+  const std::string want =
+      "iris bootstrap: ranks disagree on collective #1: rank 0 called barrier, rank 1 called broadcast from rank 1";
+  expect_no_errors(run_threads(group, [&](int rank, Bootstrap& bs) -> std::string {
+    std::string got =
+        rank == 0 ? what_of<iris::Error>([&] { bs.barrier(); }) : what_of<iris::Error>([&] { bs.broadcast("v", 1); });
+    return got == want ? "" : got;
+  }));
+}
+
+TEST(BootstrapThreads, ExchangeFdsIsForProcesses) {
+  auto group = iris::make_thread_bootstraps(2, 1s);
+  EXPECT_EQ(what_of<iris::Error>([&] { group[0]->exchange_fds(0); }),
+            "exchange_fds is for separate processes; threads share one descriptor table");
+}
+
+TEST(BootstrapThreads, SingleRankAndBadArguments) {
+  auto group = iris::make_thread_bootstraps(1, 1s);
+  EXPECT_EQ(group[0]->allgather("solo"), std::vector<std::string>{"solo"});
+  EXPECT_EQ(group[0]->broadcast("v", 0), "v");
+  group[0]->barrier();
+  EXPECT_EQ(what_of<iris::InvalidArgument>([] { iris::make_thread_bootstraps(0, 1s); }),
+            "iris bootstrap: world size 0 must be at least 1");
+  EXPECT_EQ(what_of<iris::InvalidArgument>([&] { group[0]->broadcast("v", 1); }),
+            "iris bootstrap: broadcast root 1 is outside [0, 1)");
+}
+
+}  // namespace

@@ -1,0 +1,300 @@
+// detect_launch_info() and default_bootstrap_timeout(): reading the launcher's environment.
+// Every test starts from an environment without any launcher variable and restores the original
+// one afterwards, so the suite behaves the same inside torchrun, mpirun or srun.
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "iris/core/error.hpp"
+#include "iris/runtime/bootstrap.hpp"
+
+namespace {
+
+const char* const kLaunchVariables[] = {
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_NNODES",
+    "IRIS_BOOTSTRAP_TIMEOUT",
+};
+
+class LaunchEnv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : kLaunchVariables) {
+      const char* v = std::getenv(name);
+      saved_[name] = v ? std::optional<std::string>(v) : std::nullopt;
+      ::unsetenv(name);
+    }
+  }
+  void TearDown() override {
+    for (const auto& [name, value] : saved_) {
+      if (value)
+        ::setenv(name.c_str(), value->c_str(), 1);
+      else
+        ::unsetenv(name.c_str());
+    }
+  }
+  static void set(const char* name, const char* value) { ::setenv(name, value, 1); }
+
+  // The what() of the InvalidArgument that detect_launch_info throws, or what happened instead.
+  static std::string launch_error() {
+    try {
+      iris::detect_launch_info();
+    } catch (const iris::InvalidArgument& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("<another exception type> ") + e.what();
+    }
+    return "<no exception>";
+  }
+
+  static std::string timeout_error() {
+    try {
+      iris::default_bootstrap_timeout();
+    } catch (const iris::InvalidArgument& e) {
+      return e.what();
+    }
+    return "<no exception>";
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+TEST_F(LaunchEnv, NoLauncherIsASingleRank) {
+  auto info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "none");
+  EXPECT_EQ(info.rank, 0);
+  EXPECT_EQ(info.world_size, 1);
+  EXPECT_EQ(info.local_rank, 0);
+  EXPECT_EQ(info.local_world_size, 1);
+  EXPECT_EQ(info.master_addr, "127.0.0.1");
+  EXPECT_EQ(info.master_port, 29500);
+}
+
+TEST_F(LaunchEnv, Torchrun) {
+  set("RANK", "5");
+  set("WORLD_SIZE", "8");
+  set("LOCAL_RANK", "1");
+  set("LOCAL_WORLD_SIZE", "4");
+  set("MASTER_ADDR", "node0.cluster");
+  set("MASTER_PORT", "12345");
+  // Lower-precedence launchers are ignored when torchrun's variables are present.
+  set("OMPI_COMM_WORLD_RANK", "0");
+  set("OMPI_COMM_WORLD_SIZE", "2");
+  set("SLURM_PROCID", "0");
+  set("SLURM_NTASKS", "2");
+  auto info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "torchrun");
+  EXPECT_EQ(info.rank, 5);
+  EXPECT_EQ(info.world_size, 8);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_world_size, 4);
+  EXPECT_EQ(info.master_addr, "node0.cluster");
+  EXPECT_EQ(info.master_port, 12345);
+}
+
+TEST_F(LaunchEnv, GenericRankAndWorldOnlyMeansOneNode) {
+  set("RANK", "2");
+  set("WORLD_SIZE", "3");
+  auto info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "torchrun");
+  EXPECT_EQ(info.local_rank, 2);
+  EXPECT_EQ(info.local_world_size, 3);
+  EXPECT_EQ(info.master_addr, "127.0.0.1");
+  EXPECT_EQ(info.master_port, 29500);
+}
+
+TEST_F(LaunchEnv, OpenMpi) {
+  set("OMPI_COMM_WORLD_RANK", "3");
+  set("OMPI_COMM_WORLD_SIZE", "4");
+  set("OMPI_COMM_WORLD_LOCAL_RANK", "3");
+  set("OMPI_COMM_WORLD_LOCAL_SIZE", "4");
+  set("SLURM_PROCID", "0");  // ignored: Open MPI takes precedence over Slurm
+  set("SLURM_NTASKS", "1");
+  set("MASTER_PORT", "40000");
+  auto info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "openmpi");
+  EXPECT_EQ(info.rank, 3);
+  EXPECT_EQ(info.world_size, 4);
+  EXPECT_EQ(info.local_rank, 3);
+  EXPECT_EQ(info.local_world_size, 4);
+  EXPECT_EQ(info.master_addr, "127.0.0.1");
+  EXPECT_EQ(info.master_port, 40000);
+}
+
+TEST_F(LaunchEnv, OpenMpiAcrossNodesNeedsMasterAddr) {
+  set("OMPI_COMM_WORLD_RANK", "5");
+  set("OMPI_COMM_WORLD_SIZE", "8");
+  set("OMPI_COMM_WORLD_LOCAL_RANK", "1");
+  set("OMPI_COMM_WORLD_LOCAL_SIZE", "4");
+  EXPECT_EQ(launch_error(),
+            "iris bootstrap: the job spans several nodes (OMPI_COMM_WORLD_SIZE=8, OMPI_COMM_WORLD_LOCAL_SIZE=4) but "
+            "MASTER_ADDR is not set; set MASTER_ADDR (and MASTER_PORT) to the address of the node running rank 0");
+  set("MASTER_ADDR", "10.0.0.1");
+  auto info = iris::detect_launch_info();
+  EXPECT_EQ(info.master_addr, "10.0.0.1");
+  EXPECT_EQ(info.local_world_size, 4);
+}
+
+TEST_F(LaunchEnv, SlurmTasksPerNodeVariants) {
+  set("SLURM_PROCID", "6");
+  set("SLURM_NTASKS", "8");
+  set("SLURM_LOCALID", "2");
+  set("SLURM_NNODES", "2");
+  set("MASTER_ADDR", "10.0.0.1");
+  set("SLURM_TASKS_PER_NODE", "4(x2)");
+  auto info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "slurm");
+  EXPECT_EQ(info.rank, 6);
+  EXPECT_EQ(info.world_size, 8);
+  EXPECT_EQ(info.local_rank, 2);
+  EXPECT_EQ(info.local_world_size, 4);
+  EXPECT_EQ(info.master_addr, "10.0.0.1");
+
+  set("SLURM_NTASKS_PER_NODE", "4");  // wins over SLURM_TASKS_PER_NODE
+  set("SLURM_TASKS_PER_NODE", "3,5");
+  EXPECT_EQ(iris::detect_launch_info().local_world_size, 4);
+
+  ::unsetenv("SLURM_NTASKS_PER_NODE");
+  EXPECT_EQ(iris::detect_launch_info().local_world_size, 3);  // first number of "3,5"
+
+  set("SLURM_TASKS_PER_NODE", "(x2)");
+  EXPECT_EQ(
+      launch_error(),
+      "iris bootstrap: SLURM_TASKS_PER_NODE='(x2)' does not start with a task count (expected e.g. 4 or 2(x3),1)");
+
+  ::unsetenv("SLURM_TASKS_PER_NODE");
+  EXPECT_EQ(launch_error(),
+            "iris bootstrap: cannot tell how many ranks run on this node: SLURM_NNODES=2 but neither "
+            "SLURM_NTASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set");
+}
+
+TEST_F(LaunchEnv, SlurmSingleNode) {
+  set("SLURM_PROCID", "1");
+  set("SLURM_NTASKS", "2");
+  set("SLURM_LOCALID", "1");
+  set("SLURM_NNODES", "1");
+  auto info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "slurm");
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_world_size, 2);
+  EXPECT_EQ(info.master_addr, "127.0.0.1");
+  EXPECT_EQ(info.master_port, 29500);
+}
+
+TEST_F(LaunchEnv, SlurmAcrossNodesNeedsMasterAddr) {
+  set("SLURM_PROCID", "0");
+  set("SLURM_NTASKS", "4");
+  set("SLURM_LOCALID", "0");
+  set("SLURM_NNODES", "2");
+  set("SLURM_TASKS_PER_NODE", "2(x2)");
+  EXPECT_EQ(launch_error(),
+            "iris bootstrap: the job spans several nodes (SLURM_NTASKS=4, SLURM_TASKS_PER_NODE=2) but MASTER_ADDR is "
+            "not set; set MASTER_ADDR (and MASTER_PORT) to the address of the node running rank 0");
+}
+
+TEST_F(LaunchEnv, BadIntegers) {
+  set("WORLD_SIZE", "4");
+  set("RANK", "1x");
+  EXPECT_EQ(launch_error(), "iris bootstrap: RANK='1x' is not an integer");
+  set("RANK", " 1");
+  EXPECT_EQ(launch_error(), "iris bootstrap: RANK=' 1' is not an integer");
+  set("RANK", "99999999999999999999");
+  EXPECT_EQ(launch_error(), "iris bootstrap: RANK='99999999999999999999' is not an integer");
+  set("RANK", "1");
+  set("LOCAL_RANK", "one");
+  EXPECT_EQ(launch_error(), "iris bootstrap: LOCAL_RANK='one' is not an integer");
+}
+
+TEST_F(LaunchEnv, OutOfRangeValues) {
+  set("RANK", "4");
+  set("WORLD_SIZE", "4");
+  EXPECT_EQ(launch_error(), "iris bootstrap: RANK=4 is outside [0, WORLD_SIZE=4)");
+  set("RANK", "-1");
+  EXPECT_EQ(launch_error(), "iris bootstrap: RANK=-1 is outside [0, WORLD_SIZE=4)");
+  set("RANK", "0");
+  set("WORLD_SIZE", "0");
+  EXPECT_EQ(launch_error(), "iris bootstrap: WORLD_SIZE=0 must be at least 1");
+  set("WORLD_SIZE", "4");
+  set("LOCAL_WORLD_SIZE", "2");
+  set("LOCAL_RANK", "2");
+  set("MASTER_ADDR", "10.0.0.1");
+  EXPECT_EQ(launch_error(), "iris bootstrap: LOCAL_RANK=2 is outside [0, LOCAL_WORLD_SIZE=2)");
+  set("LOCAL_WORLD_SIZE", "8");
+  EXPECT_EQ(launch_error(), "iris bootstrap: LOCAL_WORLD_SIZE=8 is outside [1, WORLD_SIZE=4]");
+
+  set("OMPI_COMM_WORLD_RANK", "2");  // same checks, Open MPI's names in the message
+  set("OMPI_COMM_WORLD_SIZE", "2");
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  EXPECT_EQ(launch_error(), "iris bootstrap: OMPI_COMM_WORLD_RANK=2 is outside [0, OMPI_COMM_WORLD_SIZE=2)");
+}
+
+TEST_F(LaunchEnv, MissingPartners) {
+  set("RANK", "0");
+  EXPECT_EQ(launch_error(), "iris bootstrap: RANK is set but WORLD_SIZE is not (a torchrun-style launch sets both)");
+  ::unsetenv("RANK");
+  set("WORLD_SIZE", "2");
+  EXPECT_EQ(launch_error(), "iris bootstrap: WORLD_SIZE is set but RANK is not (a torchrun-style launch sets both)");
+  ::unsetenv("WORLD_SIZE");
+  set("OMPI_COMM_WORLD_RANK", "0");
+  EXPECT_EQ(launch_error(), "iris bootstrap: OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not set");
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  set("SLURM_PROCID", "0");
+  EXPECT_EQ(launch_error(), "iris bootstrap: SLURM_PROCID is set but SLURM_NTASKS is not set");
+  set("SLURM_NTASKS", "4");
+  set("SLURM_NTASKS_PER_NODE", "2");
+  set("MASTER_ADDR", "10.0.0.1");
+  EXPECT_EQ(launch_error(),
+            "iris bootstrap: SLURM_NTASKS_PER_NODE=2 says the job spans several nodes, but the local rank is not set "
+            "(SLURM_LOCALID)");
+}
+
+TEST_F(LaunchEnv, BadPorts) {
+  set("RANK", "0");
+  set("WORLD_SIZE", "1");
+  for (const char* port : {"0", "65536", "-5", "http", "80 "}) {
+    set("MASTER_PORT", port);
+    EXPECT_EQ(launch_error(),
+              std::string("iris bootstrap: MASTER_PORT='") + port + "' is not a port number (expected 1..65535)");
+  }
+  set("MASTER_PORT", "65535");
+  EXPECT_EQ(iris::detect_launch_info().master_port, 65535);
+}
+
+TEST_F(LaunchEnv, BootstrapTimeout) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(iris::default_bootstrap_timeout(), milliseconds(300'000));
+  set("IRIS_BOOTSTRAP_TIMEOUT", "2.5");
+  EXPECT_EQ(iris::default_bootstrap_timeout(), milliseconds(2500));
+  set("IRIS_BOOTSTRAP_TIMEOUT", "60");
+  EXPECT_EQ(iris::default_bootstrap_timeout(), milliseconds(60'000));
+  set("IRIS_BOOTSTRAP_TIMEOUT", "0.0001");  // never rounds down to "no time at all"
+  EXPECT_EQ(iris::default_bootstrap_timeout(), milliseconds(1));
+  for (const char* bad : {"abc", "0", "-3", "5s", "inf", "nan", "1e30"}) {
+    set("IRIS_BOOTSTRAP_TIMEOUT", bad);
+    EXPECT_EQ(timeout_error(), std::string("iris bootstrap: IRIS_BOOTSTRAP_TIMEOUT='") + bad +
+                                   "' is not a valid timeout: expected a positive number of seconds, such as 300 or "
+                                   "2.5");
+  }
+}
+
+}  // namespace
