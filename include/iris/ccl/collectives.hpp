@@ -1,0 +1,67 @@
+// iris::ccl — collectives over the symmetric heap.
+//
+//   iris::ccl::Workspace ws;
+//   iris::ccl::all_reduce_preamble(ctx, out, in, config, ws);   // collective, once (allocates)
+//   for (...) iris::ccl::all_reduce(ctx, out, in, config, ws);  // stream-ordered, graph-capturable
+//
+// Tensors are 2-D row-major views (iris::Tensor: pointer, dtype, rows, cols, row stride); a 1-D
+// buffer is one row. They may live anywhere in device memory: on the symmetric heap the ops write
+// peers' outputs directly, elsewhere they stage through the workspace (one extra local copy).
+//
+// Every call is asynchronous on `stream` (default: ctx.stream()), allocates nothing, talks to no
+// host peer, and is capturable in a CUDA graph: flags carry generations kept in device memory, so
+// repeated calls and graph replays need no barrier and no re-zeroing. Every rank must make the same
+// calls with the same workspace in the same order.
+//
+// Preambles are collective: they compare the call's parameters across ranks (all raise together on
+// a mismatch), allocate what the workspace is missing, keep larger arrays and reject smaller ones
+// (see workspace.hpp). The ops check capacity again right before launch and throw the same
+// messages; a workspace that was never prepared is rejected.
+//
+// Reductions: sum, max, min, for float32, float16, bfloat16 and int32. 16-bit types accumulate in
+// float32. Every rank receives bitwise-identical results: each element is reduced once (in a fixed
+// rank order for one_shot, two_shot and reduce_scatter; in tile order for ring; in arrival order for
+// atomic and spinlock, whose single result is then copied to every rank).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "iris/ccl/config.hpp"
+#include "iris/ccl/workspace.hpp"
+#include "iris/context.hpp"
+#include "iris/core/tensor.hpp"
+
+namespace iris::ccl {
+
+// ---- all_reduce: out = reduce over ranks of in (same shape). out == in (in place) is allowed. ----
+void all_reduce_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
+                         ReduceOp op = ReduceOp::kSum);
+void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
+                cudaStream_t stream = nullptr, ReduceOp op = ReduceOp::kSum);
+// The variant `auto` resolves to for this size, world and dtype (the measured rule).
+AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size, size_t bytes, DType dtype,
+                                            int64_t rows);
+
+// ---- all_gather: out (W*m x n) = rows of every rank's in (m x n), rank r's block at rows [r*m, (r+1)*m). ----
+void all_gather_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws);
+void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
+                cudaStream_t stream = nullptr);
+
+// ---- reduce_scatter: out (m x n) = rank r's block [r*m, (r+1)*m) of the reduction of in (W*m x n). ----
+void reduce_scatter_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
+                             ReduceOp op = ReduceOp::kSum);
+void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
+                    cudaStream_t stream = nullptr, ReduceOp op = ReduceOp::kSum);
+
+// ---- all_to_all: in and out are (W*m x n); in's block j goes to rank j, out's block i came from rank i. ----
+void all_to_all_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws);
+void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
+                cudaStream_t stream = nullptr);
+
+// ---- broadcast: out = root's in on every rank (in is read on the root only; out == in allowed). ----
+void broadcast_preamble(Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config,
+                        Workspace& ws);
+void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config, Workspace& ws,
+               cudaStream_t stream = nullptr);
+
+}  // namespace iris::ccl

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs prebuilt test binaries on the GPU machine without building there: each gtest group in its
+# own process with a time limit, then the examples and the device benchmark. Logs go to
+# $IRIS_LOG_DIR (default $OUT); a summary is printed last.
+#   bash scripts/gpu_prebuilt.sh BIN_DIR [gtest-filter ...]
+set -uo pipefail
+BIN="${1:-.out/bin}"; shift || true
+LOG_DIR="${IRIS_LOG_DIR:-${OUT:-$PWD/gpu-logs}}"
+mkdir -p "$LOG_DIR"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export IRIS_TEST_CHILD_TIMEOUT="${IRIS_TEST_CHILD_TIMEOUT:-150}"
+groups=("$@")
+[ ${#groups[@]} -gt 0 ] || groups=("*HeapGpu*" "*Device*" "*AllReduce*" "*Collective*")
+summary=()
+nvidia-smi -L > "$LOG_DIR/machine.txt" 2>&1; nvidia-smi topo -m >> "$LOG_DIR/machine.txt" 2>&1
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+summary+=("gpus: $gpus")
+i=0
+for g in "${groups[@]}"; do
+  i=$((i + 1))
+  log="$LOG_DIR/tests_$i.log"  # at most 8 files come back: keep the count small
+  start=$(date +%s)
+  timeout "${IRIS_GROUP_TIMEOUT:-300}" "$BIN/iris_tests" --gtest_filter="$g" > "$log" 2>&1
+  rc=$?
+  passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+' | tail -n1)
+  failed=$(grep -cE '^\[  FAILED  \] .*\(' "$log")
+  skipped=$(grep -cE '^\[  SKIPPED \] .*\(' "$log")
+  summary+=("tests '$g': rc $rc, passed ${passed:-0}, failed $failed, skipped $skipped, $(( $(date +%s) - start )) s")
+  while read -r line; do summary+=("    $line"); done < <(grep -E '^\[  FAILED  \] .*\(' "$log" | head -n 15)
+done
+if [ -x "$BIN/heap_exchange" ]; then
+  timeout 120 "$BIN/heap_exchange" 256 > "$LOG_DIR/example_threads.log" 2>&1
+  summary+=("heap_exchange threads: rc $? | $(tr '\n' ' ' < "$LOG_DIR/example_threads.log" | tail -c 700)")
+  port=$((20000 + RANDOM % 20000)); pids=()
+  for ((r = 0; r < gpus; r++)); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$gpus LOCAL_WORLD_SIZE=$gpus MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      timeout 120 "$BIN/heap_exchange" 256 > "/tmp/example_proc_$r.log" 2>&1 &
+    pids+=($!)
+  done
+  prc=0; for p in "${pids[@]}"; do wait "$p" || prc=$?; done
+  summary+=("heap_exchange processes: rc $prc | $(cat /tmp/example_proc_*.log | tee "$LOG_DIR/example_proc.log" | tr '\n' ' ' | tail -c 700)")
+fi
+for b in message_exchange device_bench; do
+  [ -x "$BIN/$b" ] || continue
+  timeout 240 "$BIN/$b" > "$LOG_DIR/$b.log" 2>&1
+  summary+=("$b: rc $?")
+done
+echo "==== SUMMARY ===="
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,191 @@
+// all_reduce entry points: validation, variant choice, workspace needs, launch.
+#include <algorithm>
+
+#include "ccl/all_reduce_kernels.hpp"
+#include "ccl/ccl_host.hpp"
+#include "iris/ccl/collectives.hpp"
+#include "iris/core/cuda_check.hpp"
+
+namespace iris::ccl {
+namespace {
+
+using detail::align256;
+
+constexpr int kEpochWords = 2;
+// Chunk plans do not depend on the launch's block count, so a workspace serves any comm_sms.
+constexpr int kPlanBlocks = 128;
+
+// The measured rule behind `auto` (2 x H200, bf16, CUDA-graph replay): one_shot up to this size.
+constexpr size_t kOneShotMaxBytes = size_t{512} << 10;
+
+struct Plan {
+  AllReduceVariant variant;
+  OpSignature sig;
+  WorkspaceNeeds needs;
+  int blocks = 1;
+  detail::ChunkPlan chunks;  // two_shot
+  int64_t words = 0;         // one_shot
+  int64_t tiles = 0, tiles_per_rank = 0;
+  int slices = 1;
+};
+
+void validate(const char* op, const Context& ctx, const Tensor& out, const Tensor& in, const Config& config,
+              ReduceOp rop) {
+  config.validate(ctx.world_size());
+  detail::check_view(op, "input", in);
+  detail::check_view(op, "output", out);
+  IRIS_CHECK_ARG(in.dtype == out.dtype, op, ": input is ", dtype_name(in.dtype), " but output is ",
+                 dtype_name(out.dtype), ".");
+  IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, op, ": input is ", in.rows, "x", in.cols,
+                 " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
+  detail::check_no_partial_overlap(op, out, in, /*allow_same=*/true);
+  IRIS_CHECK_ARG(static_cast<int>(rop) <= static_cast<int>(ReduceOp::kMin), op, ": unknown reduce op.");
+}
+
+Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config, ReduceOp rop) {
+  validate("all_reduce", ctx, out, in, config, rop);
+  const int world = ctx.world_size();
+  const size_t bytes = static_cast<size_t>(in.numel()) * in.element_size();
+  Plan p;
+  p.variant = resolve_all_reduce_variant(config, world, bytes, in.dtype, in.rows);
+  IRIS_CHECK_ARG(p.variant != AllReduceVariant::kAtomic || rop == ReduceOp::kSum,
+                 "all_reduce variant 'atomic' supports only sum; use one_shot, two_shot, ring or spinlock for ",
+                 reduce_op_name(rop), ".");
+  p.sig = OpSignature{OpKind::kAllReduce, in.rows, in.cols, in.dtype, world, p.variant,
+                      config.block_size_m, config.block_size_n, -1, rop};
+  p.needs.block_state = kEpochWords;
+  const int sms = detail::sm_count(ctx);
+  const size_t esz = in.element_size();
+  switch (p.variant) {
+    case AllReduceVariant::kOneShot: {
+      p.words = detail::one_shot_words(in.numel(), in.dtype);
+      p.needs.staging_bytes = align256(2 * static_cast<size_t>(world) * p.words * sizeof(uint64_t));
+      const int64_t want = (p.words + detail::kThreads * 4 - 1) / (detail::kThreads * 4);
+      p.blocks = static_cast<int>(std::clamp<int64_t>(want, 1, config.comm_sms > 0 ? config.comm_sms : sms));
+      break;
+    }
+    case AllReduceVariant::kTwoShot: {
+      p.chunks = detail::plan_chunks(in.numel(), in.dtype, world, config.all_reduce_distribution, kPlanBlocks);
+      const size_t rs = align256(p.chunks.per_rank * world * p.chunks.chunk * esz);
+      const size_t ag = align256(p.chunks.per_rank * p.chunks.chunk * esz);
+      p.needs.staging_bytes = rs + ag;
+      p.needs.flags = static_cast<size_t>(p.chunks.per_rank * world + p.chunks.nchunks);
+      const int64_t want = std::max<int64_t>(1, p.chunks.nchunks);
+      p.blocks = static_cast<int>(std::min<int64_t>(want, config.comm_sms > 0 ? config.comm_sms : sms));
+      break;
+    }
+    case AllReduceVariant::kAtomic:
+    case AllReduceVariant::kSpinlock:
+    case AllReduceVariant::kRing: {
+      p.tiles = tile_count(in.rows, in.cols, config.block_size_m, config.block_size_n);
+      p.tiles_per_rank = (p.tiles + world - 1) / world;
+      const size_t tile_elems = static_cast<size_t>(config.block_size_m) * config.block_size_n;
+      if (p.variant == AllReduceVariant::kRing) {
+        p.slices = config.block_size_n / config.ring_slice_n();
+        p.needs.flags = static_cast<size_t>(p.tiles) * 2 * p.slices;
+        p.needs.staging_bytes = align256(2 * static_cast<size_t>(p.tiles) * tile_elems * esz);
+      } else {
+        p.needs.flags = 2 * static_cast<size_t>(p.tiles);
+        p.needs.staging_bytes = align256(p.tiles_per_rank * tile_elems * 4) + align256(p.tiles_per_rank * tile_elems * esz);
+        if (p.variant == AllReduceVariant::kSpinlock) p.needs.locks = static_cast<size_t>(p.tiles);
+      }
+      p.blocks = static_cast<int>(std::clamp<int64_t>(p.tiles, 1, config.comm_sms > 0 ? config.comm_sms : sms));
+      break;
+    }
+    case AllReduceVariant::kAuto:
+      IRIS_ASSERT(false, "auto must have been resolved");
+  }
+  return p;
+}
+
+}  // namespace
+
+AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size, size_t bytes, DType dtype,
+                                            int64_t rows) {
+  (void)dtype;
+  (void)rows;
+  if (config.all_reduce_variant != AllReduceVariant::kAuto) return config.all_reduce_variant;
+  if (world_size == 1) return AllReduceVariant::kTwoShot;  // a plain copy
+  return bytes <= kOneShotMaxBytes ? AllReduceVariant::kOneShot : AllReduceVariant::kTwoShot;
+}
+
+void all_reduce_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
+                         ReduceOp op) {
+  Plan p = make_plan(ctx, out, in, config, op);
+  ContextWorkspaceHost host(ctx);
+  ws.prepare(host, p.sig, p.needs);
+}
+
+void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
+                cudaStream_t stream, ReduceOp op) {
+  Plan p = make_plan(ctx, out, in, config, op);
+  detail::require_prepared("all_reduce", "all_reduce_preamble", ws);
+  ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
+  if (in.numel() == 0) return;
+  stream = detail::pick_stream(ctx, stream);
+  const DeviceContext dctx = ctx.device_context();
+  switch (p.variant) {
+    case AllReduceVariant::kOneShot: {
+      detail::OneShotArgs a{dctx,      in.data,    out.data, in.numel(),  in.cols,
+                            in.stride, out.stride, p.words,  static_cast<uint64_t*>(ws.staging()), ws.block_state()};
+      detail::launch_one_shot(a, in.dtype, op, p.blocks, stream);
+      break;
+    }
+    case AllReduceVariant::kTwoShot: {
+      const size_t esz = in.element_size();
+      char* staging = static_cast<char*>(ws.staging());
+      detail::TwoShotArgs a{};
+      a.ctx = dctx;
+      a.in = in.data;
+      a.out = out.data;
+      a.numel = in.numel();
+      a.cols = in.cols;
+      a.in_stride = in.stride;
+      a.out_stride = out.stride;
+      a.plan = p.chunks;
+      a.rs_stage = staging;
+      a.ag_stage = staging + align256(p.chunks.per_rank * ctx.world_size() * p.chunks.chunk * esz);
+      a.rs_flags = ws.flags();
+      a.ag_flags = ws.flags() + p.chunks.per_rank * ctx.world_size();
+      a.state = ws.block_state();
+      a.vec = detail::vec16(in) && detail::vec16(out);
+      detail::launch_two_shot(a, in.dtype, op, p.blocks, stream);
+      break;
+    }
+    case AllReduceVariant::kAtomic:
+    case AllReduceVariant::kSpinlock:
+    case AllReduceVariant::kRing: {
+      const size_t tile_elems = static_cast<size_t>(config.block_size_m) * config.block_size_n;
+      detail::TileArgs a{};
+      a.ctx = dctx;
+      a.in = in.data;
+      a.out = out.data;
+      a.rows = in.rows;
+      a.cols = in.cols;
+      a.in_stride = in.stride;
+      a.out_stride = out.stride;
+      a.block_m = config.block_size_m;
+      a.block_n = config.block_size_n;
+      a.swizzle = config.swizzle_size;
+      a.tiles = p.tiles;
+      a.tiles_per_rank = p.tiles_per_rank;
+      a.locks = ws.locks();
+      a.flags = ws.flags();
+      a.stage = ws.staging();
+      a.state = ws.block_state();
+      a.slices = p.slices;
+      a.rings = config.all_reduce_num_rings;
+      (void)tile_elems;
+      if (p.variant == AllReduceVariant::kAtomic) detail::launch_atomic(a, in.dtype, op, p.blocks, stream);
+      else if (p.variant == AllReduceVariant::kSpinlock) detail::launch_spinlock(a, in.dtype, op, p.blocks, stream);
+      else detail::launch_ring(a, in.dtype, op, p.blocks, stream);
+      break;
+    }
+    case AllReduceVariant::kAuto:
+      IRIS_ASSERT(false, "auto must have been resolved");
+  }
+  IRIS_CUDA_CHECK_LAUNCH();
+  ws.count_call();
+}
+
+}  // namespace iris::ccl

@@ -1,0 +1,112 @@
+// Kernel-facing arguments of the collective kernels and their launchers (one .cu per algorithm).
+// Host-only code (the op entry points in *.cc) includes this; nothing here needs nvcc.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "iris/ccl/config.hpp"
+#include "iris/core/error.hpp"
+#include "iris/core/tensor.hpp"
+#include "iris/device/device_context.hpp"
+
+namespace iris::ccl::detail {
+
+// Threads per block of every collective kernel.
+inline constexpr int kThreads = 512;
+
+// Calls f(T{}, std::integral_constant<ReduceOp, op>{}) for the runtime dtype and op.
+template <typename F>
+void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
+  auto with_op = [&](auto t) {
+    switch (op) {
+      case ReduceOp::kSum: f(t, std::integral_constant<ReduceOp, ReduceOp::kSum>{}); return;
+      case ReduceOp::kMax: f(t, std::integral_constant<ReduceOp, ReduceOp::kMax>{}); return;
+      case ReduceOp::kMin: f(t, std::integral_constant<ReduceOp, ReduceOp::kMin>{}); return;
+    }
+    throw InvalidArgument("unknown reduce op");
+  };
+  switch (dtype) {
+    case DType::kFloat32: with_op(float{}); return;
+    case DType::kFloat16: with_op(__half{}); return;
+    case DType::kBFloat16: with_op(__nv_bfloat16{}); return;
+    case DType::kInt32: with_op(int32_t{}); return;
+  }
+  throw InvalidArgument("unknown dtype");
+}
+
+// ---- one_shot (LL) ------------------------------------------------------------------------------
+struct OneShotArgs {
+  DeviceContext ctx;
+  const void* in;
+  void* out;
+  int64_t numel;
+  int64_t cols;
+  int64_t in_stride;
+  int64_t out_stride;
+  int64_t words;       // LL words per source per parity
+  uint64_t* staging;   // this rank's: [2][W][words]
+  uint64_t* state;     // epoch state (2 words)
+};
+int64_t one_shot_words(int64_t numel, DType dtype);
+void launch_one_shot(const OneShotArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+
+// ---- flat chunked schedules (two_shot, and the other collectives) -------------------------------
+// Elements are split into `nchunks` chunks of `chunk` elements (the last may be shorter); chunk c is
+// owned by rank owner(c): c % W (distribution 0) or c / per_rank (distribution 1).
+struct ChunkPlan {
+  int64_t chunk = 0;
+  int64_t nchunks = 0;
+  int64_t per_rank = 0;  // chunks owned per rank (upper bound)
+  int distribution = 0;
+};
+ChunkPlan plan_chunks(int64_t numel, DType dtype, int world, int distribution, int blocks);
+
+struct TwoShotArgs {
+  DeviceContext ctx;
+  const void* in;
+  void* out;
+  int64_t numel;
+  int64_t cols;
+  int64_t in_stride;
+  int64_t out_stride;
+  ChunkPlan plan;
+  void* rs_stage;       // this rank's: [per_rank][W][chunk] elements, pushed by peers
+  void* ag_stage;       // this rank's: [per_rank][chunk] reduced chunks, pulled by peers
+  uint64_t* rs_flags;   // this rank's: [per_rank][W]
+  uint64_t* ag_flags;   // this rank's: [nchunks]
+  uint64_t* state;
+  bool vec;             // 16-byte accesses on in/out
+};
+void launch_two_shot(const TwoShotArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+
+// ---- tile schedules (atomic, spinlock, ring): 2-D tiles of block_m x block_n -------------------
+struct TileArgs {
+  DeviceContext ctx;
+  const void* in;
+  void* out;
+  int64_t rows;
+  int64_t cols;
+  int64_t in_stride;
+  int64_t out_stride;
+  int block_m;
+  int block_n;
+  int swizzle;
+  int64_t tiles;        // ceil(rows / block_m) * ceil(cols / block_n)
+  int64_t tiles_per_rank;
+  uint32_t* locks;      // spinlock: [tiles]
+  uint64_t* flags;      // atomic/spinlock: [2 * tiles] (arrivals, done); ring: [tiles][2 * slices]
+  void* stage;          // see each variant
+  uint64_t* state;
+  int slices;           // ring: column slices per tile
+  int rings;            // ring: concurrent rings
+};
+void launch_atomic(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+void launch_spinlock(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+void launch_ring(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+
+}  // namespace iris::ccl::detail

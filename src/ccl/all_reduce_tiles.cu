@@ -1,0 +1,330 @@
+// all_reduce tile variants, on 2-D tiles of block_size_m x block_size_n (Iris's schedules):
+//
+//   atomic    every rank adds its tile into the owner's float32 accumulator with remote atomics and
+//             counts itself on the owner's arrival word; the owner, once all W arrived, converts the
+//             tile, zeroes the accumulator and publishes the result; peers pull it.
+//   spinlock  like atomic, but each rank takes the owner's per-tile lock, overwrites (first arrival)
+//             or adds into the accumulator with plain accesses, counts itself and unlocks. Locks: one
+//             word per tile. Works for sum, max and min.
+//   ring      reduce-scatter then all-gather around a ring, per tile and per column slice: the tile
+//             travels owner+1 -> ... -> owner accumulating (RS), then owner -> ... -> owner-1 (AG).
+//             Bandwidth-optimal (each rank sends about 2(W-1)/W of the tensor), pipelined over tiles,
+//             slices and blocks; `all_reduce_num_rings` rings alternate direction.
+//
+// Tile t is owned by rank t % W. Every block walks tiles t = blockIdx.x, blockIdx.x + gridDim.x, ...
+// in the same order on every rank, so waits only ever go to the same block on another rank for the
+// same tile, and the chains start with a rank that waits for nobody.
+//
+// atomic/spinlock reuse across calls: a rank adds into the owner's accumulator for call e + 1 only
+// after it received every tile of call e, and the owner zeroes (atomic) or stops reading (spinlock)
+// the accumulator before it publishes. Arrival words count monotonically (W per call), done words
+// and ring flags carry the epoch, so nothing is reset.
+//
+// ring reuse: staging slots and flags come in two parities (e & 1). A peer writes slot [p][t] of
+// call e + 2 only after finishing call e + 1, whose tile t passed through this rank, which started
+// call e + 1 only after finishing call e. Within a call, the AG message of tile t overwrites the RS
+// message in the same slot only after this rank forwarded its RS partial (the AG exists only once the
+// reduction, which needed that partial, is complete). Ring flag values: 2e + 1 (RS), 2e + 2 (AG).
+#include "ccl/all_reduce_kernels.hpp"
+#include "ccl/ccl_common.cuh"
+
+namespace iris::ccl::detail {
+namespace {
+
+struct Tile {
+  int64_t r0, c0;
+  int h, w;
+};
+
+__device__ __forceinline__ Tile tile_at(const TileArgs& a, int64_t t) {
+  const int64_t tiles_n = (a.cols + a.block_n - 1) / a.block_n;
+  const int64_t tiles_m = (a.rows + a.block_m - 1) / a.block_m;
+  // Group `swizzle` tile rows together (column-major inside a group).
+  const int64_t group = static_cast<int64_t>(a.swizzle) * tiles_n;
+  const int64_t first_m = (t / group) * a.swizzle;
+  const int64_t group_m = min(tiles_m - first_m, static_cast<int64_t>(a.swizzle));
+  const int64_t in_group = t % group;
+  const int64_t tm = first_m + in_group % group_m, tn = in_group / group_m;
+  Tile tile;
+  tile.r0 = tm * a.block_m;
+  tile.c0 = tn * a.block_n;
+  tile.h = static_cast<int>(min(static_cast<int64_t>(a.block_m), a.rows - tile.r0));
+  tile.w = static_cast<int>(min(static_cast<int64_t>(a.block_n), a.cols - tile.c0));
+  return tile;
+}
+
+// Calls f(row, col) for each pack of a tile's column range [c_lo, c_hi), every thread of the block
+// taking its share. Packs never straddle rows (the host picks kVec only when they cannot).
+template <int kN, typename F>
+__device__ __forceinline__ void for_tile_packs(const Tile& tile, int c_lo, int c_hi, F&& f) {
+  const int per_row = (c_hi - c_lo) / kN;
+  const int count = tile.h * per_row;
+  for (int j = threadIdx.x; j < count; j += blockDim.x) {
+    const int row = j / per_row;
+    f(row, c_lo + (j - row * per_row) * kN);
+  }
+}
+
+template <typename T, bool kVec>
+struct TileIo {
+  const TileArgs& a;
+  __device__ __forceinline__ const T* in(const Tile& t, int row, int col) const {
+    return static_cast<const T*>(a.in) + (t.r0 + row) * a.in_stride + t.c0 + col;
+  }
+  __device__ __forceinline__ T* out(const Tile& t, int row, int col) const {
+    return static_cast<T*>(a.out) + (t.r0 + row) * a.out_stride + t.c0 + col;
+  }
+  // Tile-local layout in staging: block_n elements per row.
+  __device__ __forceinline__ int64_t local(int row, int col) const { return int64_t{row} * a.block_n + col; }
+};
+
+// The owner side shared by atomic and spinlock: wait for W arrivals, convert the accumulator, publish.
+template <typename T, bool kVec, bool kZeroAfter>
+__device__ bool finish_owned_tiles(const TileArgs& a, uint64_t epoch, typename Elem<T>::Acc* acc_stage,
+                                   T* res_stage, const char* op) {
+  using E = Elem<T>;
+  using P = Pack<T, kVec>;
+  const DeviceContext& ctx = a.ctx;
+  const int me = ctx.rank, world = ctx.world_size;
+  const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
+  const TileIo<T, kVec> io{a};
+  for (int64_t l = blockIdx.x; l < a.tiles_per_rank; l += gridDim.x) {
+    const int64_t t = l * world + me;
+    if (t >= a.tiles) continue;
+    if (!block_wait_flag(ctx, a.flags + t, epoch * world, op)) return false;
+    const Tile tile = tile_at(a, t);
+    typename E::Acc* acc = acc_stage + l * tile_elems;
+    T* res = res_stage + l * tile_elems;
+    for_tile_packs<P::kN>(tile, 0, tile.w, [&](int row, int col) {
+      P r;
+#pragma unroll
+      for (int k = 0; k < P::kN; ++k) {
+        r.v[k] = E::from_acc(acc[io.local(row, col) + k]);
+        if constexpr (kZeroAfter) acc[io.local(row, col) + k] = typename E::Acc{};
+      }
+      store_pack<T, kVec>(io.out(tile, row, col), r);
+      if (world > 1) store_pack<T, kVec>(res + io.local(row, col), r);
+    });
+    for (int k = 1; k < world; ++k) block_signal(ctx, a.flags + a.tiles + t, epoch, (me + k) % world);
+  }
+  return true;
+}
+
+// Every rank pulls the tiles it does not own from their owners' result staging.
+template <typename T, bool kVec>
+__device__ bool pull_results(const TileArgs& a, uint64_t epoch, T* res_stage, const char* op) {
+  using P = Pack<T, kVec>;
+  const DeviceContext& ctx = a.ctx;
+  const int me = ctx.rank, world = ctx.world_size;
+  const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
+  const TileIo<T, kVec> io{a};
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int o = static_cast<int>(t % world);
+    if (o == me) continue;
+    if (!block_wait_flag(ctx, a.flags + a.tiles + t, epoch, op)) return false;
+    const Tile tile = tile_at(a, t);
+    const T* res = dev::translate(ctx, res_stage + (t / world) * tile_elems, o);
+    for_tile_packs<P::kN>(tile, 0, tile.w, [&](int row, int col) {
+      store_pack<T, kVec>(io.out(tile, row, col), load_pack<T, kVec>(res + io.local(row, col)));
+    });
+  }
+  return true;
+}
+
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant__ TileArgs a) {
+  using E = Elem<T>;
+  using Acc = typename E::Acc;
+  using P = Pack<T, kVec>;
+  const DeviceContext& ctx = a.ctx;
+  const int world = ctx.world_size;
+  const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
+  Acc* acc_stage = static_cast<Acc*>(a.stage);
+  T* res_stage = reinterpret_cast<T*>(static_cast<char*>(a.stage) +
+                                      (a.tiles_per_rank * tile_elems * 4 + 255) / 256 * 256);
+  const TileIo<T, kVec> io{a};
+  const uint64_t epoch = begin_call(a.state);
+  // 1. add my tile into its owner's accumulator; count myself.
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int o = static_cast<int>(t % world);
+    const Tile tile = tile_at(a, t);
+    Acc* acc = dev::translate(ctx, acc_stage + (t / world) * tile_elems, o);
+    for_tile_packs<P::kN>(tile, 0, tile.w, [&](int row, int col) {
+      const P v = load_pack<T, kVec>(io.in(tile, row, col));
+#pragma unroll
+      for (int k = 0; k < P::kN; ++k)
+        dev::atomic_add<dev::Order::kRelaxed, dev::Scope::kSys>(acc + io.local(row, col) + k, E::to_acc(v.v[k]));
+    });
+    // The block's atomics are ordered before thread 0's release (bar.sync; the release is cumulative).
+    __syncthreads();
+    if (threadIdx.x == 0)
+      dev::atomic_add<dev::Order::kRelease, dev::Scope::kSys>(dev::translate(ctx, a.flags + t, o), uint64_t{1});
+  }
+  // 2. owners publish; 3. everyone pulls.
+  if (finish_owned_tiles<T, kVec, /*kZeroAfter=*/true>(a, epoch, acc_stage, res_stage, "all_reduce(atomic) reduce"))
+    pull_results<T, kVec>(a, epoch, res_stage, "all_reduce(atomic) gather");
+  end_call(a.state, epoch);
+}
+
+template <typename T, ReduceOp kOp, bool kVec>
+__global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constant__ TileArgs a) {
+  using E = Elem<T>;
+  using Acc = typename E::Acc;
+  using P = Pack<T, kVec>;
+  const DeviceContext& ctx = a.ctx;
+  const int world = ctx.world_size;
+  const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
+  Acc* acc_stage = static_cast<Acc*>(a.stage);
+  T* res_stage = reinterpret_cast<T*>(static_cast<char*>(a.stage) +
+                                      (a.tiles_per_rank * tile_elems * 4 + 255) / 256 * 256);
+  const TileIo<T, kVec> io{a};
+  const uint64_t epoch = begin_call(a.state);
+  __shared__ int s_first, s_ok;
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int o = static_cast<int>(t % world);
+    const Tile tile = tile_at(a, t);
+    uint32_t* lock = dev::translate(ctx, a.locks + t, o);
+    uint64_t* arrivals = dev::translate(ctx, a.flags + t, o);
+    if (threadIdx.x == 0) {
+      // Take the owner's lock for this tile (acquire: the previous holder's writes are visible).
+      s_ok = 1;
+      dev::SpinBound bound(ctx);
+      while (dev::atomic_cas<dev::Order::kAcquire, dev::Scope::kSys>(lock, 0u, 1u) != 0u)
+        if (!bound.keep_waiting(ctx, "all_reduce(spinlock) lock", lock, 1, 0)) {
+          s_ok = 0;
+          break;
+        }
+      if (s_ok) {
+        const uint64_t seen = dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(arrivals);
+        s_first = seen == (epoch - 1) * world;  // nobody has written this call's value yet
+      }
+    }
+    __syncthreads();
+    if (!s_ok) break;
+    const bool first = s_first != 0;
+    Acc* acc = dev::translate(ctx, acc_stage + (t / world) * tile_elems, o);
+    for_tile_packs<P::kN>(tile, 0, tile.w, [&](int row, int col) {
+      const P v = load_pack<T, kVec>(io.in(tile, row, col));
+#pragma unroll
+      for (int k = 0; k < P::kN; ++k) {
+        Acc* slot = acc + io.local(row, col) + k;
+        *slot = first ? E::to_acc(v.v[k]) : combine<kOp>(*slot, E::to_acc(v.v[k]));
+      }
+    });
+    __syncthreads();  // the block's writes to the accumulator come before the count and the unlock
+    if (threadIdx.x == 0) {
+      dev::atomic_add<dev::Order::kRelease, dev::Scope::kSys>(arrivals, uint64_t{1});
+      dev::store<dev::Order::kRelease, dev::Scope::kSys>(lock, 0u);
+    }
+    __syncthreads();  // s_first / s_ok are rewritten for the next tile
+  }
+  if (finish_owned_tiles<T, kVec, /*kZeroAfter=*/false>(a, epoch, acc_stage, res_stage, "all_reduce(spinlock) reduce"))
+    pull_results<T, kVec>(a, epoch, res_stage, "all_reduce(spinlock) gather");
+  end_call(a.state, epoch);
+}
+
+template <typename T, ReduceOp kOp, bool kVec>
+__global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ TileArgs a) {
+  using E = Elem<T>;
+  using P = Pack<T, kVec>;
+  const DeviceContext& ctx = a.ctx;
+  const int me = ctx.rank, world = ctx.world_size;
+  const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
+  const int slice_n = a.block_n / a.slices;
+  const TileIo<T, kVec> io{a};
+  const uint64_t epoch = begin_call(a.state);
+  const int parity = static_cast<int>(epoch & 1);
+  T* stage = static_cast<T*>(a.stage);
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const Tile tile = tile_at(a, t);
+    if (world == 1) {
+      for_tile_packs<P::kN>(tile, 0, tile.w, [&](int row, int col) {
+        store_pack<T, kVec>(io.out(tile, row, col), load_pack<T, kVec>(io.in(tile, row, col)));
+      });
+      continue;
+    }
+    const int dir = (t % a.rings) % 2 == 0 ? 1 : world - 1;  // +1 or -1 around the ring
+    const int next = (me + dir) % world;
+    const int owner = static_cast<int>(t % world);
+    const int start = (owner + dir) % world;
+    const int pos = ((me - start + world) % world) * (dir == 1 ? 1 : world - 1) % world;  // 0..W-1 along the RS chain
+    const int apos = ((me - owner + world) % world) * (dir == 1 ? 1 : world - 1) % world;  // 0 (owner)..W-1 along AG
+    T* slot = stage + (parity * a.tiles + t) * tile_elems;
+    T* next_slot = dev::translate(ctx, slot, next);
+    uint64_t* flags = a.flags + (parity * a.tiles + t) * a.slices;
+    const uint64_t rs_mark = 2 * epoch + 1, ag_mark = 2 * epoch + 2;
+    for (int s = 0; s < a.slices; ++s) {
+      const int c_lo = s * slice_n, c_hi = min(tile.w, (s + 1) * slice_n);
+      if (c_lo >= c_hi) break;
+      if (pos > 0 && !block_wait_flag(ctx, flags + s, rs_mark, "all_reduce(ring) reduce-scatter")) {
+        end_call(a.state, epoch);
+        return;
+      }
+      const bool is_owner = pos == world - 1;
+      for_tile_packs<P::kN>(tile, c_lo, c_hi, [&](int row, int col) {
+        P v = load_pack<T, kVec>(io.in(tile, row, col));
+        if (pos > 0) {
+          const P partial = load_pack<T, kVec>(slot + io.local(row, col));
+#pragma unroll
+          for (int k = 0; k < P::kN; ++k)
+            v.v[k] = E::from_acc(combine<kOp>(E::to_acc(partial.v[k]), E::to_acc(v.v[k])));
+        }
+        if (is_owner) store_pack<T, kVec>(io.out(tile, row, col), v);
+        store_pack<T, kVec>(next_slot + io.local(row, col), v);  // RS partial, or the owner's AG start
+      });
+      block_signal(ctx, flags + s, is_owner ? ag_mark : rs_mark, next);
+    }
+    if (apos == 0) continue;  // the owner is done with this tile
+    for (int s = 0; s < a.slices; ++s) {
+      const int c_lo = s * slice_n, c_hi = min(tile.w, (s + 1) * slice_n);
+      if (c_lo >= c_hi) break;
+      if (!block_wait_flag(ctx, flags + s, ag_mark, "all_reduce(ring) all-gather")) {
+        end_call(a.state, epoch);
+        return;
+      }
+      const bool forward = apos < world - 1;
+      for_tile_packs<P::kN>(tile, c_lo, c_hi, [&](int row, int col) {
+        const P v = load_pack<T, kVec>(slot + io.local(row, col));
+        store_pack<T, kVec>(io.out(tile, row, col), v);
+        if (forward) store_pack<T, kVec>(next_slot + io.local(row, col), v);
+      });
+      if (forward) block_signal(ctx, flags + s, ag_mark, next);
+    }
+  }
+  end_call(a.state, epoch);
+}
+
+bool tile_vec(const TileArgs& a, DType dtype) {
+  const int64_t n = 16 / static_cast<int64_t>(dtype_size(dtype));
+  const int slice_n = a.block_n / a.slices;
+  return reinterpret_cast<uintptr_t>(a.in) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0 &&
+         a.cols % n == 0 && a.in_stride % n == 0 && a.out_stride % n == 0 && a.block_n % n == 0 && slice_n % n == 0;
+}
+
+}  // namespace
+
+void launch_atomic(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
+  dispatch_typed(dtype, op, [&](auto t, auto) {
+    using T = decltype(t);
+    if (tile_vec(a, dtype)) atomic_kernel<T, true><<<blocks, kThreads, 0, stream>>>(a);
+    else atomic_kernel<T, false><<<blocks, kThreads, 0, stream>>>(a);
+  });
+}
+
+void launch_spinlock(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
+  dispatch_typed(dtype, op, [&](auto t, auto o) {
+    using T = decltype(t);
+    if (tile_vec(a, dtype)) spinlock_kernel<T, decltype(o)::value, true><<<blocks, kThreads, 0, stream>>>(a);
+    else spinlock_kernel<T, decltype(o)::value, false><<<blocks, kThreads, 0, stream>>>(a);
+  });
+}
+
+void launch_ring(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
+  dispatch_typed(dtype, op, [&](auto t, auto o) {
+    using T = decltype(t);
+    if (tile_vec(a, dtype)) ring_kernel<T, decltype(o)::value, true><<<blocks, kThreads, 0, stream>>>(a);
+    else ring_kernel<T, decltype(o)::value, false><<<blocks, kThreads, 0, stream>>>(a);
+  });
+}
+
+}  // namespace iris::ccl::detail

@@ -1,0 +1,154 @@
+// Shared pieces of the collective kernels: element traits and reduction, flat views of 2-D tensors,
+// 16-byte packs, the per-call epoch kept in device memory, and flag helpers.
+//
+// The per-call epoch. Every flag a collective writes carries the epoch of its call, so flags are
+// never reset and a CUDA-graph replay stays correct. The epoch lives in the workspace, in device
+// memory: state[0] is the epoch of the last completed call, state[1] counts blocks that finished the
+// current one. Every block reads state[0] + 1 when it starts; the last block to finish stores the new
+// epoch. All blocks have read it by then (they each counted themselves after reading), and the next
+// call on the stream starts after this kernel ends, so it reads the new value. Every rank makes the
+// same calls with the same workspace, so every rank computes the same epoch for the same call.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ccl/all_reduce_kernels.hpp"
+#include "iris/ccl/config.hpp"
+#include "iris/device.cuh"
+
+namespace iris::ccl::detail {
+
+namespace dev = iris::device;
+
+// ---- elements and reduction ---------------------------------------------------------------------
+
+template <typename T>
+struct Elem {
+  using Acc = float;  // float, half, bfloat16 accumulate in float
+  __device__ __forceinline__ static Acc to_acc(T v) { return static_cast<float>(v); }
+  __device__ __forceinline__ static T from_acc(Acc v) { return static_cast<T>(v); }
+};
+template <>
+struct Elem<__half> {
+  using Acc = float;
+  __device__ __forceinline__ static Acc to_acc(__half v) { return __half2float(v); }
+  __device__ __forceinline__ static __half from_acc(Acc v) { return __float2half_rn(v); }
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  using Acc = float;
+  __device__ __forceinline__ static Acc to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ __forceinline__ static __nv_bfloat16 from_acc(Acc v) { return __float2bfloat16_rn(v); }
+};
+template <>
+struct Elem<int32_t> {
+  using Acc = int32_t;  // wraps on overflow, like NCCL
+  __device__ __forceinline__ static Acc to_acc(int32_t v) { return v; }
+  __device__ __forceinline__ static int32_t from_acc(Acc v) { return v; }
+};
+
+template <ReduceOp kOp, typename A>
+__device__ __forceinline__ A combine(A a, A b) {
+  if constexpr (kOp == ReduceOp::kSum) {
+    if constexpr (std::is_same_v<A, int32_t>)
+      return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+    else
+      return a + b;
+  } else if constexpr (kOp == ReduceOp::kMax) {
+    return a > b ? a : b;
+  } else {
+    return a < b ? a : b;
+  }
+}
+
+// ---- flat views -----------------------------------------------------------------------------------
+
+// A rows x cols tensor with a row stride, addressed by flat (row-major) element index.
+template <typename T>
+struct View {
+  T* data;
+  int64_t cols;
+  int64_t stride;
+  __device__ __forceinline__ T* at(int64_t i) const {
+    if (stride == cols) return data + i;
+    const int64_t r = i / cols;
+    return data + r * stride + (i - r * cols);
+  }
+};
+
+// kVec: 16 bytes (16 / sizeof(T) elements) per access; the host picks it only when every pointer
+// involved is 16-byte aligned and contiguous. Otherwise one element per access.
+template <typename T, bool kVec>
+struct Pack {
+  static constexpr int kN = kVec ? 16 / static_cast<int>(sizeof(T)) : 1;
+  T v[kN];
+};
+
+template <typename T, bool kVec>
+__device__ __forceinline__ Pack<T, kVec> load_pack(const T* p) {
+  Pack<T, kVec> out;
+  if constexpr (kVec) {
+    uint4 w = dev::load(reinterpret_cast<const uint4*>(p));
+    memcpy(&out, &w, 16);
+  } else {
+    out.v[0] = *p;
+  }
+  return out;
+}
+
+template <typename T, bool kVec>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, kVec>& v) {
+  if constexpr (kVec) {
+    uint4 w;
+    memcpy(&w, &v, 16);
+    dev::store(reinterpret_cast<uint4*>(p), w);
+  } else {
+    *p = v.v[0];
+  }
+}
+
+// ---- per-call epoch ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint64_t begin_call(const uint64_t* state) {
+  return dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state) + 1;
+}
+
+// Every thread of every block calls this last.
+__device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint64_t done = dev::atomic_add<dev::Order::kAcqRel, dev::Scope::kGpu>(state + 1, uint64_t{1});
+    if (done == gridDim.x - 1) {  // the last block: every block has read the epoch already
+      dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 1, uint64_t{0});
+      dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state, epoch);
+    }
+  }
+}
+
+// ---- flags ------------------------------------------------------------------------------------------
+
+// One thread of the block waits until the local flag reaches `epoch` (acquire, system scope: the
+// writer is a peer GPU), then the block proceeds. Returns false on timeout (the kernel must end).
+__device__ __forceinline__ bool block_wait_flag(const DeviceContext& ctx, const uint64_t* flag, uint64_t epoch,
+                                                const char* op) {
+  __shared__ int ok;
+  if (threadIdx.x == 0)
+    ok = dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(ctx, flag, dev::Cmp::kReached, epoch, op) ? 1 : 0;
+  __syncthreads();
+  const bool result = ok != 0;
+  __syncthreads();  // `ok` is reused by the next wait
+  return result;
+}
+
+// After the block's writes to peer `to`: every thread's stores are ordered before thread 0's release
+// (bar.sync, then a cumulative release at system scope), so a peer that acquires `epoch` sees them.
+__device__ __forceinline__ void block_signal(const DeviceContext& ctx, uint64_t* flag, uint64_t epoch, int to) {
+  __syncthreads();
+  if (threadIdx.x == 0) dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, flag, epoch, to);
+}
+
+}  // namespace iris::ccl::detail

@@ -1,0 +1,183 @@
+// Helpers for the collective GPU tests: deterministic random inputs reproducible on the host, fp64
+// references, per-dtype tolerances, poisoning, and cross-rank comparison of results.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "iris/ccl/collectives.hpp"
+#include "iris/context.hpp"
+#include "iris/core/cuda_check.hpp"
+
+namespace iris::test {
+
+inline uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Element i of rank r's input for draw `seed`, already rounded to the dtype, as a double.
+// Floats: uniform in [-1, 1); int32: integers in [-1000, 1000].
+inline double input_value(DType dt, uint64_t seed, int rank, int64_t i) {
+  const uint64_t h = splitmix(splitmix(seed * 1315423911ull + static_cast<uint64_t>(rank)) ^ static_cast<uint64_t>(i));
+  const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
+  switch (dt) {
+    case DType::kFloat32: return static_cast<double>(static_cast<float>(2 * u - 1));
+    case DType::kFloat16: return static_cast<double>(__half2float(__float2half_rn(static_cast<float>(2 * u - 1))));
+    case DType::kBFloat16:
+      return static_cast<double>(__bfloat162float(__float2bfloat16_rn(static_cast<float>(2 * u - 1))));
+    case DType::kInt32: return static_cast<double>(static_cast<int64_t>(h % 2001) - 1000);
+  }
+  return 0;
+}
+
+// Host bytes of one element.
+inline void encode(DType dt, double v, void* dst) {
+  switch (dt) {
+    case DType::kFloat32: {
+      float f = static_cast<float>(v);
+      std::memcpy(dst, &f, 4);
+      return;
+    }
+    case DType::kFloat16: {
+      __half h = __float2half_rn(static_cast<float>(v));
+      std::memcpy(dst, &h, 2);
+      return;
+    }
+    case DType::kBFloat16: {
+      __nv_bfloat16 b = __float2bfloat16_rn(static_cast<float>(v));
+      std::memcpy(dst, &b, 2);
+      return;
+    }
+    case DType::kInt32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(dst, &x, 4);
+      return;
+    }
+  }
+}
+
+inline double decode(DType dt, const void* src) {
+  switch (dt) {
+    case DType::kFloat32: {
+      float f;
+      std::memcpy(&f, src, 4);
+      return f;
+    }
+    case DType::kFloat16: {
+      __half h;
+      std::memcpy(&h, src, 2);
+      return __half2float(h);
+    }
+    case DType::kBFloat16: {
+      __nv_bfloat16 b;
+      std::memcpy(&b, src, 2);
+      return __bfloat162float(b);
+    }
+    case DType::kInt32: {
+      int32_t x;
+      std::memcpy(&x, src, 4);
+      return x;
+    }
+  }
+  return 0;
+}
+
+// |out - ref| <= atol + rtol * |ref|: the result is accumulated in float32 and rounded once to the
+// dtype, so the bound is the dtype's rounding plus float32 accumulation over `world` terms.
+inline double tolerance(DType dt, double ref, int world) {
+  switch (dt) {
+    case DType::kFloat32: return 1e-6 * world + 1e-6 * std::fabs(ref);
+    case DType::kFloat16: return 1e-3 + 1e-3 * std::fabs(ref);
+    case DType::kBFloat16: return 8e-3 + 8e-3 * std::fabs(ref);
+    case DType::kInt32: return 0;
+  }
+  return 0;
+}
+
+// A 2-D device tensor with a row stride, in the heap or in plain device memory.
+struct TestTensor {
+  Tensor view;
+  size_t bytes = 0;
+  bool on_heap = false;
+  Context* ctx = nullptr;
+  void* raw = nullptr;
+
+  static TestTensor make(Context& ctx, DType dt, int64_t rows, int64_t cols, int64_t stride, bool on_heap) {
+    TestTensor t;
+    t.ctx = &ctx;
+    t.on_heap = on_heap;
+    t.bytes = static_cast<size_t>(std::max<int64_t>(1, rows * stride)) * dtype_size(dt);
+    if (on_heap) t.raw = ctx.alloc(t.bytes);
+    else IRIS_CUDA_CHECK(cudaMalloc(&t.raw, t.bytes));
+    t.view = Tensor::matrix(t.raw, dt, rows, cols, stride);
+    return t;
+  }
+  void release() {
+    if (raw == nullptr) return;
+    if (on_heap) ctx->free(raw);
+    else cudaFree(raw);
+    raw = nullptr;
+  }
+  // Fills every byte (padding between rows too) with 0xFF: NaN for floats, -1 for int32.
+  void poison(cudaStream_t s) {
+    IRIS_CUDA_CHECK(cudaMemsetAsync(raw, 0xFF, bytes, s));
+    IRIS_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  void upload(cudaStream_t s, const std::vector<char>& host) {
+    IRIS_CUDA_CHECK(cudaMemcpyAsync(raw, host.data(), host.size(), cudaMemcpyHostToDevice, s));
+    IRIS_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  std::vector<char> download(cudaStream_t s) const {
+    std::vector<char> host(bytes);
+    IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), raw, bytes, cudaMemcpyDeviceToHost, s));
+    IRIS_CUDA_CHECK(cudaStreamSynchronize(s));
+    return host;
+  }
+};
+
+// Host image (rows x stride elements, padding poisoned) of rank r's input.
+inline std::vector<char> make_input(DType dt, int64_t rows, int64_t cols, int64_t stride, uint64_t seed, int rank,
+                                    int64_t row_offset = 0) {
+  const size_t esz = dtype_size(dt);
+  std::vector<char> host(static_cast<size_t>(std::max<int64_t>(1, rows * stride)) * esz, static_cast<char>(0xFF));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      encode(dt, input_value(dt, seed, rank, (r + row_offset) * cols + c), host.data() + (r * stride + c) * esz);
+  return host;
+}
+
+// Hash of the elements of a host image (padding excluded), to compare results across ranks bitwise.
+inline uint64_t hash_elements(const std::vector<char>& host, DType dt, int64_t rows, int64_t cols, int64_t stride) {
+  const size_t esz = dtype_size(dt);
+  uint64_t h = 0x1234;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint64_t word = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      std::memcpy(&word, host.data() + (r * stride + c) * esz, esz);
+      h = splitmix(h ^ word);
+    }
+  }
+  return h;
+}
+
+inline const char* short_name(DType dt) {
+  switch (dt) {
+    case DType::kFloat32: return "fp32";
+    case DType::kFloat16: return "fp16";
+    case DType::kBFloat16: return "bf16";
+    case DType::kInt32: return "int32";
+  }
+  return "?";
+}
+
+}  // namespace iris::test

@@ -1,0 +1,404 @@
+// GPU tests of all_reduce: every variant and dtype over Iris's shapes and awkward ones, against an
+// fp64 host reference; in place; strided; CUDA-graph replays with changing inputs; the founding
+// workspace regressions. 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and processes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "ccl_test_util.cuh"
+#include "iris/ccl/collectives.hpp"
+#include "support/ranks.hpp"
+
+namespace iris {
+namespace {
+
+using ccl::AllReduceVariant;
+using ccl::Config;
+using ccl::ReduceOp;
+using ccl::Workspace;
+using test::RankSetup;
+using test::TestTensor;
+
+struct Shape {
+  int64_t m, n;
+  int bm, bn;
+};
+
+// Iris's shapes, then the ones that break tiling.
+const Shape kIrisShapes[] = {{128, 64, 32, 64}, {128, 128, 32, 32}, {256, 128, 32, 16}, {1024, 256, 32, 64}};
+const Shape kAwkward[] = {{1, 1, 32, 64}, {1, 7, 32, 64}, {1000, 333, 32, 64}, {3, 100003, 32, 64}};
+const Shape kLarge = {8192, 8192, 32, 64};
+const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32};
+
+ContextOptions big_heap() {
+  ContextOptions o;
+  o.heap_size = size_t{2} << 30;  // 8192 x 8192 fp32 in + out + staging
+  o.device_timeout = std::chrono::milliseconds(20000);
+  return o;
+}
+
+double reduce_ref(ReduceOp op, DType dt, uint64_t seed, int world, int64_t i) {
+  double acc = test::input_value(dt, seed, 0, i);
+  for (int r = 1; r < world; ++r) {
+    double v = test::input_value(dt, seed, r, i);
+    acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMax ? std::max(acc, v) : std::min(acc, v);
+  }
+  if (dt == DType::kInt32 && op == ReduceOp::kSum)  // int32 sums wrap (never here: |sum| <= 1000 W)
+    acc = static_cast<double>(static_cast<int32_t>(static_cast<int64_t>(acc)));
+  return acc;
+}
+
+// One all_reduce of rows x cols (row stride `stride`) on every rank; checks every element against
+// the fp64 reference and that every rank holds bitwise-identical results.
+void check_once(Context& ctx, const Config& cfg, Workspace& ws, DType dt, ReduceOp op, int64_t rows, int64_t cols,
+                int64_t stride, bool in_place, bool on_heap, uint64_t seed, const std::string& what) {
+  SCOPED_TRACE(what);
+  const int world = ctx.world_size();
+  auto in = TestTensor::make(ctx, dt, rows, cols, stride, on_heap);
+  TestTensor out = in_place ? in : TestTensor::make(ctx, dt, rows, cols, stride, on_heap);
+  in.upload(ctx.stream(), test::make_input(dt, rows, cols, stride, seed, ctx.rank()));
+  if (!in_place) out.poison(ctx.stream());
+  ccl::all_reduce_preamble(ctx, out.view, in.view, cfg, ws, op);
+  ccl::all_reduce(ctx, out.view, in.view, cfg, ws, ctx.stream(), op);
+  ctx.synchronize();
+  auto host = out.download(ctx.stream());
+  const size_t esz = dtype_size(dt);
+  int64_t wrong = 0, first = -1;
+  double first_got = 0, first_want = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c;
+      const double want = reduce_ref(op, dt, seed, world, i);
+      const double got = test::decode(dt, host.data() + (r * stride + c) * esz);
+      if (!(std::fabs(got - want) <= test::tolerance(dt, want, world))) {  // NaN (poison) fails too
+        if (first < 0) first = i, first_got = got, first_want = want;
+        ++wrong;
+      }
+    }
+  EXPECT_EQ(wrong, 0) << "rank " << ctx.rank() << ": " << wrong << " of " << rows * cols
+                      << " wrong; first at element " << first << ": got " << first_got << ", want " << first_want;
+  // Padding between rows is never written.
+  if (!in_place && stride > cols) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = cols; c < stride; ++c)
+        ASSERT_EQ(static_cast<unsigned char>(host[(r * stride + c) * esz]), 0xFF) << "row padding written";
+  }
+  const uint64_t h = test::hash_elements(host, dt, rows, cols, stride);
+  auto all = ctx.bootstrap().allgather(std::string(reinterpret_cast<const char*>(&h), sizeof(h)));
+  for (int r = 0; r < world; ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r << "'s result differs bitwise from rank 0";
+  ctx.barrier();
+  if (!in_place) out.release();
+  in.release();
+}
+
+class AllReduce : public ::testing::TestWithParam<RankSetup> {};
+
+void run_variant(const RankSetup& setup, AllReduceVariant variant) {
+  test::run_ranks(setup, [variant](Context& ctx) {
+    uint64_t seed = 1;
+    const bool sum_only = variant == AllReduceVariant::kAtomic;
+    for (DType dt : kDtypes) {
+      for (const Shape& s : kIrisShapes) {
+        Config cfg;
+        cfg.all_reduce_variant = variant;
+        cfg.block_size_m = s.bm;
+        cfg.block_size_n = s.bn;
+        Workspace ws;
+        std::string what = std::string(test::short_name(dt)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) +
+                           " blocks " + std::to_string(s.bm) + "x" + std::to_string(s.bn);
+        check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, false, true, seed++, what + " sum heap");
+        check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, false, false, seed++, what + " sum cudaMalloc");
+        ccl::ContextWorkspaceHost host(ctx);
+        ws.release(host);
+      }
+      for (const Shape& s : kAwkward) {
+        Config cfg;
+        cfg.all_reduce_variant = variant;
+        Workspace ws;
+        std::string what = std::string(test::short_name(dt)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n);
+        check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, false, true, seed++, what + " sum");
+        if (!sum_only) {
+          check_once(ctx, cfg, ws, dt, ReduceOp::kMax, s.m, s.n, s.n, false, true, seed++, what + " max");
+          check_once(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, s.n, false, false, seed++, what + " min");
+        }
+        // Row stride larger than the row, and in place.
+        check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n + 5, false, false, seed++, what + " strided");
+        check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, true, true, seed++, what + " in place");
+        ccl::ContextWorkspaceHost host(ctx);
+        ws.release(host);
+      }
+    }
+    // Many tiles: 8192 x 8192 (bf16 only, to keep the host reference affordable).
+    Config cfg;
+    cfg.all_reduce_variant = variant;
+    cfg.block_size_m = kLarge.bm;
+    cfg.block_size_n = kLarge.bn;
+    Workspace ws;
+    check_once(ctx, cfg, ws, DType::kBFloat16, ReduceOp::kSum, kLarge.m, kLarge.n, kLarge.n, false, true, seed++,
+               "bf16 8192x8192");
+    ccl::ContextWorkspaceHost host(ctx);
+    ws.release(host);
+  }, big_heap());
+}
+
+TEST_P(AllReduce, AutoMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  run_variant(GetParam(), AllReduceVariant::kAuto);
+}
+TEST_P(AllReduce, OneShotMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  run_variant(GetParam(), AllReduceVariant::kOneShot);
+}
+TEST_P(AllReduce, TwoShotMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  run_variant(GetParam(), AllReduceVariant::kTwoShot);
+}
+TEST_P(AllReduce, RingMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  run_variant(GetParam(), AllReduceVariant::kRing);
+}
+TEST_P(AllReduce, AtomicMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  run_variant(GetParam(), AllReduceVariant::kAtomic);
+}
+TEST_P(AllReduce, SpinlockMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  run_variant(GetParam(), AllReduceVariant::kSpinlock);
+}
+
+// Element i of rank r in replay k: (i % 5 - 2) * (k % 3 + 1) * (r % 2 + 1). Small integers, so the
+// inputs and their sums over up to 8 ranks (|sum| <= 96) are exact in bf16; different every replay.
+__host__ __device__ int replay_value(int64_t i, int k, int rank) {
+  return (static_cast<int>(i % 5) - 2) * (k % 3 + 1) * (rank % 2 + 1);
+}
+__global__ void fill_replay_input(__nv_bfloat16* p, int64_t n, int rank, const int* k) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = __float2bfloat16_rn(static_cast<float>(replay_value(i, *k, rank)));
+}
+
+// 1,000 replays of a graph holding one input refresh and one all_reduce; every replay checked.
+TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing}) {
+      const int64_t n = v == AllReduceVariant::kTwoShot ? 300001 : 4096;
+      const int replays = v == AllReduceVariant::kRing ? 200 : 1000;
+      Config cfg;
+      cfg.all_reduce_variant = v;
+      Workspace ws;
+      auto* in = ctx.empty<__nv_bfloat16>(n);
+      auto* out = ctx.empty<__nv_bfloat16>(n);
+      int* k = ctx.zeros<int>(1);
+      Tensor tin = Tensor::vector(in, DType::kBFloat16, n), tout = Tensor::vector(out, DType::kBFloat16, n);
+      ccl::all_reduce_preamble(ctx, tout, tin, cfg, ws);
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+      fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, n, ctx.rank(), k);
+      ccl::all_reduce(ctx, tout, tin, cfg, ws);
+      IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+      IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      const int world = ctx.world_size();
+      std::vector<__nv_bfloat16> host(n);
+      int bad_replays = 0;
+      for (int rep = 0; rep < replays; ++rep) {
+        IRIS_CUDA_CHECK(cudaMemcpyAsync(k, &rep, sizeof(int), cudaMemcpyHostToDevice, ctx.stream()));
+        IRIS_CUDA_CHECK(cudaMemsetAsync(out, 0xFF, n * 2, ctx.stream()));  // poison between replays
+        IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+        IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), out, n * 2, cudaMemcpyDeviceToHost, ctx.stream()));
+        ctx.synchronize();
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; i += (i < 4096 ? 1 : 13)) {
+          int want = 0;
+          for (int r = 0; r < world; ++r) want += replay_value(i, rep, r);
+          wrong += __bfloat162float(host[i]) != static_cast<float>(want);
+        }
+        if (wrong && bad_replays++ < 3)
+          ADD_FAILURE() << ccl::variant_name(v) << " replay " << rep << ": " << wrong << " wrong elements";
+      }
+      EXPECT_EQ(bad_replays, 0) << ccl::variant_name(v);
+      EXPECT_EQ(ws.calls(), 1u) << "captured once";
+      IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+      ctx.barrier();
+      ccl::ContextWorkspaceHost host_ws(ctx);
+      ws.release(host_ws);
+      ctx.free(k);
+      ctx.free(out);
+      ctx.free(in);
+    }
+  }, big_heap());
+}
+
+// 100 calls with one workspace: the arrays are not reallocated and every result is right.
+TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kSpinlock}) {
+      Config cfg;
+      cfg.all_reduce_variant = v;
+      Workspace ws;
+      auto in = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
+      auto out = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
+      ccl::all_reduce_preamble(ctx, out.view, in.view, cfg, ws);
+      const void* staging = ws.staging();
+      const uint64_t heap_ops = ctx.allocation_count();
+      for (int call = 0; call < 100; ++call) {
+        in.upload(ctx.stream(), test::make_input(DType::kFloat32, 64, 1000, 1000, 1000 + call, ctx.rank()));
+        ccl::all_reduce(ctx, out.view, in.view, cfg, ws);
+        auto host = out.download(ctx.stream());
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < 64000; i += 7) {
+          double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, 1000 + call, ctx.world_size(), i);
+          wrong += !(std::fabs(test::decode(DType::kFloat32, host.data() + i * 4) - want) <=
+                     test::tolerance(DType::kFloat32, want, ctx.world_size()));
+        }
+        ASSERT_EQ(wrong, 0) << ccl::variant_name(v) << " call " << call;
+      }
+      ctx.synchronize();
+      EXPECT_EQ(ws.staging(), staging);
+      EXPECT_EQ(ctx.allocation_count(), heap_ops) << "all_reduce allocated on the heap";
+      ctx.barrier();
+      ccl::ContextWorkspaceHost host_ws(ctx);
+      ws.release(host_ws);
+      out.release();
+      in.release();
+    }
+  }, big_heap());
+}
+
+// ---- the founding regressions (names as in Iris) ----------------------------------------------------
+
+void expect_too_small_after_large_blocks(Context& ctx, AllReduceVariant v, const char* message) {
+  Config big;
+  big.all_reduce_variant = v;
+  big.block_size_m = 128;
+  big.block_size_n = 128;
+  Config small = big;
+  small.block_size_m = 64;
+  small.block_size_n = 64;
+  auto in = TestTensor::make(ctx, DType::kFloat32, 512, 512, 512, true);
+  auto out = TestTensor::make(ctx, DType::kFloat32, 512, 512, 512, true);
+  Workspace ws;
+  ccl::all_reduce_preamble(ctx, out.view, in.view, big, ws);
+  const uint64_t before = ctx.allocation_count();
+  try {
+    ccl::all_reduce(ctx, out.view, in.view, small, ws);
+    ADD_FAILURE() << "all_reduce ran with a workspace sized for 16 tiles on 64 tiles";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), message);
+  }
+  try {
+    ccl::all_reduce_preamble(ctx, out.view, in.view, small, ws);
+    ADD_FAILURE() << "the preamble accepted a workspace sized for 16 tiles for 64 tiles";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), message);
+  }
+  EXPECT_EQ(ctx.allocation_count(), before);
+  ctx.barrier();  // every rank raised; allocation sequences still agree
+  ccl::ContextWorkspaceHost host(ctx);
+  ws.release(host);
+  out.release();
+  in.release();
+}
+
+TEST_P(AllReduce, test_all_reduce_spinlock_lock_too_small) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    expect_too_small_after_large_blocks(ctx, AllReduceVariant::kSpinlock,
+                                        "Lock array too small: have 16 but need 64. Pre-allocate workspace with the "
+                                        "smallest block sizes you intend to use.");
+  }, big_heap());
+}
+
+TEST_P(AllReduce, test_all_reduce_ring_flags_too_small) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    // ring: 2 flags per tile per column slice (slice = block_size_n): 32 for 16 tiles, 128 for 64.
+    expect_too_small_after_large_blocks(ctx, AllReduceVariant::kRing,
+                                        "Flags array too small: have 32 but need 128. Pre-allocate workspace with the "
+                                        "smallest block sizes you intend to use.");
+  }, big_heap());
+}
+
+TEST_P(AllReduce, LargerWorkspaceIsReusedForLargerBlocksAndMatchesIsFalse) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    for (AllReduceVariant v : {AllReduceVariant::kSpinlock, AllReduceVariant::kRing, AllReduceVariant::kAtomic}) {
+      Config small;
+      small.all_reduce_variant = v;
+      small.block_size_m = 64;
+      small.block_size_n = 64;
+      Config big = small;
+      big.block_size_m = 128;
+      big.block_size_n = 128;
+      Workspace ws;
+      auto in = TestTensor::make(ctx, DType::kFloat32, 512, 512, 512, true);
+      auto out = TestTensor::make(ctx, DType::kFloat32, 512, 512, 512, true);
+      ccl::all_reduce_preamble(ctx, out.view, in.view, small, ws);
+      ccl::OpSignature sig = ws.signature();
+      sig.block_size_m = 128;
+      sig.block_size_n = 128;
+      EXPECT_FALSE(ws.matches(sig)) << "block sizes alone differ";
+      const uint64_t before = ctx.allocation_count();
+      check_once(ctx, big, ws, DType::kFloat32, ReduceOp::kSum, 512, 512, 512, false, true, 77,
+                 std::string(ccl::variant_name(v)) + " 128x128 on a 64x64 workspace");
+      EXPECT_EQ(ctx.allocation_count(), before + 4) << "only check_once's own buffers are allocated and freed";
+      ctx.barrier();
+      ccl::ContextWorkspaceHost host(ctx);
+      ws.release(host);
+      out.release();
+      in.release();
+    }
+  }, big_heap());
+}
+
+TEST_P(AllReduce, UnpreparedWorkspaceIsRejected) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    auto in = TestTensor::make(ctx, DType::kFloat32, 4, 4, 4, true);
+    Workspace ws;
+    try {
+      ccl::all_reduce(ctx, in.view, in.view, Config{}, ws);
+      ADD_FAILURE() << "ran without a preamble";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_STREQ(e.what(),
+                   "all_reduce: the workspace was never prepared; call all_reduce_preamble with the same arguments and "
+                   "this workspace first (on every rank).");
+    }
+    Tensor wrong = in.view;
+    wrong.cols = 5;
+    EXPECT_THROW(ccl::all_reduce_preamble(ctx, wrong, in.view, Config{}, ws), std::invalid_argument);
+    in.release();
+  }, big_heap());
+}
+
+TEST_P(AllReduce, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const int64_t cols = ctx.rank() == 1 ? 96 : 128;  // rank 1 passes another shape
+    auto in = TestTensor::make(ctx, DType::kFloat32, 16, 128, 128, true);
+    Tensor view = Tensor::matrix(in.raw, DType::kFloat32, 16, cols, 128);
+    Workspace ws;
+    try {
+      ccl::all_reduce_preamble(ctx, view, view, Config{}, ws);
+      ADD_FAILURE() << "rank " << ctx.rank() << " accepted mismatched shapes";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("Collective parameters differ across ranks"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(ws.prepared());
+    ctx.barrier();
+    in.release();
+  }, big_heap());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AllReduce, ::testing::ValuesIn(test::all_rank_setups()), test::rank_setup_name);
+
+}  // namespace
+}  // namespace iris
