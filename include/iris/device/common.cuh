@@ -1,0 +1,91 @@
+// Shared vocabulary of the iris device API: memory orders, scopes, comparisons, thread groups, and
+// the compile guard.
+//
+// Every header under iris/device/ can be included from a plain C++ (.cc) file: the POD handles and
+// enums are always visible, and the __device__ functions only when the file is compiled by a CUDA
+// compiler (IRIS_DEVICE_COMPILE). So a host file may include iris/device.cuh to see the types a
+// kernel receives, without nvcc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "iris/device/device_context.hpp"
+
+#if defined(__CUDACC__)
+#define IRIS_DEVICE_COMPILE 1
+#define IRIS_DEVICE_INLINE __device__ __forceinline__
+#endif
+
+namespace iris::device {
+
+// Memory order of an atomic access (PTX .relaxed / .acquire / .release / .acq_rel).
+//   kRelaxed  atomic, no ordering of other accesses.
+//   kAcquire  later accesses of this thread stay after it (loads and read-modify-writes).
+//   kRelease  earlier accesses of this thread (and what it observed) stay before it (stores and RMWs).
+//   kAcqRel   both (read-modify-writes only).
+enum class Order { kRelaxed, kAcquire, kRelease, kAcqRel };
+
+// Scope of an atomic access: the set of threads it is atomic with and orders against
+// (PTX .cta / .gpu / .sys). Anything another GPU or the host reads or writes needs kSys: a release
+// at kGpu is not ordered for a reader on the peer GPU (Iris bug #462).
+enum class Scope { kCta, kGpu, kSys };
+
+// Comparison of wait_until: the wait ends when `observed <cmp> value` holds.
+//   kReached is the wrap-safe `observed >= value` for counters that only grow (epochs, generations):
+//   true when (observed - value), computed modulo 2^bits, is non-negative as a signed number.
+enum class Cmp { kEq, kNe, kGe, kGt, kLe, kLt, kReached };
+
+// Codes of DeviceErrorRecord::code written by the device API.
+inline constexpr int32_t kDeviceErrorNone = 0;
+inline constexpr int32_t kDeviceErrorTimeout = 1;  // a bounded wait expired
+inline constexpr int32_t kDeviceErrorMisuse = 2;   // an argument a kernel passed was out of range (e.g. a barrier slot)
+
+}  // namespace iris::device
+
+#if defined(IRIS_DEVICE_COMPILE)
+
+namespace iris::device {
+
+// Cooperative groups of threads for the bulk forms (copy/put/get). Each names the calling thread's
+// index in the group and the group's size; every thread of the group calls the bulk function with the
+// same arguments.
+//   ThisThread  the calling thread alone.
+//   ThisWarp    the 32 lanes of the calling warp (all lanes must call; blocks whose size is not a
+//               multiple of 32 have a partial last warp that must not use warp forms).
+//   ThisBlock   every thread of the block.
+//   ThisGrid    every thread of the grid (no synchronization: the grid cannot wait for itself).
+struct ThisThread {
+  IRIS_DEVICE_INLINE static uint32_t index() { return 0; }
+  IRIS_DEVICE_INLINE static uint32_t size() { return 1; }
+};
+
+IRIS_DEVICE_INLINE uint32_t thread_index_in_block() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+IRIS_DEVICE_INLINE uint32_t block_size() { return blockDim.x * blockDim.y * blockDim.z; }
+IRIS_DEVICE_INLINE uint32_t block_index_in_grid() {
+  return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+IRIS_DEVICE_INLINE uint32_t grid_size_in_blocks() { return gridDim.x * gridDim.y * gridDim.z; }
+
+struct ThisWarp {
+  IRIS_DEVICE_INLINE static uint32_t index() { return thread_index_in_block() & 31u; }
+  IRIS_DEVICE_INLINE static uint32_t size() { return 32; }
+};
+
+struct ThisBlock {
+  IRIS_DEVICE_INLINE static uint32_t index() { return thread_index_in_block(); }
+  IRIS_DEVICE_INLINE static uint32_t size() { return block_size(); }
+};
+
+struct ThisGrid {
+  IRIS_DEVICE_INLINE static uint64_t index() {
+    return uint64_t{block_index_in_grid()} * block_size() + thread_index_in_block();
+  }
+  IRIS_DEVICE_INLINE static uint64_t size() { return uint64_t{grid_size_in_blocks()} * block_size(); }
+};
+
+}  // namespace iris::device
+
+#endif  // IRIS_DEVICE_COMPILE

@@ -1,0 +1,130 @@
+// Bounded spinning: every device-side wait in iris ends, either because its condition held or
+// because ctx.timeout_ns of %globaltimer passed (default 10 s; ContextOptions::device_timeout or
+// IRIS_DEVICE_TIMEOUT).
+//
+//   SpinBound bound(ctx);
+//   while (!condition()) {
+//     if (!bound.keep_waiting(ctx, "my_op", flag, observed, expected)) return;  // give up: end the kernel
+//   }
+//
+// On expiry the waiting thread claims ctx.error->code with a system-scope CAS 0 -> 1 (the first
+// failure wins; later ones are dropped), fills in the op name, its rank, the rank owning the waited
+// word (-1 when outside the symmetric window), its linear block index, the word's address, the last
+// value read, the value waited for and the time waited, prints one line, and returns false. Every
+// other thread spinning under a SpinBound of the same context checks ctx.error->code about every
+// kErrorPollIntervalNs and gives up as well once it is non-zero, so the whole kernel drains instead
+// of hanging. Code written against this API returns from the kernel when a wait gives up.
+//
+// State afterwards (what the host sees):
+//  * ctx.synchronize() / check_device_error() throws iris::TimeoutError with the op, rank, word and
+//    values, and clears the record. Until it is cleared, every bounded wait launched with this
+//    context (in this or later kernels) gives up at its first error poll (within ~100 us), so work
+//    queued behind a failed kernel drains quickly instead of each waiting out its own bound.
+//  * The kernels that gave up did not finish their work: output buffers hold partial results, and
+//    the flags, epochs and counters of the ops involved (including a DeviceBarrier) are out of step
+//    between ranks. Peers that were waiting on this rank time out on their own bound and raise their
+//    own TimeoutError. Nothing is rolled back.
+//  * The Context itself stays valid (heap, allocations, stream): it can be destroyed collectively as
+//    usual. Reusing the affected flags/barriers is not safe; recreate them (collectively) or treat
+//    the error as fatal for the job, which is what a timeout usually means: a rank never signalled.
+#pragma once
+
+#include <cstdint>
+
+#include "iris/device/common.cuh"
+#include "iris/device/memory.cuh"
+
+#if defined(IRIS_DEVICE_COMPILE)
+#include <cstdio>
+
+namespace iris::device {
+
+// Bound used when a context carries timeout_ns == 0 (a default-constructed handle): 10 s.
+inline constexpr uint64_t kDefaultTimeoutNs = 10'000'000'000ull;
+// How often a spinning thread reads ctx.error->code (host memory, over PCIe: too slow for every poll).
+inline constexpr uint64_t kErrorPollIntervalNs = 100'000ull;
+
+// %globaltimer: nanoseconds, shared by every SM of the GPU (updated about every microsecond).
+IRIS_DEVICE_INLINE uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// True once any thread has recorded an error in ctx.error (relaxed system-scope read of host memory).
+IRIS_DEVICE_INLINE bool device_error_raised(const DeviceContext& ctx) {
+  return ctx.error != nullptr && load<Order::kRelaxed, Scope::kSys>(&ctx.error->code) != kDeviceErrorNone;
+}
+
+// Claims ctx.error for this failure (CAS 0 -> code at system scope) and fills it in. Returns false
+// when another failure was recorded first (or the context has no error record); the record then
+// describes that one. Not inlined: it is the cold path of every wait.
+inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx, int32_t code, const char* op,
+                                                        const void* address, uint64_t observed, uint64_t expected,
+                                                        uint64_t elapsed_ns) {
+  DeviceErrorRecord* record = ctx.error;
+  if (record == nullptr) return false;
+  cuda::atomic_ref<int32_t, cuda::thread_scope_system> claim(record->code);
+  int32_t free_code = kDeviceErrorNone;
+  if (!claim.compare_exchange_strong(free_code, code, cuda::std::memory_order_relaxed)) return false;
+  volatile DeviceErrorRecord* out = record;
+  out->rank = ctx.rank;
+  out->peer = rank_of(ctx, address);
+  out->block = static_cast<int32_t>(block_index_in_grid());
+  out->address = reinterpret_cast<uint64_t>(address);
+  out->observed = observed;
+  out->expected = expected;
+  out->elapsed_ns = elapsed_ns;
+  int i = 0;
+  for (; op != nullptr && op[i] != '\0' && i < DeviceErrorRecord::kOpNameSize - 1; ++i) out->op[i] = op[i];
+  out->op[i] = '\0';
+  // Why: a host thread may read the record while other blocks of this kernel still run (code is
+  // already non-zero); push the fields out to host memory now rather than at kernel end.
+  __threadfence_system();
+  printf(
+      "iris: device %s in %s on rank %d (block %d, thread %u): word %p owned by rank %d is %llu, waiting for %llu, "
+      "after %llu ms\n",
+      code == kDeviceErrorTimeout ? "timeout" : "error", op != nullptr ? op : "?", ctx.rank,
+      static_cast<int>(block_index_in_grid()), thread_index_in_block(), address, rank_of(ctx, address),
+      static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected),
+      static_cast<unsigned long long>(elapsed_ns / 1000000));
+  return true;
+}
+
+// The bound of one waiting thread: construct it when the wait starts, call keep_waiting() after each
+// unsuccessful poll.
+class SpinBound {
+ public:
+  IRIS_DEVICE_INLINE explicit SpinBound(const DeviceContext& ctx)
+      : start_(global_timer_ns()),
+        timeout_ns_(ctx.timeout_ns != 0 ? ctx.timeout_ns : kDefaultTimeoutNs),
+        next_error_poll_(start_ + kErrorPollIntervalNs) {}
+
+  // True: poll again. False: give up, because the bound expired (this thread then tried to record
+  // the timeout with the given op, word and values) or another thread has recorded an error.
+  IRIS_DEVICE_INLINE bool keep_waiting(const DeviceContext& ctx, const char* op, const void* address, uint64_t observed,
+                                       uint64_t expected) {
+    const uint64_t now = global_timer_ns();
+    const uint64_t elapsed = now - start_;
+    if (elapsed >= timeout_ns_) {
+      record_device_error(ctx, kDeviceErrorTimeout, op, address, observed, expected, elapsed);
+      return false;
+    }
+    if (now >= next_error_poll_) {
+      next_error_poll_ = now + kErrorPollIntervalNs;
+      if (device_error_raised(ctx)) return false;
+    }
+    return true;
+  }
+
+  IRIS_DEVICE_INLINE uint64_t elapsed_ns() const { return global_timer_ns() - start_; }
+
+ private:
+  uint64_t start_;
+  uint64_t timeout_ns_;
+  uint64_t next_error_poll_;
+};
+
+}  // namespace iris::device
+
+#endif  // IRIS_DEVICE_COMPILE

@@ -1,0 +1,49 @@
+// Host side of iris::DeviceBarrier: the epoch words and the one-block kernel behind arrive_and_wait.
+#include "iris/device_barrier.hpp"
+
+#include <utility>
+
+#include "iris/core/cuda_check.hpp"
+#include "iris/core/log.hpp"
+#include "iris/device/barrier.cuh"
+
+namespace iris {
+namespace {
+
+__global__ void device_barrier_kernel(const __grid_constant__ DeviceContext ctx, DeviceBarrierHandle barrier) {
+  // A timeout is recorded in ctx.error for the host; nothing else to do here either way.
+  (void)device::barrier_block(ctx, barrier, 0);
+}
+
+}  // namespace
+
+DeviceBarrier::DeviceBarrier(Context& ctx, int num_slots) : ctx_(&ctx), num_slots_(num_slots) {
+  IRIS_CHECK_ARG(num_slots >= 1, "DeviceBarrier needs at least one slot, got ", num_slots, ".");
+  epochs_ = ctx.zeros<uint64_t>(static_cast<size_t>(num_slots) * static_cast<size_t>(ctx.world_size()));
+  // A peer's first arrival writes into this rank's words; it must not land before they are zeroed.
+  ctx.barrier();
+}
+
+DeviceBarrier::DeviceBarrier(DeviceBarrier&& other) noexcept
+    : ctx_(other.ctx_), epochs_(std::exchange(other.epochs_, nullptr)), num_slots_(other.num_slots_) {}
+
+DeviceBarrier::~DeviceBarrier() {
+  if (epochs_ == nullptr) return;
+  try {
+    ctx_->free(epochs_);
+  } catch (const std::exception& e) {
+    IRIS_LOG_ERROR("DeviceBarrier: freeing its epoch words failed: ", e.what());
+  }
+}
+
+void DeviceBarrier::arrive_and_wait(cudaStream_t stream) {
+  // One thread per rank (rounded up to whole warps), so every peer's word is written and polled in
+  // parallel; ranks beyond 1024 are handled by the strided loops in barrier_block.
+  int world = ctx_->world_size();
+  int threads = ((world + 31) / 32) * 32;
+  if (threads > 1024) threads = 1024;
+  device_barrier_kernel<<<1, threads, 0, stream>>>(ctx_->device_context(), handle());
+  IRIS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace iris

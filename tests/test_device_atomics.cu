@@ -1,0 +1,479 @@
+// GPU tests of iris/device/atomics.cuh: every read-modify-write (add, sub, and, or, xor, min, max,
+// xchg, cas) on every integer type (int32, uint32, int64, uint64), and float/double add and sub, under every
+// memory order and every scope, on local and remote heap words under contention.
+//
+// Contention follows the scope, since an atomic is only atomic with the threads its scope includes:
+//   Scope::kSys  every rank hits every rank's words (threads from all GPUs on one word);
+//   Scope::kGpu  one rank per word (which rank rotates over words, so local and remote both occur),
+//                its participants spread over different blocks;
+//   Scope::kCta  one rank per word, all participants in one block.
+// Every participant's returned old value is collected (from all ranks), and the owner of each word
+// checks that the old values and the final value describe one serial order of the operations: from
+// the initial value, the operations that returned the current value must be those applied at that
+// value, of which at most one may change it (the operands are chosen so no value recurs), until no
+// operation is left and the word holds the final value. A lost update, a torn or stale old value, or
+// an operation applied twice fails it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "iris/context.hpp"
+#include "iris/core/cuda_check.hpp"
+#include "iris/device.cuh"
+#include "support/ranks.hpp"
+#include "test_device_util.cuh"
+
+namespace iris {
+namespace {
+
+namespace dev = iris::device;
+using dev::Order;
+using dev::Scope;
+using test::RankSetup;
+
+enum class AtomicOp { kAdd, kSub, kAnd, kOr, kXor, kMin, kMax, kXchg, kCas };
+
+const char* op_name(AtomicOp op) {
+  switch (op) {
+    case AtomicOp::kAdd:
+      return "add";
+    case AtomicOp::kSub:
+      return "sub";
+    case AtomicOp::kAnd:
+      return "and";
+    case AtomicOp::kOr:
+      return "or";
+    case AtomicOp::kXor:
+      return "xor";
+    case AtomicOp::kMin:
+      return "min";
+    case AtomicOp::kMax:
+      return "max";
+    case AtomicOp::kXchg:
+      return "xchg";
+    case AtomicOp::kCas:
+      return "cas";
+  }
+  return "?";
+}
+const char* order_name(Order o) {
+  return o == Order::kRelaxed   ? "relaxed"
+         : o == Order::kAcquire ? "acquire"
+         : o == Order::kRelease ? "release"
+                                : "acq_rel";
+}
+const char* scope_name(Scope s) { return s == Scope::kCta ? "cta" : s == Scope::kGpu ? "gpu" : "sys"; }
+
+constexpr int kWords = 8;                 // words per rank's heap
+constexpr int kMaxCasAttempts = 1 << 20;  // a CAS loop that needs more has a bug (or never sees the word change)
+
+// Participants per word: half the bits of T (each bitwise participant owns one bit; the other half
+// keep random init bits that must survive).
+template <typename T>
+constexpr int participants_per_word() {
+  return static_cast<int>(sizeof(T) * 8 / 2);
+}
+
+// Which rank drives word (owner, m) for scopes narrower than kSys.
+__host__ __device__ inline int single_driver(int owner, int m, int world) { return (owner + m) % world; }
+
+template <typename T>
+__host__ __device__ T wrap_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T, AtomicOp kOp, Order kOrder, Scope kScope>
+__device__ T apply_atomic(const DeviceContext& ctx, T* word, T operand, int owner, unsigned* failures) {
+  if constexpr (kOp == AtomicOp::kAdd) return dev::atomic_add<kOrder, kScope>(ctx, word, operand, owner);
+  if constexpr (kOp == AtomicOp::kSub) return dev::atomic_sub<kOrder, kScope>(ctx, word, operand, owner);
+  if constexpr (kOp == AtomicOp::kAnd) return dev::atomic_and<kOrder, kScope>(ctx, word, operand, owner);
+  if constexpr (kOp == AtomicOp::kOr) return dev::atomic_or<kOrder, kScope>(ctx, word, operand, owner);
+  if constexpr (kOp == AtomicOp::kXor) return dev::atomic_xor<kOrder, kScope>(ctx, word, operand, owner);
+  if constexpr (kOp == AtomicOp::kMin) return dev::atomic_min<kOrder, kScope>(ctx, word, operand, owner);
+  if constexpr (kOp == AtomicOp::kMax) return dev::atomic_max<kOrder, kScope>(ctx, word, operand, owner);
+  if constexpr (kOp == AtomicOp::kXchg) return dev::atomic_xchg<kOrder, kScope>(ctx, word, operand, owner);
+  if constexpr (kOp == AtomicOp::kCas) {
+    // Lock-free add through CAS; the recorded old value is the one the successful CAS returned.
+    // A wrong old value from a failed CAS either never matches (attempts run out) or breaks the sum.
+    T expected = dev::load<Order::kRelaxed, kScope>(ctx, word, owner);
+    for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
+      T seen = dev::atomic_cas<kOrder, kScope>(ctx, word, expected, wrap_add(expected, operand), owner);
+      if (seen == expected) return seen;
+      expected = seen;
+    }
+    atomicAdd(failures, 1u);
+    return expected;
+  }
+}
+
+// Launch shapes (see the file comment):
+//   kCta: grid = W * kWords blocks (one per word), block = P participants.
+//   kGpu: grid = P blocks (one per participant), block = W * kWords threads (one per word).
+//   kSys: grid = P / W blocks (this rank's participants), block = W * kWords threads.
+template <typename T, AtomicOp kOp, Order kOrder, Scope kScope>
+__global__ void contention_kernel(DeviceContext ctx, T* words, const T* operands, T* olds, unsigned* failures) {
+  constexpr int kP = participants_per_word<T>();
+  const int world = ctx.world_size;
+  int word, g;
+  if constexpr (kScope == Scope::kCta) {
+    word = blockIdx.x;
+    g = threadIdx.x;
+  } else {
+    word = threadIdx.x;
+    g = kScope == Scope::kGpu ? blockIdx.x : ctx.rank * (kP / world) + blockIdx.x;
+  }
+  const int owner = word / kWords, m = word % kWords;
+  if (owner >= world || g >= kP) return;
+  if (kScope != Scope::kSys && single_driver(owner, m, world) != ctx.rank) return;
+  const size_t slot = static_cast<size_t>(word) * kP + g;
+  olds[slot] = apply_atomic<T, kOp, kOrder, kScope>(ctx, words + m, operands[slot], owner, failures);
+}
+
+// ---- host side: operands and the serial-order check ------------------------------------------------
+
+template <typename T>
+T apply_host(AtomicOp op, T s, T v) {
+  switch (op) {
+    case AtomicOp::kAdd:
+      return wrap_add(s, v);
+    case AtomicOp::kSub:
+      if constexpr (std::is_integral_v<T>) {
+        using U = std::make_unsigned_t<T>;
+        return static_cast<T>(static_cast<U>(static_cast<U>(s) - static_cast<U>(v)));
+      } else {
+        return s - v;
+      }
+    case AtomicOp::kCas:
+      return wrap_add(s, v);
+    case AtomicOp::kXchg:
+      return v;
+    default:
+      break;
+  }
+  if constexpr (std::is_integral_v<T>) {
+    switch (op) {
+      case AtomicOp::kAnd:
+        return s & v;
+      case AtomicOp::kOr:
+        return s | v;
+      case AtomicOp::kXor:
+        return s ^ v;
+      case AtomicOp::kMin:
+        return std::min(s, v);
+      case AtomicOp::kMax:
+        return std::max(s, v);
+      default:
+        break;
+    }
+  }
+  return s;
+}
+
+template <typename T>
+bool same_bits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+template <typename T>
+std::string show(T v) {
+  std::ostringstream os;
+  if constexpr (std::is_integral_v<T>) {
+    os << +v;
+  } else {
+    os.precision(17);
+    os << v;
+  }
+  return os.str();
+}
+
+// "" when the old values and the final value fit one serial order of the operations (see top).
+template <typename T>
+std::string check_serial_order(AtomicOp op, T init, const std::vector<T>& operands, const std::vector<T>& olds,
+                               T final_value) {
+  std::vector<bool> done(operands.size(), false);
+  size_t remaining = operands.size();
+  T s = init;
+  for (size_t step = 0; step <= operands.size(); ++step) {
+    int changer = -1, changers = 0;
+    for (size_t g = 0; g < operands.size(); ++g) {
+      if (done[g] || !same_bits(olds[g], s)) continue;
+      done[g] = true;
+      --remaining;
+      if (!same_bits(apply_host(op, s, operands[g]), s)) {
+        ++changers;
+        if (changer < 0) changer = static_cast<int>(g);
+      }
+    }
+    if (changers > 1)
+      return "more than one operation returned " + show(s) + " and would have changed it (e.g. participant " +
+             std::to_string(changer) + ")";
+    if (changers == 0) break;
+    s = apply_host(op, s, operands[changer]);
+  }
+  if (remaining > 0) {
+    for (size_t g = 0; g < operands.size(); ++g)
+      if (!done[g])
+        return std::to_string(remaining) + " operation(s) returned values the word never held, e.g. participant " +
+               std::to_string(g) + " returned " + show(olds[g]) + " (operand " + show(operands[g]) + ")";
+  }
+  if (!same_bits(s, final_value))
+    return "the operations end at " + show(s) + " but the word holds " + show(final_value);
+  return "";
+}
+
+// Initial value and P operands of one word, the same on every rank (seeded by the word's identity).
+template <typename T>
+void make_word(AtomicOp op, uint64_t seed, T& init, std::vector<T>& operands) {
+  constexpr int kP = participants_per_word<T>();
+  constexpr int kBits = sizeof(T) * 8;
+  std::mt19937_64 rng(seed);
+  auto random_bits = [&]() {
+    uint64_t r = rng();
+    T v;
+    std::memcpy(&v, &r, sizeof(T));
+    return v;
+  };
+  operands.assign(kP, T{});
+  if constexpr (std::is_floating_point_v<T>) {
+    // Integer-valued, so every partial sum is exact and strictly increasing.
+    init = static_cast<T>(static_cast<int>(rng() % 2001) - 1000);
+    for (auto& v : operands) v = static_cast<T>(1 + rng() % 1000);
+    return;
+  } else {
+    using U = std::make_unsigned_t<T>;
+    init = random_bits();
+    switch (op) {
+      case AtomicOp::kAdd:
+      case AtomicOp::kSub:
+      case AtomicOp::kCas:
+        // Non-zero and small enough that no partial sum wraps back to an earlier value.
+        for (auto& v : operands) v = static_cast<T>(1 + rng() % (1u << 20));
+        break;
+      case AtomicOp::kAnd:
+      case AtomicOp::kOr:
+      case AtomicOp::kXor: {
+        // Participant g owns bit position pos[g] (random, distinct) and changes only that bit; the
+        // operand's other bits leave the word unchanged (and: 1 where the word may have anything,
+        // 0 only where the word is already 0; or: 0, or 1 only where the word is already 1).
+        std::vector<int> pos(kBits);
+        for (int b = 0; b < kBits; ++b) pos[b] = b;
+        std::shuffle(pos.begin(), pos.end(), rng);
+        U owned = 0;
+        for (int g = 0; g < kP; ++g) owned |= U{1} << pos[g];
+        U w = static_cast<U>(init);
+        if (op == AtomicOp::kAnd) w |= owned;  // owned bits start set, each cleared once
+        if (op == AtomicOp::kOr) w &= ~owned;  // owned bits start clear, each set once
+        init = static_cast<T>(w);
+        for (int g = 0; g < kP; ++g) {
+          U bit = U{1} << pos[g];
+          U noise = static_cast<U>(random_bits());
+          U v;
+          if (op == AtomicOp::kAnd)
+            v = ~bit & ~(noise & ~w & ~owned);  // clears bit; extra zeros only where w is 0
+          else if (op == AtomicOp::kOr)
+            v = bit | (noise & w & ~owned);  // sets bit; extra ones only where w is 1
+          else
+            v = bit;  // toggles its bit once
+          operands[g] = static_cast<T>(v);
+        }
+        break;
+      }
+      case AtomicOp::kMin:
+      case AtomicOp::kMax:
+      case AtomicOp::kXchg: {
+        // Distinct operands, none equal to init (xchg then changes the word at every step; min/max
+        // operands beyond init leave it alone).
+        std::set<U> seen{static_cast<U>(init)};
+        for (auto& v : operands) {
+          T c;
+          do c = random_bits();
+          while (!seen.insert(static_cast<U>(c)).second);
+          v = c;
+        }
+        break;
+      }
+    }
+  }
+}
+
+template <typename T>
+using ContentionKernel = void (*)(DeviceContext, T*, const T*, T*, unsigned*);
+
+template <typename T>
+struct ContentionBuffers {
+  T* words;  // kWords on the heap
+  T* operands;
+  T* olds;
+  unsigned* failures;
+};
+
+// One (op, order, scope) combination on type T; `kernel` is its contention_kernel instantiation.
+// (Only the kernel is instantiated per combination; this host side is per type, to keep compile
+// times down.)
+template <typename T>
+void run_contention(Context& ctx, const ContentionBuffers<T>& buf, AtomicOp op, Order order, Scope scope,
+                    ContentionKernel<T> kernel, const char* type_name) {
+  constexpr int kP = participants_per_word<T>();
+  const int world = ctx.world_size(), me = ctx.rank();
+  const size_t slots = static_cast<size_t>(world) * kWords * kP;
+  const uint64_t combo = test::mix64(static_cast<uint64_t>(op), static_cast<uint64_t>(order),
+                                     static_cast<uint64_t>(scope), sizeof(T) * 10 + std::is_signed_v<T>);
+  std::vector<T> inits(static_cast<size_t>(world) * kWords), operands(slots);
+  for (int o = 0; o < world; ++o)
+    for (int m = 0; m < kWords; ++m) {
+      std::vector<T> ops;
+      make_word<T>(op, test::mix64(combo, o, m), inits[o * kWords + m], ops);
+      std::copy(ops.begin(), ops.end(), operands.begin() + (static_cast<size_t>(o) * kWords + m) * kP);
+    }
+  test::copy_to_device(ctx.stream(), buf.words,
+                       std::vector<T>(inits.begin() + me * kWords, inits.begin() + (me + 1) * kWords));
+  test::copy_to_device(ctx.stream(), buf.operands, operands);
+  test::fill_bytes(ctx.stream(), buf.olds, 0xC3, slots);
+  test::fill_bytes(ctx.stream(), buf.failures, 0, 1);
+  ctx.barrier();  // every rank's words hold their initial values before anyone touches them
+
+  dim3 grid, block;
+  if (scope == Scope::kCta) {
+    grid = world * kWords;
+    block = kP;
+  } else if (scope == Scope::kGpu) {
+    grid = kP;
+    block = world * kWords;
+  } else {
+    grid = kP / world;
+    block = world * kWords;
+  }
+  kernel<<<grid, block, 0, ctx.stream()>>>(ctx.device_context(), buf.words, buf.operands, buf.olds, buf.failures);
+  IRIS_CUDA_CHECK_LAUNCH();
+  ctx.barrier();  // every rank's atomics are complete
+
+  auto finals = test::copy_to_host(ctx.stream(), buf.words, kWords);
+  auto my_olds = test::copy_to_host(ctx.stream(), buf.olds, slots);
+  auto failures = test::copy_to_host(ctx.stream(), buf.failures, 1);
+  auto all_olds = test::allgather_vector(ctx, my_olds);
+  std::ostringstream where;
+  where << "atomic_" << op_name(op) << "<" << order_name(order) << ", " << scope_name(scope) << "> on " << type_name
+        << ", rank " << me << " of " << world;
+  EXPECT_EQ(failures[0], 0u) << where.str() << ": CAS loops ran out of attempts";
+
+  const int per_rank = kP / world;
+  const int participants = scope == Scope::kSys ? per_rank * world : kP;
+  for (int m = 0; m < kWords; ++m) {
+    const size_t base = (static_cast<size_t>(me) * kWords + m) * kP;  // words owned by this rank
+    std::vector<T> ops, olds;
+    for (int g = 0; g < participants; ++g) {
+      const int driver = scope == Scope::kSys ? g / per_rank : single_driver(me, m, world);
+      ops.push_back(operands[base + g]);
+      olds.push_back(all_olds[driver][base + g]);
+    }
+    std::string problem = check_serial_order(op, inits[me * kWords + m], ops, olds, finals[m]);
+    EXPECT_EQ(problem, "") << where.str() << ", word " << m << " (" << participants << " participants)";
+  }
+  ctx.barrier();  // nobody still reads the operands before the next combination rewrites them
+}
+
+template <typename T, AtomicOp kOp, Order kOrder>
+void run_scopes(Context& ctx, const ContentionBuffers<T>& buf, const char* type_name) {
+  run_contention<T>(ctx, buf, kOp, kOrder, Scope::kCta, &contention_kernel<T, kOp, kOrder, Scope::kCta>, type_name);
+  run_contention<T>(ctx, buf, kOp, kOrder, Scope::kGpu, &contention_kernel<T, kOp, kOrder, Scope::kGpu>, type_name);
+  run_contention<T>(ctx, buf, kOp, kOrder, Scope::kSys, &contention_kernel<T, kOp, kOrder, Scope::kSys>, type_name);
+}
+
+template <typename T, AtomicOp kOp>
+void run_orders_and_scopes(Context& ctx, const ContentionBuffers<T>& buf, const char* type_name) {
+  run_scopes<T, kOp, Order::kRelaxed>(ctx, buf, type_name);
+  run_scopes<T, kOp, Order::kAcquire>(ctx, buf, type_name);
+  run_scopes<T, kOp, Order::kRelease>(ctx, buf, type_name);
+  run_scopes<T, kOp, Order::kAcqRel>(ctx, buf, type_name);
+}
+
+template <typename T, AtomicOp... kOps>
+void run_type(Context& ctx, const char* type_name) {
+  constexpr int kP = participants_per_word<T>();
+  const size_t slots = static_cast<size_t>(ctx.world_size()) * kWords * kP;
+  T* words = ctx.empty<T>(kWords);
+  test::DeviceBuffer<T> operands(slots), olds(slots);
+  test::DeviceBuffer<unsigned> failures(1);
+  const ContentionBuffers<T> buf{words, operands.get(), olds.get(), failures.get()};
+  (run_orders_and_scopes<T, kOps>(ctx, buf, type_name), ...);
+  ctx.barrier();
+  ctx.free(words);
+}
+
+template <typename T>
+void run_integer_type(Context& ctx, const char* type_name) {
+  run_type<T, AtomicOp::kAdd, AtomicOp::kSub, AtomicOp::kAnd, AtomicOp::kOr, AtomicOp::kXor, AtomicOp::kMin,
+           AtomicOp::kMax, AtomicOp::kXchg, AtomicOp::kCas>(ctx, type_name);
+}
+
+class DeviceAtomicsTest : public ::testing::TestWithParam<RankSetup> {};
+
+TEST_P(DeviceAtomicsTest, Int32EveryOpOrderAndScope) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(), [](Context& ctx) { run_integer_type<int32_t>(ctx, "int32"); }, test::device_test_options());
+}
+
+TEST_P(DeviceAtomicsTest, Uint32EveryOpOrderAndScope) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(), [](Context& ctx) { run_integer_type<uint32_t>(ctx, "uint32"); }, test::device_test_options());
+}
+
+TEST_P(DeviceAtomicsTest, Int64EveryOpOrderAndScope) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(), [](Context& ctx) { run_integer_type<int64_t>(ctx, "int64"); }, test::device_test_options());
+}
+
+TEST_P(DeviceAtomicsTest, Uint64EveryOpOrderAndScope) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(), [](Context& ctx) { run_integer_type<uint64_t>(ctx, "uint64"); }, test::device_test_options());
+}
+
+TEST_P(DeviceAtomicsTest, FloatAndDoubleAddSubEveryOrderAndScope) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        run_type<float, AtomicOp::kAdd, AtomicOp::kSub>(ctx, "float");
+        run_type<double, AtomicOp::kAdd, AtomicOp::kSub>(ctx, "double");
+      },
+      test::device_test_options());
+}
+
+// The host-side checker must reject what it is meant to catch (it guards every test above).
+TEST(DeviceAtomicsChecker, RejectsLostDuplicatedAndStaleUpdates) {
+  // Three adds of 1, 2, 4 from 10: a valid order returns 10, 11, 13 and ends at 17.
+  EXPECT_EQ(check_serial_order<int>(AtomicOp::kAdd, 10, {1, 2, 4}, {10, 11, 13}, 17), "");
+  EXPECT_EQ(check_serial_order<int>(AtomicOp::kAdd, 10, {1, 2, 4}, {16, 10, 12}, 17), "");
+  EXPECT_NE(check_serial_order<int>(AtomicOp::kAdd, 10, {1, 2, 4}, {10, 11, 13}, 13), "");  // lost update
+  EXPECT_NE(check_serial_order<int>(AtomicOp::kAdd, 10, {1, 2, 4}, {10, 10, 13}, 17), "");  // two saw 10
+  EXPECT_NE(check_serial_order<int>(AtomicOp::kAdd, 10, {1, 2, 4}, {10, 11, 99}, 17), "");  // garbage old
+  // min: 7 and 9 from 8: 9 changes nothing, so it may return 8 or 7.
+  EXPECT_EQ(check_serial_order<int>(AtomicOp::kMin, 8, {7, 9}, {8, 8}, 7), "");
+  EXPECT_EQ(check_serial_order<int>(AtomicOp::kMin, 8, {7, 9}, {8, 7}, 7), "");
+  EXPECT_NE(check_serial_order<int>(AtomicOp::kMin, 8, {7, 9}, {9, 8}, 7), "");
+  // xchg chain.
+  EXPECT_EQ(check_serial_order<int>(AtomicOp::kXchg, 0, {5, 6, 7}, {6, 0, 5}, 7), "");
+  EXPECT_NE(check_serial_order<int>(AtomicOp::kXchg, 0, {5, 6, 7}, {0, 0, 5}, 7), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(DeviceRanks, DeviceAtomicsTest, ::testing::ValuesIn(test::all_rank_setups()),
+                         test::rank_setup_name);
+
+}  // namespace
+}  // namespace iris

@@ -1,0 +1,171 @@
+// GPU tests of the device barrier (iris/device/barrier.cuh, iris/device_barrier.hpp): as a stream
+// operation captured in a CUDA graph and replayed 1,000 times, with data written to every peer before
+// each barrier checked after it; inside a kernel with one slot per block; epochs that count every
+// crossing on every rank. 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and processes.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "iris/context.hpp"
+#include "iris/core/cuda_check.hpp"
+#include "iris/core/error.hpp"
+#include "iris/device.cuh"
+#include "iris/device_barrier.hpp"
+#include "support/ranks.hpp"
+#include "test_device_util.cuh"
+
+namespace iris {
+namespace {
+
+namespace dev = iris::device;
+using test::RankSetup;
+
+class DeviceBarrierTest : public ::testing::TestWithParam<RankSetup> {};
+
+__host__ __device__ inline uint32_t round_word(int sender, uint64_t round, int i) {
+  return static_cast<uint32_t>(test::mix64(sender, round, i, 0xBA5));
+}
+
+// Rank r writes round `*round`'s data into slot r of every rank's inbox ([W][n] words).
+__global__ void write_round(DeviceContext ctx, uint32_t* inbox, const uint64_t* round, int n) {
+  const uint64_t k = *round;
+  for (int to = 0; to < ctx.world_size; ++to)
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+      dev::store(ctx, inbox + ctx.rank * n + i, round_word(ctx.rank, k, i), to);
+}
+
+// Every slot of this rank's inbox must hold round `*round`'s data from its writer.
+__global__ void check_round(DeviceContext ctx, const uint32_t* inbox, const uint64_t* round, int n,
+                            unsigned long long* wrong) {
+  const uint64_t k = *round;
+  unsigned long long bad = 0;
+  for (int s = 0; s < ctx.world_size; ++s)
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+      bad += inbox[s * n + i] != round_word(s, k, i) ? 1 : 0;
+  if (bad != 0) atomicAdd(wrong, bad);
+}
+
+__global__ void advance_round(uint64_t* round) { *round += 1; }
+
+TEST_P(DeviceBarrierTest, GraphReplayedThousandTimesSeesEveryRoundsDataAfterTheBarrier) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int world = ctx.world_size(), n = 16384, replays = 1000;
+        auto* inbox = ctx.full<uint32_t>(static_cast<size_t>(world) * n, 0xDEADBEEFu);
+        DeviceBarrier barrier(ctx);  // collective; also a host barrier, so every inbox is poisoned first
+        test::DeviceBuffer<uint64_t> round(1);
+        test::DeviceBuffer<unsigned long long> wrong(1);
+        test::fill_bytes(ctx.stream(), round.get(), 0, 1);
+        test::fill_bytes(ctx.stream(), wrong.get(), 0, 1);
+
+        // One round: write to every peer -> barrier -> check own inbox -> next round -> barrier (so no peer
+        // overwrites an inbox that is still being checked). The round number lives in device memory.
+        cudaStream_t stream = ctx.stream();
+        const DeviceContext dctx = ctx.device_context();
+        cudaGraph_t graph = nullptr;
+        IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        write_round<<<8, 256, 0, stream>>>(dctx, inbox, round.get(), n);
+        barrier.arrive_and_wait(stream);
+        check_round<<<8, 256, 0, stream>>>(dctx, inbox, round.get(), n, wrong.get());
+        advance_round<<<1, 1, 0, stream>>>(round.get());
+        barrier.arrive_and_wait(stream);
+        IRIS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        cudaGraphExec_t exec = nullptr;
+        IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int r = 0; r < replays; ++r) IRIS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        ctx.synchronize();  // TimeoutError if a rank was left waiting
+        IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+        IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+
+        EXPECT_EQ(test::copy_to_host(stream, wrong.get(), 1)[0], 0u) << "rank " << ctx.rank() << ": words wrong";
+        EXPECT_EQ(test::copy_to_host(stream, round.get(), 1)[0], static_cast<uint64_t>(replays));
+        ctx.barrier();  // every rank's last arrival has landed
+        // Each rank crossed slot 0 twice per replay; the epochs were advanced only by the kernels.
+        for (uint64_t e : test::copy_to_host(stream, barrier.handle().epochs, world))
+          EXPECT_EQ(e, 2u * replays) << "rank " << ctx.rank();
+        // The last round's data is intact.
+        auto last = test::copy_to_host(stream, inbox, static_cast<size_t>(world) * n);
+        size_t bad = 0;
+        for (int s = 0; s < world; ++s)
+          for (int i = 0; i < n; ++i) bad += last[s * n + i] != round_word(s, replays - 1, i) ? 1 : 0;
+        EXPECT_EQ(bad, 0u);
+        ctx.barrier();
+        ctx.free(inbox);
+      },
+      test::device_test_options());
+}
+
+// Block b crosses slot b: write to every peer's inbox[b][me] -> barrier -> check inbox[b][*] ->
+// barrier, `iterations` times. inbox: heap [blocks][W][n].
+__global__ void barrier_loop_kernel(DeviceContext ctx, DeviceBarrierHandle barrier, uint32_t* inbox, int n,
+                                    int iterations, unsigned long long* wrong) {
+  const int world = ctx.world_size, me = ctx.rank, b = blockIdx.x;
+  uint32_t* mine = inbox + (static_cast<size_t>(b) * world + me) * n;
+  for (int it = 0; it < iterations; ++it) {
+    const uint64_t round = static_cast<uint64_t>(b) * 1000003u + it;
+    for (int to = 0; to < world; ++to)
+      for (int i = threadIdx.x; i < n; i += blockDim.x) dev::store(ctx, mine + i, round_word(me, round, i), to);
+    if (!dev::barrier_block(ctx, barrier, b)) return;
+    unsigned long long bad = 0;
+    for (int s = 0; s < world; ++s)
+      for (int i = threadIdx.x; i < n; i += blockDim.x)
+        bad += inbox[(static_cast<size_t>(b) * world + s) * n + i] != round_word(s, round, i) ? 1 : 0;
+    if (bad != 0) atomicAdd(wrong, bad);
+    if (!dev::barrier_block(ctx, barrier, b)) return;
+  }
+}
+
+TEST_P(DeviceBarrierTest, InKernelBarrierWithOneSlotPerBlockAndStreamBarrierShareEpochs) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int world = ctx.world_size(), blocks = 4, n = 1024, iterations = 200, stream_crossings = 10;
+        auto* inbox = ctx.full<uint32_t>(static_cast<size_t>(blocks) * world * n, 0xDEADBEEFu);
+        DeviceBarrier barrier(ctx, blocks);
+        EXPECT_EQ(barrier.num_slots(), blocks);
+        test::DeviceBuffer<unsigned long long> wrong(1);
+        test::fill_bytes(ctx.stream(), wrong.get(), 0, 1);
+        barrier_loop_kernel<<<blocks, 256, 0, ctx.stream()>>>(ctx.device_context(), barrier.handle(), inbox, n,
+                                                              iterations, wrong.get());
+        IRIS_CUDA_CHECK_LAUNCH();
+        for (int i = 0; i < stream_crossings; ++i) barrier.arrive_and_wait();  // slot 0, after the kernel's crossings
+        ctx.synchronize();
+        EXPECT_EQ(test::copy_to_host(ctx.stream(), wrong.get(), 1)[0], 0u) << "rank " << ctx.rank();
+        ctx.barrier();  // every rank's last arrival has landed
+        auto epochs = test::copy_to_host(ctx.stream(), barrier.handle().epochs, static_cast<size_t>(blocks) * world);
+        for (int slot = 0; slot < blocks; ++slot)
+          for (int r = 0; r < world; ++r)
+            EXPECT_EQ(epochs[slot * world + r], 2u * iterations + (slot == 0 ? stream_crossings : 0))
+                << "slot " << slot << ", rank " << r << "'s word on rank " << ctx.rank();
+        ctx.barrier();
+        ctx.free(inbox);
+      },
+      test::device_test_options());
+}
+
+TEST_P(DeviceBarrierTest, MovedBarrierKeepsWorkingAndZeroSlotsIsRejected) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        EXPECT_THROW(DeviceBarrier(ctx, 0), InvalidArgument);
+        DeviceBarrier first(ctx);
+        first.arrive_and_wait();
+        DeviceBarrier second(std::move(first));
+        second.arrive_and_wait();
+        ctx.synchronize();
+        ctx.barrier();
+        for (uint64_t e : test::copy_to_host(ctx.stream(), second.handle().epochs, ctx.world_size())) EXPECT_EQ(e, 2u);
+      },
+      test::device_test_options());
+}
+
+INSTANTIATE_TEST_SUITE_P(DeviceRanks, DeviceBarrierTest, ::testing::ValuesIn(test::all_rank_setups()),
+                         test::rank_setup_name);
+
+}  // namespace
+}  // namespace iris

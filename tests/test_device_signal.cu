@@ -1,0 +1,330 @@
+// GPU tests of iris/device/signal.cuh: wait_until comparisons on local and remote words, 10,000
+// producer -> consumer messages through a remote flag with each put-and-signal form (no message lost,
+// duplicated or stale), and many-to-one signalling with release read-modify-writes. 1 and 2 ranks
+// (more with IRIS_TEST_MAX_RANKS), threads and processes.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "iris/context.hpp"
+#include "iris/core/cuda_check.hpp"
+#include "iris/device.cuh"
+#include "support/ranks.hpp"
+#include "test_device_util.cuh"
+
+namespace iris {
+namespace {
+
+namespace dev = iris::device;
+using dev::Cmp;
+using dev::Order;
+using dev::Scope;
+using test::RankSetup;
+
+class DeviceSignalTest : public ::testing::TestWithParam<RankSetup> {};
+
+// ---- wait_until comparisons ----------------------------------------------------------------------
+
+struct CmpCase {
+  int64_t observed;
+  Cmp cmp;
+  int64_t value;
+  int types;  // 1: holds on uint64 words, 2: holds on int32 words, 3: both
+};
+
+// Every case holds on the word types it names, so those waits return true at once.
+const std::vector<CmpCase>& satisfied_cases() {
+  static const std::vector<CmpCase> cases = {
+      {7, Cmp::kEq, 7, 3},
+      {7, Cmp::kNe, 8, 3},
+      {7, Cmp::kGe, 7, 3},
+      {8, Cmp::kGe, 7, 3},
+      {8, Cmp::kGt, 7, 3},
+      {7, Cmp::kLe, 7, 3},
+      {6, Cmp::kLe, 7, 3},
+      {6, Cmp::kLt, 7, 3},
+      {7, Cmp::kReached, 7, 3},
+      {9, Cmp::kReached, 7, 3},
+      {5, Cmp::kReached, -3, 3},                    // uint64: 5 is 8 past 2^64 - 3 (wrapped); int32: 5 >= -3
+      {-2147483643, Cmp::kReached, 2147483645, 2},  // int32 wrapped: 0x80000005 is 8 past 0x7ffffffd
+      {-1, Cmp::kLt, 0, 2},
+      {-1, Cmp::kGt, 0, 1},
+      {-5, Cmp::kGe, -6, 3},
+  };
+  return cases;
+}
+
+// words: [cases] uint64 then [cases] int32, in this rank's heap; the kernel waits on rank `from`'s copy.
+__global__ void wait_cases_kernel(DeviceContext ctx, const uint64_t* u64_words, const int32_t* i32_words,
+                                  const CmpCase* cases, int count, int from, int* results) {
+  const int i = threadIdx.x;
+  if (i >= count) return;
+  const CmpCase c = cases[i];
+  bool ok64 = true, ok32 = true;
+  if (c.types & 1)
+    ok64 = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, dev::translate(ctx, u64_words + i, from), c.cmp,
+                                                         static_cast<uint64_t>(c.value), "test_cmp_u64");
+  if (c.types & 2)
+    ok32 = dev::wait_until<Order::kRelaxed, Scope::kGpu>(ctx, dev::translate(ctx, i32_words + i, from), c.cmp,
+                                                         static_cast<int32_t>(c.value), "test_cmp_i32");
+  results[2 * i] = ok64 ? 1 : 0;
+  results[2 * i + 1] = ok32 ? 1 : 0;
+}
+
+TEST_P(DeviceSignalTest, WaitUntilReturnsAtOnceForSatisfiedComparisonsLocalAndRemote) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const auto& cases = satisfied_cases();
+        const int count = static_cast<int>(cases.size());
+        auto* u64_words = ctx.empty<uint64_t>(count);
+        auto* i32_words = ctx.empty<int32_t>(count);
+        std::vector<uint64_t> u64(count);
+        std::vector<int32_t> i32(count);
+        for (int i = 0; i < count; ++i) {
+          u64[i] = static_cast<uint64_t>(cases[i].observed);
+          i32[i] = static_cast<int32_t>(cases[i].observed);
+        }
+        test::copy_to_device(ctx.stream(), u64_words, u64);
+        test::copy_to_device(ctx.stream(), i32_words, i32);
+        test::DeviceBuffer<CmpCase> dev_cases(count);
+        test::copy_to_device(ctx.stream(), dev_cases.get(), cases);
+        test::DeviceBuffer<int> results(2 * count);
+        ctx.barrier();  // every rank's words are set
+        for (int from = 0; from < ctx.world_size(); ++from) {
+          test::fill_bytes(ctx.stream(), results.get(), 0x7f, results.size());
+          wait_cases_kernel<<<1, 32, 0, ctx.stream()>>>(ctx.device_context(), u64_words, i32_words, dev_cases.get(),
+                                                        count, from, results.get());
+          IRIS_CUDA_CHECK_LAUNCH();
+          ctx.synchronize();  // would throw TimeoutError if a satisfied wait did not return
+          auto got = test::copy_to_host(ctx.stream(), results.get(), results.size());
+          for (int i = 0; i < count; ++i) {
+            EXPECT_EQ(got[2 * i], 1) << "uint64 case " << i << " on rank " << from;
+            EXPECT_EQ(got[2 * i + 1], 1) << "int32 case " << i << " on rank " << from;
+          }
+        }
+        ctx.barrier();
+        ctx.free(i32_words);
+        ctx.free(u64_words);
+      },
+      test::device_test_options());
+}
+
+// ---- producer -> consumer messages ---------------------------------------------------------------
+
+constexpr int kSlots = 4;  // ring depth: the producer runs at most kSlots messages ahead
+
+struct MessageRing {
+  uint64_t* payload;  // heap [kSlots][n]: written by the left neighbour
+  uint64_t* ready;    // heap [kSlots]: generation (message index + 1) in each slot, released by the left neighbour
+  uint64_t* acked;    // heap [1]: messages the right neighbour has consumed, released by it
+  uint64_t* staging;  // local [kSlots][n]: the producer's source buffer
+  unsigned long long* counts;  // local [3]: wrong payload words, wrong ready values, messages received
+};
+
+__host__ __device__ inline uint64_t message_word(int sender, uint64_t k, size_t i) {
+  return test::mix64(0x5157ull + static_cast<uint64_t>(sender), k, i);
+}
+
+template <typename Group>
+__device__ void group_sync() {
+  if constexpr (std::is_same_v<Group, dev::ThisWarp>) __syncwarp();
+  if constexpr (std::is_same_v<Group, dev::ThisBlock>) __syncthreads();
+}
+
+// True on every thread of the group when `ok` is true on every thread; also orders the group's
+// memory accesses (a vote alone does not, hence the __syncwarp).
+template <typename Group>
+__device__ bool group_all(bool ok) {
+  if constexpr (std::is_same_v<Group, dev::ThisWarp>) {
+    ok = __all_sync(0xffffffffu, ok);
+    __syncwarp();
+    return ok;
+  } else if constexpr (std::is_same_v<Group, dev::ThisBlock>) {
+    return __syncthreads_and(ok) != 0;
+  } else {
+    return ok;
+  }
+}
+
+template <typename Group>
+__device__ void put_signal(const DeviceContext& ctx, uint64_t* dst, const uint64_t* src, size_t n, uint64_t* flag,
+                           uint64_t value, int to) {
+  if constexpr (std::is_same_v<Group, dev::ThisThread>) {
+    dev::put_thread_signal_release<Scope::kSys>(ctx, dst, src, n, flag, value, to);
+  } else if constexpr (std::is_same_v<Group, dev::ThisWarp>) {
+    dev::put_warp_signal_release<Scope::kSys>(ctx, dst, src, n, flag, value, to);
+  } else {
+    dev::put_block_signal_release<Scope::kSys>(ctx, dst, src, n, flag, value, to);
+  }
+}
+
+// Block 0 sends `messages` messages to the right neighbour; block 1 receives as many from the left
+// (with one rank, both are this rank). One group (a thread, a warp or a block) per side.
+template <typename Group>
+__global__ void message_kernel(DeviceContext ctx, MessageRing ring, int n, int messages) {
+  const int world = ctx.world_size, me = ctx.rank;
+  const int right = (me + 1) % world, left = (me + world - 1) % world;
+  const uint32_t t = Group::index(), size = Group::size();
+  const bool leader = t == 0;
+  if (blockIdx.x == 0) {
+    for (int k = 0; k < messages; ++k) {
+      const int slot = k % kSlots;
+      if (k >= kSlots) {
+        // Slot reuse: the consumer has finished reading message k - kSlots (rule 4).
+        bool ok = true;
+        if (leader)
+          ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, ring.acked, Cmp::kReached,
+                                                             static_cast<uint64_t>(k - kSlots + 1), "test_producer");
+        if (!group_all<Group>(ok)) return;
+      }
+      uint64_t* stage = ring.staging + static_cast<size_t>(slot) * n;
+      for (int i = t; i < n; i += size) stage[i] = message_word(me, k, i);
+      group_sync<Group>();  // the whole message is staged before the group copies it
+      put_signal<Group>(ctx, ring.payload + static_cast<size_t>(slot) * n, stage, n, ring.ready + slot,
+                        static_cast<uint64_t>(k + 1), right);
+    }
+  } else {
+    for (int k = 0; k < messages; ++k) {
+      const int slot = k % kSlots;
+      bool ok = true;
+      if (leader) {
+        ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, ring.ready + slot, Cmp::kReached,
+                                                           static_cast<uint64_t>(k + 1), "test_consumer");
+        // The producer cannot be a full ring ahead, so the slot holds exactly this generation.
+        if (ok && dev::load<Order::kRelaxed, Scope::kSys>(ring.ready + slot) != static_cast<uint64_t>(k + 1))
+          atomicAdd(&ring.counts[1], 1ull);
+      }
+      if (!group_all<Group>(ok)) return;
+      const uint64_t* msg = ring.payload + static_cast<size_t>(slot) * n;
+      unsigned long long bad = 0;
+      for (int i = t; i < n; i += size) bad += dev::load(msg + i) != message_word(left, k, i) ? 1 : 0;
+      if (bad != 0) atomicAdd(&ring.counts[0], bad);
+      group_sync<Group>();  // every read of the slot is done before it is handed back
+      if (leader) {
+        dev::signal<Order::kRelease, Scope::kSys>(ctx, ring.acked, static_cast<uint64_t>(k + 1), left);
+        atomicAdd(&ring.counts[2], 1ull);
+      }
+    }
+  }
+}
+
+template <typename Group>
+void run_messages(Context& ctx, int threads, int n, int messages, const char* form) {
+  const int me = ctx.rank();
+  auto* payload = ctx.empty<uint64_t>(static_cast<size_t>(kSlots) * n);
+  auto* flags = ctx.zeros<uint64_t>(kSlots + 1);
+  test::fill_bytes(ctx.stream(), payload, 0xFF, static_cast<size_t>(kSlots) * n);  // poison
+  test::DeviceBuffer<uint64_t> staging(static_cast<size_t>(kSlots) * n);
+  test::DeviceBuffer<unsigned long long> counts(3);
+  test::fill_bytes(ctx.stream(), counts.get(), 0, 3);
+  MessageRing ring{payload, flags, flags + kSlots, staging.get(), counts.get()};
+  ctx.barrier();  // every ring is reset before any producer starts
+  message_kernel<Group><<<2, threads, 0, ctx.stream()>>>(ctx.device_context(), ring, n, messages);
+  IRIS_CUDA_CHECK_LAUNCH();
+  ctx.synchronize();  // a lost message shows up as a TimeoutError here
+  ctx.barrier();      // the right neighbour's last acknowledgement has landed
+  auto got = test::copy_to_host(ctx.stream(), counts.get(), 3);
+  EXPECT_EQ(got[0], 0u) << form << " on rank " << me << ": payload words wrong (stale or torn messages)";
+  EXPECT_EQ(got[1], 0u) << form << " on rank " << me << ": ready flags skipped a generation";
+  EXPECT_EQ(got[2], static_cast<unsigned long long>(messages)) << form << " on rank " << me << ": messages received";
+  auto final_flags = test::copy_to_host(ctx.stream(), flags, kSlots + 1);
+  for (int s = 0; s < kSlots; ++s) {
+    const int last = ((messages - 1 - s) / kSlots) * kSlots + s;  // last message that used slot s
+    EXPECT_EQ(final_flags[s], static_cast<uint64_t>(last + 1)) << form << ": slot " << s << " on rank " << me;
+  }
+  EXPECT_EQ(final_flags[kSlots], static_cast<uint64_t>(messages)) << form << ": acknowledgements on rank " << me;
+  ctx.free(flags);
+  ctx.free(payload);
+}
+
+TEST_P(DeviceSignalTest, TenThousandMessagesThroughARemoteFlagNoneLostDuplicatedOrStale) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        run_messages<dev::ThisBlock>(ctx, 256, 512, 10000, "put_block_signal_release");  // 4 KiB messages
+        run_messages<dev::ThisWarp>(ctx, 32, 96, 10000, "put_warp_signal_release");
+        run_messages<dev::ThisThread>(ctx, 1, 5, 10000, "put_thread_signal_release");
+      },
+      test::device_test_options());
+}
+
+// ---- many-to-one: release add ------------------------------------------------------------------
+
+constexpr int kFanInBlocks = 4;
+
+__host__ __device__ inline uint32_t fan_in_word(int sender, int block, int round, int i) {
+  return static_cast<uint32_t>(test::mix64(sender, block, round, i));
+}
+
+// Blocks [0, kFanInBlocks) of every rank write a piece of every round into every rank's heap and count
+// it with signal_add (release) on that round's counter; the last block of each rank waits for all
+// W * kFanInBlocks pieces of a round (acquire) and checks them. data: heap [rounds][W][kFanInBlocks][n];
+// counters: heap [rounds] (one per round: producers run ahead of each other by any number of rounds).
+__global__ void fan_in_kernel(DeviceContext ctx, uint32_t* data, uint64_t* counters, unsigned long long* wrong,
+                              int rounds, int n) {
+  const int world = ctx.world_size, me = ctx.rank;
+  const int b = blockIdx.x;
+  if (b < kFanInBlocks) {
+    for (int round = 0; round < rounds; ++round) {
+      uint32_t* piece = data + ((static_cast<size_t>(round) * world + me) * kFanInBlocks + b) * n;
+      for (int to = 0; to < world; ++to)
+        for (int i = threadIdx.x; i < n; i += blockDim.x) dev::store(ctx, piece + i, fan_in_word(me, b, round, i), to);
+      __syncthreads();  // the block's writes happen before thread 0's releases
+      if (threadIdx.x == 0)
+        for (int to = 0; to < world; ++to)
+          (void)dev::signal_add<Order::kRelease, Scope::kSys>(ctx, counters + round, 1, to);
+    }
+  } else {
+    for (int round = 0; round < rounds; ++round) {
+      bool ok = true;
+      if (threadIdx.x == 0)
+        ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, counters + round, Cmp::kEq,
+                                                           static_cast<uint64_t>(world) * kFanInBlocks, "test_fan_in");
+      if (!__syncthreads_and(ok)) return;
+      for (int s = 0; s < world; ++s)
+        for (int pb = 0; pb < kFanInBlocks; ++pb) {
+          const uint32_t* piece = data + ((static_cast<size_t>(round) * world + s) * kFanInBlocks + pb) * n;
+          for (int i = threadIdx.x; i < n; i += blockDim.x)
+            if (piece[i] != fan_in_word(s, pb, round, i)) atomicAdd(wrong, 1ull);
+        }
+    }
+  }
+}
+
+TEST_P(DeviceSignalTest, ReleaseAddFromEveryRankPublishesTheirData) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int world = ctx.world_size(), rounds = 64, n = 256;
+        const size_t words = static_cast<size_t>(rounds) * world * kFanInBlocks * n;
+        auto* data = ctx.full<uint32_t>(words, 0xDEADBEEFu);  // poisoned
+        auto* counters = ctx.zeros<uint64_t>(rounds);
+        test::DeviceBuffer<unsigned long long> wrong(1);
+        test::fill_bytes(ctx.stream(), wrong.get(), 0, 1);
+        ctx.barrier();
+        fan_in_kernel<<<kFanInBlocks + 1, 256, 0, ctx.stream()>>>(ctx.device_context(), data, counters, wrong.get(),
+                                                                  rounds, n);
+        IRIS_CUDA_CHECK_LAUNCH();
+        ctx.synchronize();
+        ctx.barrier();
+        EXPECT_EQ(test::copy_to_host(ctx.stream(), wrong.get(), 1)[0], 0u) << "rank " << ctx.rank();
+        for (uint64_t c : test::copy_to_host(ctx.stream(), counters, rounds))
+          EXPECT_EQ(c, static_cast<uint64_t>(world) * kFanInBlocks) << "rank " << ctx.rank();
+        ctx.free(counters);
+        ctx.free(data);
+      },
+      test::device_test_options());
+}
+
+INSTANTIATE_TEST_SUITE_P(DeviceRanks, DeviceSignalTest, ::testing::ValuesIn(test::all_rank_setups()),
+                         test::rank_setup_name);
+
+}  // namespace
+}  // namespace iris

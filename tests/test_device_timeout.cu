@@ -1,0 +1,255 @@
+// GPU tests of the bounded-wait path (iris/device/timeout.cuh): a wait that can never complete ends
+// the kernel after the context's device timeout (200 ms here) and ctx.synchronize() throws
+// iris::TimeoutError naming the op, the rank and the word's owner; every other spinning thread gives
+// up too; the record is cleared and the context keeps working; device barriers time out and report
+// misuse the same way. 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and processes.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "iris/context.hpp"
+#include "iris/core/cuda_check.hpp"
+#include "iris/core/error.hpp"
+#include "iris/device.cuh"
+#include "iris/device_barrier.hpp"
+#include "support/ranks.hpp"
+#include "test_device_util.cuh"
+
+namespace iris {
+namespace {
+
+namespace dev = iris::device;
+using dev::Cmp;
+using dev::Order;
+using dev::Scope;
+using test::RankSetup;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kBound = std::chrono::milliseconds(200);
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+class DeviceTimeoutTest : public ::testing::TestWithParam<RankSetup> {};
+
+// Every thread waits for `*word == expected`; results[thread] = 1 if the wait succeeded, 0 if it gave up.
+__global__ void wait_kernel(DeviceContext ctx, const uint64_t* word, uint64_t expected, int* results) {
+  const bool ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, word, Cmp::kEq, expected, "test_never_signalled");
+  results[blockIdx.x * blockDim.x + threadIdx.x] = ok ? 1 : 0;
+}
+
+__global__ void wait_named_kernel(DeviceContext ctx, const uint64_t* word, int* results, int first) {
+  const char* op = first ? "test_first_timeout" : "test_after_error";
+  const bool ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, word, Cmp::kEq, 1, op);
+  results[blockIdx.x * blockDim.x + threadIdx.x] = ok ? 1 : 0;
+}
+
+// Waits 256 threads for a word nobody writes; checks the exception, its timing and message, that every
+// thread gave up, that the record was cleared, and that the same kernel then succeeds once the word is set.
+void check_never_signalled(Context& ctx, uint64_t* local_word, int owner) {
+  const int me = ctx.rank();
+  const uint64_t* word = ctx.translate(local_word, owner);
+  test::DeviceBuffer<int> results(256);
+  test::fill_bytes(ctx.stream(), results.get(), 0x7f, 256);
+  const auto t0 = Clock::now();
+  wait_kernel<<<4, 64, 0, ctx.stream()>>>(ctx.device_context(), word, 1, results.get());
+  IRIS_CUDA_CHECK_LAUNCH();
+  std::string message;
+  try {
+    ctx.synchronize();
+  } catch (const TimeoutError& e) {
+    message = e.what();
+  }
+  const double elapsed = ms_since(t0);
+  ASSERT_FALSE(message.empty()) << "rank " << me << ": ctx.synchronize() did not throw iris::TimeoutError";
+  EXPECT_GE(elapsed, 190.0) << "gave up before the 200 ms bound";
+  EXPECT_LT(elapsed, 3000.0) << "took far longer than the 200 ms bound";
+  EXPECT_NE(message.find("test_never_signalled"), std::string::npos) << message;
+  EXPECT_NE(message.find("on rank " + std::to_string(me)), std::string::npos) << message;
+  EXPECT_NE(message.find("owned by rank " + std::to_string(owner)), std::string::npos) << message;
+  EXPECT_NE(message.find("last value 0, waiting for 1"), std::string::npos) << message;
+  for (int r : test::copy_to_host(ctx.stream(), results.get(), 256)) EXPECT_EQ(r, 0) << "a thread did not give up";
+  EXPECT_NO_THROW(ctx.check_device_error()) << "the record is cleared after it was reported";
+}
+
+TEST_P(DeviceTimeoutTest, WaitThatNeverCompletesThrowsTimeoutErrorNamingOpRankAndOwner) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int me = ctx.rank(), right = (me + 1) % ctx.world_size();
+        // [0]: waited on locally, [1]: waited on by the left neighbour. Nobody writes either until below.
+        auto* words = ctx.zeros<uint64_t>(2);
+        ctx.barrier();
+        check_never_signalled(ctx, words, me);
+        check_never_signalled(ctx, words + 1, right);
+        ctx.barrier();  // no peer waits on words[1] any more
+
+        // The context still works: the same wait succeeds once the word holds the value.
+        test::copy_to_device(ctx.stream(), words, std::vector<uint64_t>{1});
+        test::DeviceBuffer<int> results(256);
+        wait_kernel<<<4, 64, 0, ctx.stream()>>>(ctx.device_context(), words, 1, results.get());
+        IRIS_CUDA_CHECK_LAUNCH();
+        EXPECT_NO_THROW(ctx.synchronize());
+        for (int r : test::copy_to_host(ctx.stream(), results.get(), 256)) EXPECT_EQ(r, 1);
+        ctx.barrier();
+        ctx.free(words);
+      },
+      test::device_test_options(kBound));
+}
+
+TEST_P(DeviceTimeoutTest, RecordedErrorMakesLaterWaitsGiveUpQuicklyAndKeepsTheFirstReport) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        auto* word = ctx.zeros<uint64_t>(1);
+        test::DeviceBuffer<int> results(128);
+        wait_named_kernel<<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), word, results.get(), 1);
+        IRIS_CUDA_CHECK_LAUNCH();
+        IRIS_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));  // times out and records; not reported yet
+        // A later kernel's waits see the unreported record and give up at their first error poll (about
+        // 100 us), long before their own 200 ms bound.
+        const auto t0 = Clock::now();
+        wait_named_kernel<<<2, 64, 0, ctx.stream()>>>(ctx.device_context(), word, results.get(), 0);
+        IRIS_CUDA_CHECK_LAUNCH();
+        IRIS_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+        EXPECT_LT(ms_since(t0), 120.0) << "waits did not notice the recorded error";
+        for (int r : test::copy_to_host(ctx.stream(), results.get(), 128)) EXPECT_EQ(r, 0);
+        std::string message;
+        try {
+          ctx.check_device_error();
+        } catch (const TimeoutError& e) {
+          message = e.what();
+        }
+        EXPECT_NE(message.find("test_first_timeout"), std::string::npos)
+            << "the first failure is the one reported: " << message;
+        EXPECT_NO_THROW(ctx.check_device_error());
+        ctx.barrier();
+        ctx.free(word);
+      },
+      test::device_test_options(kBound));
+}
+
+// One thread per case, each waiting for a comparison that does not hold: all give up.
+struct UnsatisfiedCase {
+  uint64_t observed;
+  Cmp cmp;
+  uint64_t value;
+};
+
+__global__ void unsatisfied_kernel(DeviceContext ctx, uint64_t* words, const UnsatisfiedCase* cases, int count,
+                                   int* results) {
+  const int i = threadIdx.x;
+  if (i >= count) return;
+  words[i] = cases[i].observed;
+  results[i] =
+      dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, words + i, cases[i].cmp, cases[i].value, "test_unsatisfied")
+          ? 1
+          : 0;
+}
+
+TEST_P(DeviceTimeoutTest, UnsatisfiedComparisonsWaitUntilTheBound) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const std::vector<UnsatisfiedCase> cases = {
+            {7, Cmp::kEq, 8},
+            {7, Cmp::kNe, 7},
+            {6, Cmp::kGe, 7},
+            {7, Cmp::kGt, 7},
+            {8, Cmp::kLe, 7},
+            {7, Cmp::kLt, 7},
+            {6, Cmp::kReached, 7},
+            {~uint64_t{0} - 2, Cmp::kReached, 5},  // 2^64 - 3 is before 5 (wrapped)
+            {~uint64_t{0}, Cmp::kLt, 0},           // unsigned: 2^64 - 1 is not below 0
+        };
+        const int count = static_cast<int>(cases.size());
+        auto* words = ctx.zeros<uint64_t>(count);
+        test::DeviceBuffer<UnsatisfiedCase> dev_cases(count);
+        test::copy_to_device(ctx.stream(), dev_cases.get(), cases);
+        test::DeviceBuffer<int> results(count);
+        test::fill_bytes(ctx.stream(), results.get(), 0x7f, count);
+        unsatisfied_kernel<<<1, 32, 0, ctx.stream()>>>(ctx.device_context(), words, dev_cases.get(), count,
+                                                       results.get());
+        IRIS_CUDA_CHECK_LAUNCH();
+        EXPECT_THROW(ctx.synchronize(), TimeoutError);
+        auto got = test::copy_to_host(ctx.stream(), results.get(), count);
+        for (int i = 0; i < count; ++i) EXPECT_EQ(got[i], 0) << "case " << i << " was satisfied";
+        ctx.barrier();
+        ctx.free(words);
+      },
+      test::device_test_options(kBound));
+}
+
+TEST_P(DeviceTimeoutTest, DeviceBarrierTimesOutWhenAPeerNeverArrives) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  if (GetParam().world < 2) GTEST_SKIP() << "needs a peer that stays away: 2 ranks or more";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        DeviceBarrier barrier(ctx);
+        if (ctx.rank() == 0) {
+          const auto t0 = Clock::now();
+          barrier.arrive_and_wait();
+          std::string message;
+          try {
+            ctx.synchronize();
+          } catch (const TimeoutError& e) {
+            message = e.what();
+          }
+          EXPECT_GE(ms_since(t0), 190.0);
+          EXPECT_NE(message.find("barrier_block"), std::string::npos) << message;
+          EXPECT_NE(message.find("on rank 0"), std::string::npos) << message;
+          EXPECT_NE(message.find("owned by rank 0"), std::string::npos) << "rank 0 waits on its own words: " << message;
+        }
+        ctx.barrier();
+      },
+      test::device_test_options(kBound));
+}
+
+__global__ void barrier_slot_kernel(DeviceContext ctx, DeviceBarrierHandle barrier, int slot, int* result) {
+  const bool ok = dev::barrier_block(ctx, barrier, slot);
+  if (threadIdx.x == 0) *result = ok ? 1 : 0;
+}
+
+TEST_P(DeviceTimeoutTest, DeviceBarrierSlotOutOfRangeIsReported) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        DeviceBarrier barrier(ctx, 3);
+        test::DeviceBuffer<int> result(1);
+        for (int slot : {3, -1}) {
+          test::fill_bytes(ctx.stream(), result.get(), 0x7f, 1);
+          barrier_slot_kernel<<<1, 64, 0, ctx.stream()>>>(ctx.device_context(), barrier.handle(), slot, result.get());
+          IRIS_CUDA_CHECK_LAUNCH();
+          std::string message;
+          try {
+            ctx.synchronize();
+          } catch (const TimeoutError& e) {
+            message = e.what();
+          }
+          EXPECT_NE(message.find("slot out of range"), std::string::npos) << "slot " << slot << ": " << message;
+          EXPECT_EQ(test::copy_to_host(ctx.stream(), result.get(), 1)[0], 0);
+        }
+        // Valid slots still work on every rank (nothing was advanced by the rejected calls).
+        for (int slot : {0, 1, 2}) {
+          barrier_slot_kernel<<<1, 64, 0, ctx.stream()>>>(ctx.device_context(), barrier.handle(), slot, result.get());
+          IRIS_CUDA_CHECK_LAUNCH();
+          EXPECT_NO_THROW(ctx.synchronize());
+          EXPECT_EQ(test::copy_to_host(ctx.stream(), result.get(), 1)[0], 1);
+        }
+        ctx.barrier();
+      },
+      test::device_test_options(kBound));
+}
+
+INSTANTIATE_TEST_SUITE_P(DeviceRanks, DeviceTimeoutTest, ::testing::ValuesIn(test::all_rank_setups()),
+                         test::rank_setup_name);
+
+}  // namespace
+}  // namespace iris
