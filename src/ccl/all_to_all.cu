@@ -1,0 +1,87 @@
+// all_to_all: in and out are (W*m x n); rows [j*m, (j+1)*m) of in go to rank j, where they land in
+// rows [me*m, (me+1)*m) of its out.
+//
+// Push through the receivers' staging, like all_gather but with a different block for each peer. One
+// block of rows is cut into chunks (CopyPlan); block b of the grid takes chunks c = b, b + G, ... on
+// every rank and
+//   1. push     for every k = 1..W-1 copies chunk c of input block me+k into slot [k-1] of rank me+k's
+//               staging, copies chunk c of input block me into output block me; then bar.sync and one
+//               release per peer (system scope) of flag (k, c) on that peer;
+//   2. receive  for every source me-k: waits for its local flag (k, c) to reach the epoch (acquire,
+//               system scope) and copies the chunk from its staging into output block me-k.
+// A block pushes everything it has before it waits, and waits only for the same block index of its
+// peers (same chunks), so no block waits for one that cannot run.
+//
+// Reuse without a barrier (staging and flags come in two parities; call e uses e & 1): a peer s writes
+// our parity-(e & 1) slots again in call e + 2. It starts call e + 2 after finishing call e + 1, which
+// needed our pushes of call e + 1 (its block of our input), which we make only after our call e ended,
+// reads included. So the slots we read in call e are not overwritten under us, and our flag (k, c) of
+// parity e & 1 holds e - 2 or e (never e + 2) while we wait for e.
+// in and out must not overlap (checked on the host): block j of in is read while block j of out is
+// being received.
+#include "ccl/ccl_common.cuh"
+#include "ccl/collective_kernels.hpp"
+
+namespace iris::ccl::detail {
+namespace {
+
+template <typename U, bool kVec>
+__global__ void __launch_bounds__(kThreads) all_to_all_kernel(const __grid_constant__ ExchangeArgs a) {
+  const DeviceContext& ctx = a.ctx;
+  const int me = ctx.rank, world = ctx.world_size, peers = world - 1;
+  const uint64_t epoch = begin_call(a.state);
+  const ExchangeStaging<U> stage(a, world, epoch);
+  auto in_block = [&](int r) {
+    return View<const U>{static_cast<const U*>(a.in) + r * a.block_rows * a.in_stride, a.cols, a.in_stride};
+  };
+  auto out_block = [&](int r) {
+    return View<U>{static_cast<U*>(a.out) + r * a.block_rows * a.out_stride, a.cols, a.out_stride};
+  };
+
+  // 1. push block me+k of my input into rank me+k's staging; copy my own block locally.
+  for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
+    const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
+    for (int k = 1; k < world; ++k) {
+      const int to = ring_peer(me, k, world);
+      const View<const U> src = in_block(to);
+      U* dst = dev::translate(ctx, stage.slot_of(k) + base, to);
+      block_copy_to<U, kVec>([&](int64_t e) { return dst + e; }, [&](int64_t e) { return src.at(base + e); }, len);
+    }
+    const View<const U> src = in_block(me);
+    const View<U> dst = out_block(me);
+    block_copy_to<U, kVec>([&](int64_t e) { return dst.at(base + e); }, [&](int64_t e) { return src.at(base + e); },
+                           len);
+    block_signal_each(
+        ctx, peers, [&](int i) { return stage.flag(i + 1, c); }, [&](int i) { return ring_peer(me, i + 1, world); },
+        epoch);
+  }
+
+  // 2. copy what every peer pushed into my staging into its output block.
+  for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
+    const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
+    for (int k = 1; k < world; ++k) {
+      if (!block_wait_flag(ctx, stage.flag(k, c), epoch, "all_to_all")) {
+        end_call(a.state, epoch);
+        return;
+      }
+      const View<U> dst = out_block(ring_peer(me, world - k, world));
+      const U* src = stage.slot_of(k) + base;
+      block_copy_to<U, kVec>([&](int64_t e) { return dst.at(base + e); }, [&](int64_t e) { return src + e; }, len);
+    }
+  }
+  end_call(a.state, epoch);
+}
+
+}  // namespace
+
+void launch_all_to_all(const ExchangeArgs& args, DType dtype, int blocks, cudaStream_t stream) {
+  dispatch_bits(dtype, [&](auto u) {
+    using U = decltype(u);
+    if (args.vec)
+      all_to_all_kernel<U, true><<<blocks, kThreads, 0, stream>>>(args);
+    else
+      all_to_all_kernel<U, false><<<blocks, kThreads, 0, stream>>>(args);
+  });
+}
+
+}  // namespace iris::ccl::detail

@@ -1,0 +1,91 @@
+// broadcast entry points: validation, workspace needs, launch (kernel: broadcast.cu).
+#include "ccl/ccl_host.hpp"
+#include "ccl/collective_kernels.hpp"
+#include "iris/ccl/collectives.hpp"
+#include "iris/core/cuda_check.hpp"
+
+namespace iris::ccl {
+namespace {
+
+using detail::align256;
+
+constexpr const char* kOp = "broadcast";
+constexpr const char* kPreamble = "broadcast_preamble";
+
+struct Plan {
+  OpSignature sig;
+  WorkspaceNeeds needs;
+  detail::CopyPlan chunks;
+  int64_t per_owner = 1;
+  bool in_place = false;
+  int blocks = 1;
+};
+
+// `in` is looked at on the root only (it may be empty elsewhere).
+Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config) {
+  const int world = ctx.world_size();
+  config.validate(world);
+  IRIS_CHECK_ARG(root >= 0 && root < world, kOp, ": root ", root, " is not a rank of this world of ", world, ".");
+  detail::check_view(kOp, "output", out);
+  Plan p;
+  if (ctx.rank() == root) {
+    detail::check_view(kOp, "input", in);
+    IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
+                   dtype_name(out.dtype), ".");
+    IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, kOp, ": input is ", in.rows, "x", in.cols,
+                   " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
+    detail::check_no_partial_overlap(kOp, out, in, /*allow_same=*/true);
+    p.in_place = out.numel() > 0 && detail::same_view(in, out);
+  }
+  p.sig = detail::collective_signature(OpKind::kBroadcast, out, world, config, root);
+  const size_t esz = out.element_size();
+  p.chunks = detail::plan_copy_chunks(out.numel(), out.dtype);
+  p.needs.block_state = detail::kCollectiveEpochWords;
+  if (world > 1) {
+    p.per_owner = (p.chunks.nchunks + world - 2) / (world - 1);
+    p.needs.staging_bytes = align256(static_cast<size_t>(out.numel()) * esz);
+    p.needs.flags = static_cast<size_t>(p.chunks.nchunks);
+  } else {
+    p.per_owner = p.chunks.nchunks;
+  }
+  p.blocks = detail::launch_blocks(ctx, config, p.chunks.nchunks);
+  return p;
+}
+
+}  // namespace
+
+void broadcast_preamble(Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config,
+                        Workspace& ws) {
+  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(ctx, out, in, root, config); });
+}
+
+void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config, Workspace& ws,
+               cudaStream_t stream) {
+  const Plan p = make_plan(ctx, out, in, root, config);
+  detail::require_op(kOp, kPreamble, ws, OpKind::kBroadcast);
+  ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
+  if (out.numel() == 0) return;
+  const bool is_root = ctx.rank() == root;
+  detail::BroadcastArgs a{};
+  a.ctx = ctx.device_context();
+  a.in = is_root ? in.data : nullptr;
+  a.out = out.data;
+  a.numel = out.numel();
+  a.cols = out.cols;
+  a.in_stride = is_root ? in.stride : out.stride;
+  a.out_stride = out.stride;
+  a.chunk = p.chunks.chunk;
+  a.nchunks = p.chunks.nchunks;
+  a.per_owner = p.per_owner;
+  a.root = root;
+  a.staging = ws.staging();
+  a.flags = ws.flags();
+  a.state = ws.block_state();
+  a.vec = detail::vec_ok(out, 0) && (!is_root || detail::vec_ok(in, 0));
+  a.in_place = p.in_place;
+  detail::launch_broadcast(a, out.dtype, p.blocks, detail::pick_stream(ctx, stream));
+  IRIS_CUDA_CHECK_LAUNCH();
+  ws.count_call();
+}
+
+}  // namespace iris::ccl

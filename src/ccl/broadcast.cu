@@ -1,0 +1,112 @@
+// broadcast: out = root's in on every rank.
+//
+// Scatter, then forward (so the root sends the tensor about once instead of W-1 times). The flat
+// tensor is cut into chunks (CopyPlan); the chunks form W-1 contiguous runs of per_owner chunks, run i
+// owned by rank root+1+i (mod W). Block b of the grid takes chunks c = b, b + G, ... on every rank:
+//   root       copies chunk c of in into its out (unless in place) and into the staging of owner(c),
+//              then bar.sync and a release (system scope) of flag c on owner(c);
+//   owner(c)   waits for its local flag c (acquire, system scope), copies chunk c from its staging
+//              into its out and into the staging of every rank but the root and itself, then bar.sync
+//              and one release of flag c on each of them;
+//   the rest   wait for their local flag c and copy chunk c from their staging into their out.
+// A non-root block forwards its own chunks before it waits for anyone else's. Every wait is for the
+// same block index on the root (which never waits within a call) or on an owner (which waits only
+// for the root), so no block waits for one that cannot run.
+//
+// Reuse without a barrier. Every rank's staging and flags are written only by call e's root and
+// owners, in that causal order: an owner forwards chunk c only after acquiring the root's flag c.
+// The root never waits for anyone within a call, so it alone could run ahead; before writing anything,
+// each root block waits until every peer's published epoch (state[0], stored with a release at system
+// scope by the peer's last block, end_call_published) reaches e - 1: that peer's call e - 1 is over,
+// every read of its staging included. Every write of call e into a peer comes after that wait (the
+// root's directly, an owner's through the root's flag), so one staging slot and one flag per chunk
+// suffice, and flag c holds at most e - 1 until call e's writer stores e. A rank that was the root in
+// call e - 1 received nothing then; a different root in call e waits for its epoch all the same.
+// In place on the root (out == in): the root only reads in.
+#include "ccl/ccl_common.cuh"
+#include "ccl/collective_kernels.hpp"
+
+namespace iris::ccl::detail {
+namespace {
+
+template <typename U, bool kVec>
+__global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_constant__ BroadcastArgs a) {
+  const DeviceContext& ctx = a.ctx;
+  const int me = ctx.rank, world = ctx.world_size, root = a.root;
+  const uint64_t epoch = begin_call(a.state);
+  U* const stage = static_cast<U*>(a.staging);
+  const View<U> out{static_cast<U*>(a.out), a.cols, a.out_stride};
+  auto length = [&](int64_t c) { return min(a.chunk, a.numel - c * a.chunk); };
+  auto owner = [&](int64_t c) { return ring_peer(root, 1 + static_cast<int>(c / a.per_owner), world); };
+
+  if (me == root) {
+    const View<const U> in{static_cast<const U*>(a.in), a.cols, a.in_stride};
+    if (world > 1 &&
+        !block_wait_each(
+            ctx, world - 1, [&](int i) { return dev::translate(ctx, a.state, ring_peer(root, i + 1, world)); },
+            epoch - 1, "broadcast (root waits for a peer's previous call)")) {
+      end_call_published(a.state, epoch);
+      return;
+    }
+    const int to_peer = world > 1 ? 1 : 0;
+    const int ndst = to_peer + (a.in_place ? 0 : 1);
+    for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
+      const int64_t base = c * a.chunk;
+      const int d = to_peer ? owner(c) : me;
+      block_fanout<U, kVec>(
+          [&](int64_t e) { return in.at(base + e); }, ndst,
+          [&](int i, int64_t e) { return i < to_peer ? dev::translate(ctx, stage + base, d) + e : out.at(base + e); },
+          length(c));
+      if (to_peer) block_signal(ctx, a.flags + c, epoch, d);
+    }
+  } else {
+    // Forward targets: ranks at distance 1..W-1 from me, skipping the root (at distance rk).
+    const int rk = root > me ? root - me : root - me + world;
+    auto target = [&](int i) { return ring_peer(me, 1 + i + (1 + i >= rk ? 1 : 0), world); };
+    const int ntargets = world - 2;
+    // 1. forward the chunks I own (waiting only for the root).
+    for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
+      if (owner(c) != me) continue;
+      if (!block_wait_flag(ctx, a.flags + c, epoch, "broadcast (owner waits for the root)")) {
+        end_call_published(a.state, epoch);
+        return;
+      }
+      const int64_t base = c * a.chunk;
+      const U* src = stage + base;
+      block_fanout<U, kVec>([&](int64_t e) { return src + e; }, ntargets + 1,
+                            [&](int i, int64_t e) {
+                              return i < ntargets ? dev::translate(ctx, stage + base, target(i)) + e : out.at(base + e);
+                            },
+                            length(c));
+      block_signal_each(
+          ctx, ntargets, [&](int) { return a.flags + c; }, target, epoch);
+    }
+    // 2. copy the chunks other owners forwarded to me.
+    for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
+      if (owner(c) == me) continue;
+      if (!block_wait_flag(ctx, a.flags + c, epoch, "broadcast (waits for a chunk's owner)")) {
+        end_call_published(a.state, epoch);
+        return;
+      }
+      const int64_t base = c * a.chunk;
+      const U* src = stage + base;
+      block_copy_to<U, kVec>([&](int64_t e) { return out.at(base + e); }, [&](int64_t e) { return src + e; },
+                             length(c));
+    }
+  }
+  end_call_published(a.state, epoch);
+}
+
+}  // namespace
+
+void launch_broadcast(const BroadcastArgs& args, DType dtype, int blocks, cudaStream_t stream) {
+  dispatch_bits(dtype, [&](auto u) {
+    using U = decltype(u);
+    if (args.vec)
+      broadcast_kernel<U, true><<<blocks, kThreads, 0, stream>>>(args);
+    else
+      broadcast_kernel<U, false><<<blocks, kThreads, 0, stream>>>(args);
+  });
+}
+
+}  // namespace iris::ccl::detail

@@ -1,0 +1,327 @@
+// all_gather, reduce_scatter, all_to_all and broadcast: their chunk plan, kernel-facing arguments and
+// launchers (host part, no nvcc needed), host helpers shared by their entry points, and, for the .cu
+// files only, the device helpers their kernels share (under __CUDACC__ at the end).
+//
+// The three exchanges (all_gather, reduce_scatter, all_to_all) share one staging layout. Every rank
+// holds, in its workspace:
+//   staging  [2 parities][W-1 sources][slot]   data pushed by peers; source slot k-1 holds rank me-k's
+//   flags    [2 parities][W-1 sources][nchunks] one epoch-valued word per pushed chunk
+// Call e uses parity e & 1 of both; the reuse argument is in each kernel's header comment.
+// broadcast uses one slot and one flag per chunk (see broadcast.cu).
+//
+// Shared helpers that would belong in ccl_host.hpp / ccl_common.cuh (kept here because those files are
+// not ours): prepare_everywhere (a preamble whose local validation failure still reaches every rank),
+// require_op, overlaps, row_block, same_view, vec_ok, dispatch_bits; on the device side block_fanout,
+// block_signal_each, block_wait_each and end_call_published.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <type_traits>
+
+#include "ccl/all_reduce_kernels.hpp"
+#include "ccl/ccl_host.hpp"
+#include "iris/ccl/config.hpp"
+#include "iris/ccl/workspace.hpp"
+#include "iris/context.hpp"
+#include "iris/core/cuda_check.hpp"
+#include "iris/core/error.hpp"
+#include "iris/core/tensor.hpp"
+#include "iris/device/device_context.hpp"
+
+namespace iris::ccl::detail {
+
+// ---- chunk plan --------------------------------------------------------------------------------------
+
+// Epoch words in block_state (ccl_common.cuh: state[0] last completed epoch, state[1] finished blocks).
+inline constexpr int kCollectiveEpochWords = 2;
+
+// A flat range of `numel` elements cut into `nchunks` chunks of `chunk` elements (the last may be
+// shorter). Chunks are 8 KiB to 256 KiB, about numel / 512 elements (4 chunks per block of a 128-block
+// launch), a multiple of 16 bytes so 16-byte packs never straddle two chunks. The plan depends on the
+// size and dtype only (never on the launch), so one workspace serves any comm_sms.
+struct CopyPlan {
+  int64_t chunk = 0;
+  int64_t nchunks = 0;
+};
+
+inline CopyPlan plan_copy_chunks(int64_t numel, DType dtype) {
+  const int64_t esz = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t target = numel * esz / 512;
+  int64_t bytes = std::clamp<int64_t>(target, int64_t{8} << 10, int64_t{256} << 10);
+  bytes = (bytes + 15) / 16 * 16;
+  CopyPlan p;
+  p.chunk = bytes / esz;
+  p.nchunks = std::max<int64_t>(1, (numel + p.chunk - 1) / p.chunk);
+  return p;
+}
+
+// ---- kernel arguments ----------------------------------------------------------------------------------
+
+// all_gather, reduce_scatter, all_to_all. A "block" is one rank's m x cols rows: all_gather's input
+// and output blocks, reduce_scatter's input blocks and output, all_to_all's input and output blocks.
+struct ExchangeArgs {
+  DeviceContext ctx;
+  const void* in;
+  void* out;
+  int64_t cols;
+  int64_t in_stride;
+  int64_t out_stride;
+  int64_t block_rows;  // m
+  int64_t numel;       // m * cols, elements of one block
+  int64_t chunk;       // CopyPlan of one block
+  int64_t nchunks;
+  int64_t slot;     // elements between consecutive staging slots (a multiple of 256 bytes)
+  void* staging;    // this rank's: [2][W-1][slot] elements
+  uint64_t* flags;  // this rank's: [2][W-1][nchunks]
+  uint64_t* state;  // epoch (kCollectiveEpochWords)
+  bool vec;         // 16-byte packs on in, out and staging
+  bool in_place;    // all_gather: in is out's block `rank` (no local copy)
+};
+static_assert(std::is_trivially_copyable_v<ExchangeArgs>);
+
+void launch_all_gather(const ExchangeArgs& args, DType dtype, int blocks, cudaStream_t stream);
+void launch_all_to_all(const ExchangeArgs& args, DType dtype, int blocks, cudaStream_t stream);
+void launch_reduce_scatter(const ExchangeArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+
+struct BroadcastArgs {
+  DeviceContext ctx;
+  const void* in;  // read on the root only
+  void* out;
+  int64_t numel;
+  int64_t cols;
+  int64_t in_stride;
+  int64_t out_stride;
+  int64_t chunk;  // CopyPlan of the whole tensor
+  int64_t nchunks;
+  int64_t per_owner;  // chunks forwarded by each non-root rank: ceil(nchunks / (W-1))
+  int root;
+  void* staging;    // this rank's: [nchunks * chunk] elements (slot of chunk c at c * chunk)
+  uint64_t* flags;  // this rank's: [nchunks]
+  uint64_t* state;  // epoch (kCollectiveEpochWords); state[0] is read by the root of later calls
+  bool vec;
+  bool in_place;  // out == in on the root (no local copy)
+};
+static_assert(std::is_trivially_copyable_v<BroadcastArgs>);
+
+void launch_broadcast(const BroadcastArgs& args, DType dtype, int blocks, cudaStream_t stream);
+
+// Calls f(U{}) with U the unsigned integer as wide as one element: the copy kernels move bits, so one
+// instantiation serves every dtype of that width.
+template <typename F>
+void dispatch_bits(DType dtype, F&& f) {
+  switch (dtype_size(dtype)) {
+    case 2:
+      f(uint16_t{});
+      return;
+    case 4:
+      f(uint32_t{});
+      return;
+  }
+  throw InvalidArgument("unknown dtype");
+}
+
+// ---- host helpers -------------------------------------------------------------------------------------
+
+// True when the element ranges of a and b share a byte (empty views share none).
+inline bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto* a0 = static_cast<const char*>(a.data);
+  const auto* b0 = static_cast<const char*>(b.data);
+  return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
+}
+
+// Rows [first, first + rows) of t, as a view.
+inline Tensor row_block(const Tensor& t, int64_t first, int64_t rows) {
+  return Tensor{static_cast<char*>(t.data) + static_cast<size_t>(first * t.stride) * t.element_size(), t.dtype, rows,
+                t.cols, t.stride};
+}
+
+// True when a and b are the same elements at the same addresses.
+inline bool same_view(const Tensor& a, const Tensor& b) {
+  return a.data == b.data && a.dtype == b.dtype && a.rows == b.rows && a.cols == b.cols &&
+         (a.stride == b.stride || a.rows <= 1);
+}
+
+// True when the kernels can move t in 16-byte packs: the data is 16-byte aligned, so is every block of
+// `block_rows` rows they address (block_rows = 0: only the first), and a pack never straddles a row
+// gap (the rows are back to back, or both cols and stride are multiples of a pack).
+inline bool vec_ok(const Tensor& t, int64_t block_rows) {
+  const int64_t pack = 16 / static_cast<int64_t>(t.element_size());
+  if (t.numel() == 0) return true;
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  if ((block_rows * t.stride) % pack != 0) return false;
+  return t.stride == t.cols || t.rows <= 1 || (t.cols % pack == 0 && t.stride % pack == 0);
+}
+
+// The signature compared across ranks (no variant: these ops have one algorithm each).
+inline OpSignature collective_signature(OpKind op, const Tensor& shape, int world, const Config& config, int root = -1,
+                                        ReduceOp rop = ReduceOp::kSum) {
+  OpSignature sig;
+  sig.op = op;
+  sig.rows = shape.rows;
+  sig.cols = shape.cols;
+  sig.dtype = shape.dtype;
+  sig.world_size = world;
+  sig.block_size_m = config.block_size_m;
+  sig.block_size_n = config.block_size_n;
+  sig.root = root;
+  sig.reduce_op = rop;
+  return sig;
+}
+
+// Blocks of a launch over `nchunks` chunks.
+inline int launch_blocks(const Context& ctx, const Config& config, int64_t nchunks) {
+  const int limit = config.comm_sms > 0 ? config.comm_sms : sm_count(ctx);
+  return static_cast<int>(std::clamp<int64_t>(nchunks, 1, limit));
+}
+
+// The op's plan, then ws.prepare. When this rank's own validation (plan) throws, it still takes part
+// in prepare's exchange of signatures with a description no other rank can match, so the ranks that
+// validated raise "Collective parameters differ across ranks" instead of waiting for this one; then
+// it rethrows its own error.
+template <typename PlanFn>
+void prepare_everywhere(Context& ctx, Workspace& ws, PlanFn&& plan) {
+  ContextWorkspaceHost host(ctx);
+  OpSignature sig;
+  WorkspaceNeeds needs;
+  try {
+    auto p = plan();
+    sig = p.sig;
+    needs = p.needs;
+  } catch (const std::exception& e) {
+    host.allgather(std::string("invalid call on rank ") + std::to_string(ctx.rank()) + ": " + e.what());
+    throw;
+  }
+  // A workspace that served another collective: each op's reuse argument covers calls of that op only,
+  // so let every call of the old op end (on any stream of this device) before prepare's exchange, which
+  // then also orders them before every rank's first call of the new op.
+  if (ws.prepared() && ws.signature().op != sig.op) IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+  ws.prepare(host, sig, needs);
+}
+
+// A workspace serves the one collective it was prepared for: each op's reuse argument (its kernel's
+// comment) holds between calls of that op only.
+inline void require_op(const char* op, const char* preamble, const Workspace& ws, OpKind kind) {
+  require_prepared(op, preamble, ws);
+  IRIS_CHECK_ARG(ws.signature().op == kind, op, ": the workspace was prepared for ", op_name(ws.signature().op),
+                 "; call ", preamble, " with a workspace of its own (one workspace per collective).");
+}
+
+}  // namespace iris::ccl::detail
+
+// ---- device helpers (the kernels' .cu files) ----------------------------------------------------------
+#if defined(__CUDACC__)
+#include "ccl/ccl_common.cuh"
+
+namespace iris::ccl::detail {
+
+// Block-cooperative copy of elements [0, len): each value is loaded once from src_at(e) and stored to
+// dst_at(d, e) for every destination d < ndst (local or translated peer pointers). Four packs in flight
+// per thread; kVec packs are 16 bytes (the host checked alignment), the tail goes element by element.
+template <typename T, bool kVec, typename Src, typename Dst>
+__device__ __forceinline__ void block_fanout(Src src_at, int ndst, Dst dst_at, int64_t len) {
+  using P = Pack<T, kVec>;
+  constexpr int kN = P::kN, kUnroll = 4;
+  const int64_t packs = len / kN, step = blockDim.x;
+  int64_t j = threadIdx.x;
+  for (; j + (kUnroll - 1) * step < packs; j += kUnroll * step) {
+    P v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = load_pack<T, kVec>(src_at((j + u * step) * kN));
+    for (int d = 0; d < ndst; ++d) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) store_pack<T, kVec>(dst_at(d, (j + u * step) * kN), v[u]);
+    }
+  }
+  for (; j < packs; j += step) {
+    const P v = load_pack<T, kVec>(src_at(j * kN));
+    for (int d = 0; d < ndst; ++d) store_pack<T, kVec>(dst_at(d, j * kN), v);
+  }
+  for (int64_t e = packs * kN + threadIdx.x; e < len; e += step) {
+    const T v = *src_at(e);
+    for (int d = 0; d < ndst; ++d) *dst_at(d, e) = v;
+  }
+}
+
+// One destination.
+template <typename T, bool kVec, typename Src, typename Dst>
+__device__ __forceinline__ void block_copy_to(Dst dst_at, Src src_at, int64_t len) {
+  block_fanout<T, kVec>(
+      src_at, 1, [&](int, int64_t e) { return dst_at(e); }, len);
+}
+
+// After the block's writes: thread i (i < n) stores `epoch` with a release at system scope into the
+// word flag_at(i) of rank rank_at(i). bar.sync orders every thread's earlier stores before each
+// releasing thread, and a release is cumulative, so a peer that acquires the word sees them all
+// (DESIGN.md rules 1 and 2). Every thread of the block calls this.
+template <typename FlagAt, typename RankAt>
+__device__ __forceinline__ void block_signal_each(const DeviceContext& ctx, int n, FlagAt flag_at, RankAt rank_at,
+                                                  uint64_t epoch) {
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, flag_at(i), epoch, rank_at(i));
+}
+
+// Thread i (i < n) waits until the word at flag_at(i) (local, or a translated peer word) reaches
+// `epoch`, with acquire loads at system scope; then bar.sync, so every thread's later reads see what
+// the signallers published. Returns false on timeout (the kernel must end). Every thread calls this.
+template <typename FlagAt>
+__device__ __forceinline__ bool block_wait_each(const DeviceContext& ctx, int n, FlagAt flag_at, uint64_t epoch,
+                                                const char* op) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (!dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(ctx, flag_at(i), dev::Cmp::kReached, epoch, op))
+      failed = 1;
+  __syncthreads();
+  const bool ok = failed == 0;
+  __syncthreads();  // `failed` is reset by the next call
+  return ok;
+}
+
+// end_call (ccl_common.cuh), with the new epoch stored by a release at system scope, so a peer that
+// reads state[0] >= e with an acquire at system scope knows every block of this rank's call e is done,
+// including all its reads: each block's accesses are ordered before its acq_rel count (bar.sync), the
+// last block's acq_rel count reads every other block's, and its release store is cumulative. (Unlike
+// end_call's relaxed count, the acq_rel here is the point: it is what broadcast's root relies on.)
+__device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epoch) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint64_t done = dev::atomic_add<dev::Order::kAcqRel, dev::Scope::kGpu>(state + 1, uint64_t{1});
+    if (done == gridDim.x - 1) {
+      dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 1, uint64_t{0});
+      dev::store<dev::Order::kRelease, dev::Scope::kSys>(state, epoch);
+    }
+  }
+}
+
+// Rank at distance k after `me` in a ring of `world`.
+__device__ __forceinline__ int ring_peer(int me, int k, int world) { return me + k < world ? me + k : me + k - world; }
+
+// The parity of the exchange staging that call `epoch` uses on this rank. Source k (1..W-1) is the rank
+// k before this one; its data lands in slot k-1, its chunk c publishes through flag(k, c).
+template <typename T>
+struct ExchangeStaging {
+  T* slots;
+  uint64_t* flags;
+  int64_t slot;
+  int64_t nchunks;
+  __device__ __forceinline__ ExchangeStaging(const ExchangeArgs& a, int world, uint64_t epoch) {
+    const int64_t parity = static_cast<int64_t>(epoch & 1), peers = world - 1;
+    slots = static_cast<T*>(a.staging) + parity * peers * a.slot;
+    flags = a.flags + parity * peers * a.nchunks;
+    slot = a.slot;
+    nchunks = a.nchunks;
+  }
+  __device__ __forceinline__ T* slot_of(int k) const { return slots + (k - 1) * slot; }
+  __device__ __forceinline__ uint64_t* flag(int k, int64_t c) const { return flags + (k - 1) * nchunks + c; }
+};
+
+}  // namespace iris::ccl::detail
+#endif  // __CUDACC__

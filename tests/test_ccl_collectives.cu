@@ -1,0 +1,811 @@
+// GPU tests of all_gather, reduce_scatter, all_to_all and broadcast: every dtype over shapes that break
+// the chunking, heap and cudaMalloc buffers, strided views, in place, several block counts, against a
+// bit-exact host reference (copies: the input bits; reduce_scatter: float32 accumulation in rank
+// order, emulated on the host); CUDA-graph replays with changing inputs; one workspace reused across
+// shapes and roots; the workspace capacity errors; mismatched and invalid calls. 1 and 2 ranks (more
+// with IRIS_TEST_MAX_RANKS), threads and processes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ccl_test_util.cuh"
+#include "iris/ccl/collectives.hpp"
+#include "support/ranks.hpp"
+
+namespace iris {
+namespace {
+
+using ccl::Config;
+using ccl::ReduceOp;
+using ccl::Workspace;
+using test::RankSetup;
+using test::TestTensor;
+
+const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32};
+
+// One rank's block (all_gather's input, reduce_scatter's output, all_to_all's per-rank block,
+// broadcast's tensor). Chunks are 8 KiB to 256 KiB: 16x64 is one chunk in every dtype, 1x2048 fp32
+// exactly one full chunk, 1x2049 one element more, 1000x333 and 3x100003 many (more than the SMs).
+struct Shape {
+  int64_t m, n;
+};
+const Shape kShapes[] = {{1, 1}, {1, 7}, {16, 64}, {1, 2048}, {1, 2049}, {1000, 333}, {3, 100003}};
+
+ContextOptions big_heap() {
+  ContextOptions o;
+  o.heap_size = size_t{2} << 30;  // 8192 x 8192 fp32/bf16 in + out + staging
+  o.device_timeout = std::chrono::milliseconds(20000);
+  return o;
+}
+
+void release(Context& ctx, Workspace& ws) {
+  ccl::ContextWorkspaceHost host(ctx);
+  ws.release(host);
+}
+
+std::string shape_name(DType dt, int64_t m, int64_t n) {
+  return std::string(test::short_name(dt)) + " " + std::to_string(m) + "x" + std::to_string(n);
+}
+
+// Variations of one check.
+struct Mode {
+  int64_t pad = 0;  // row stride = cols + pad, for the input and the output
+  bool on_heap = true;
+  bool in_place = false;
+  const char* name = "heap";
+};
+const Mode kModes[] = {{0, true, false, "heap"}, {0, false, false, "cudaMalloc"}, {5, false, false, "strided"}};
+
+// Expected bytes of element i of rank r's input.
+void input_bytes(DType dt, uint64_t seed, int rank, int64_t i, char* dst) {
+  test::encode(dt, test::input_value(dt, seed, rank, i), dst);
+}
+
+// Counts elements (r, c) of the host image whose bytes differ from want(r, c, bytes); fails the test
+// with the first one. Row padding must still hold the poison.
+void verify(const std::vector<char>& host, DType dt, int64_t rows, int64_t cols, int64_t stride,
+            const std::function<void(int64_t, int64_t, char*)>& want, bool check_padding, const std::string& what) {
+  const size_t esz = dtype_size(dt);
+  int64_t wrong = 0, first_r = -1, first_c = -1;
+  double got_v = 0, want_v = 0;
+  char expect[8];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      want(r, c, expect);
+      const char* got = host.data() + (r * stride + c) * esz;
+      if (std::memcmp(got, expect, esz) != 0) {
+        if (wrong++ == 0) first_r = r, first_c = c, got_v = test::decode(dt, got), want_v = test::decode(dt, expect);
+      }
+    }
+  EXPECT_EQ(wrong, 0) << what << ": " << wrong << " of " << rows * cols << " elements wrong; first at (" << first_r
+                      << ", " << first_c << "): got " << got_v << ", want " << want_v;
+  if (check_padding && stride > cols) {
+    int64_t written = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = cols; c < stride; ++c)
+        for (size_t b = 0; b < esz; ++b)
+          written += static_cast<unsigned char>(host[(r * stride + c) * esz + b]) != 0xFF;
+    EXPECT_EQ(written, 0) << what << ": row padding written";
+  }
+}
+
+// Rows [first, first + rows) of t.
+Tensor rows_of(const Tensor& t, int64_t first, int64_t rows) {
+  return Tensor{static_cast<char*>(t.data) + first * t.stride * static_cast<int64_t>(t.element_size()), t.dtype, rows,
+                t.cols, t.stride};
+}
+
+// Host image of a (rows x stride) tensor, poisoned, with `block` copied in at row `first`.
+std::vector<char> image_with(DType dt, int64_t rows, int64_t stride, int64_t first, const std::vector<char>& block,
+                             int64_t block_rows) {
+  const size_t esz = dtype_size(dt);
+  std::vector<char> host(static_cast<size_t>(std::max<int64_t>(1, rows * stride)) * esz, static_cast<char>(0xFF));
+  std::memcpy(host.data() + first * stride * esz, block.data(), block_rows * stride * esz);
+  return host;
+}
+
+// ---- all_gather ----------------------------------------------------------------------------------------
+
+void check_all_gather(Context& ctx, const Config& cfg, Workspace& ws, DType dt, int64_t m, int64_t n, const Mode& mode,
+                      uint64_t seed, bool prepare = true) {
+  const std::string what = "all_gather " + shape_name(dt, m, n) + " " + mode.name;
+  SCOPED_TRACE(what);
+  const int world = ctx.world_size(), me = ctx.rank();
+  const int64_t stride = n + mode.pad;
+  auto out = TestTensor::make(ctx, dt, world * m, n, stride, mode.on_heap);
+  auto mine = test::make_input(dt, m, n, stride, seed, me);
+  TestTensor in;
+  Tensor in_view;
+  if (mode.in_place) {
+    out.upload(ctx.stream(), image_with(dt, world * m, stride, me * m, mine, m));
+    in_view = rows_of(out.view, me * m, m);
+  } else {
+    in = TestTensor::make(ctx, dt, m, n, stride, mode.on_heap);
+    in.upload(ctx.stream(), mine);
+    out.poison(ctx.stream());
+    in_view = in.view;
+  }
+  if (prepare) ccl::all_gather_preamble(ctx, out.view, in_view, cfg, ws);
+  ccl::all_gather(ctx, out.view, in_view, cfg, ws);
+  ctx.synchronize();
+  auto host = out.download(ctx.stream());
+  verify(
+      host, dt, world * m, n, stride,
+      [&](int64_t r, int64_t c, char* dst) { input_bytes(dt, seed, static_cast<int>(r / m), (r % m) * n + c, dst); },
+      true, what);
+  ctx.barrier();
+  out.release();
+  in.release();
+}
+
+// ---- reduce_scatter ------------------------------------------------------------------------------------
+
+// Element i of the reduction, as the kernel computes it: float32 (int32 for int32) accumulation in rank
+// order 0..W-1, one rounding to the dtype at the end.
+void reduced_bytes(DType dt, ReduceOp op, uint64_t seed, int world, int64_t i, char* dst) {
+  if (dt == DType::kInt32) {
+    int32_t acc = static_cast<int32_t>(test::input_value(dt, seed, 0, i));
+    for (int s = 1; s < world; ++s) {
+      const int32_t v = static_cast<int32_t>(test::input_value(dt, seed, s, i));
+      acc = op == ReduceOp::kSum   ? static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(v))
+            : op == ReduceOp::kMax ? (acc > v ? acc : v)
+                                   : (acc < v ? acc : v);
+    }
+    std::memcpy(dst, &acc, 4);
+    return;
+  }
+  float acc = static_cast<float>(test::input_value(dt, seed, 0, i));
+  for (int s = 1; s < world; ++s) {
+    const float v = static_cast<float>(test::input_value(dt, seed, s, i));
+    acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMax ? (acc > v ? acc : v) : (acc < v ? acc : v);
+  }
+  test::encode(dt, acc, dst);
+}
+
+void check_reduce_scatter(Context& ctx, const Config& cfg, Workspace& ws, DType dt, ReduceOp op, int64_t m, int64_t n,
+                          const Mode& mode, uint64_t seed, bool prepare = true) {
+  const std::string what =
+      std::string("reduce_scatter ") + ccl::reduce_op_name(op) + " " + shape_name(dt, m, n) + " " + mode.name;
+  SCOPED_TRACE(what);
+  const int world = ctx.world_size(), me = ctx.rank();
+  const int64_t stride = n + mode.pad;
+  auto in = TestTensor::make(ctx, dt, world * m, n, stride, mode.on_heap);
+  in.upload(ctx.stream(), test::make_input(dt, world * m, n, stride, seed, me));
+  TestTensor out;
+  Tensor out_view;
+  if (mode.in_place) {
+    out_view = rows_of(in.view, me * m, m);
+  } else {
+    out = TestTensor::make(ctx, dt, m, n, stride, mode.on_heap);
+    out.poison(ctx.stream());
+    out_view = out.view;
+  }
+  if (prepare) ccl::reduce_scatter_preamble(ctx, out_view, in.view, cfg, ws, op);
+  ccl::reduce_scatter(ctx, out_view, in.view, cfg, ws, ctx.stream(), op);
+  ctx.synchronize();
+  auto host = mode.in_place ? in.download(ctx.stream()) : out.download(ctx.stream());
+  if (mode.in_place) host.erase(host.begin(), host.begin() + me * m * stride * dtype_size(dt));
+  verify(
+      host, dt, m, n, stride,
+      [&](int64_t r, int64_t c, char* dst) { reduced_bytes(dt, op, seed, world, (me * m + r) * n + c, dst); },
+      !mode.in_place, what);
+  ctx.barrier();
+  out.release();
+  in.release();
+}
+
+// ---- all_to_all ----------------------------------------------------------------------------------------
+
+void check_all_to_all(Context& ctx, const Config& cfg, Workspace& ws, DType dt, int64_t m, int64_t n, const Mode& mode,
+                      uint64_t seed, bool prepare = true) {
+  const std::string what = "all_to_all " + shape_name(dt, m, n) + " " + mode.name;
+  SCOPED_TRACE(what);
+  const int world = ctx.world_size(), me = ctx.rank();
+  const int64_t stride = n + mode.pad;
+  auto in = TestTensor::make(ctx, dt, world * m, n, stride, mode.on_heap);
+  auto out = TestTensor::make(ctx, dt, world * m, n, stride, mode.on_heap);
+  in.upload(ctx.stream(), test::make_input(dt, world * m, n, stride, seed, me));
+  out.poison(ctx.stream());
+  if (prepare) ccl::all_to_all_preamble(ctx, out.view, in.view, cfg, ws);
+  ccl::all_to_all(ctx, out.view, in.view, cfg, ws);
+  ctx.synchronize();
+  auto host = out.download(ctx.stream());
+  // out block s, row r = rank s's input block me, row r.
+  verify(
+      host, dt, world * m, n, stride,
+      [&](int64_t r, int64_t c, char* dst) {
+        input_bytes(dt, seed, static_cast<int>(r / m), (me * m + r % m) * n + c, dst);
+      },
+      true, what);
+  ctx.barrier();
+  out.release();
+  in.release();
+}
+
+// ---- broadcast -----------------------------------------------------------------------------------------
+
+// Non-root ranks pass their own (different) input, or an empty view when `empty_in_elsewhere`: either
+// way it must not be read.
+void check_broadcast(Context& ctx, const Config& cfg, Workspace& ws, DType dt, int64_t m, int64_t n, const Mode& mode,
+                     int root, uint64_t seed, bool prepare = true, bool empty_in_elsewhere = false) {
+  const std::string what = "broadcast from " + std::to_string(root) + " " + shape_name(dt, m, n) + " " + mode.name;
+  SCOPED_TRACE(what);
+  const int me = ctx.rank();
+  const int64_t stride = n + mode.pad;
+  // Every rank allocates the same (heap allocation is collective), whatever it passes.
+  auto out = TestTensor::make(ctx, dt, m, n, stride, mode.on_heap);
+  auto in = TestTensor::make(ctx, dt, m, n, stride, mode.on_heap);
+  Tensor in_view = in.view;
+  if (mode.in_place && me == root) {
+    out.upload(ctx.stream(), test::make_input(dt, m, n, stride, seed, me));
+    in_view = out.view;
+  } else {
+    out.poison(ctx.stream());
+    in.upload(ctx.stream(), test::make_input(dt, m, n, stride, seed, me));
+    if (me != root && empty_in_elsewhere) in_view = Tensor{};
+  }
+  if (prepare) ccl::broadcast_preamble(ctx, out.view, in_view, root, cfg, ws);
+  ccl::broadcast(ctx, out.view, in_view, root, cfg, ws);
+  ctx.synchronize();
+  auto host = out.download(ctx.stream());
+  verify(
+      host, dt, m, n, stride, [&](int64_t r, int64_t c, char* dst) { input_bytes(dt, seed, root, r * n + c, dst); },
+      !(mode.in_place && me == root), what);
+  ctx.barrier();
+  out.release();
+  in.release();
+}
+
+// ---- every dtype, shape and mode --------------------------------------------------------------------------
+
+class Collective : public ::testing::TestWithParam<RankSetup> {};
+
+// Runs body(dt, shape, mode, cfg, ws, seed) for every dtype x shape x mode, plus in place, with a fresh
+// workspace per dtype and shape, and two launches that loop over chunks (comm_sms 1 and 3).
+template <typename Body>
+void for_each_case(Context& ctx, bool has_in_place, Body&& body) {
+  uint64_t seed = 1;
+  for (DType dt : kDtypes)
+    for (const Shape& s : kShapes) {
+      Workspace ws;
+      Config cfg;
+      for (const Mode& mode : kModes) body(dt, s, mode, cfg, ws, seed++);
+      if (has_in_place) body(dt, s, Mode{0, true, true, "in place"}, cfg, ws, seed++);
+      for (int sms : {1, 3}) {
+        Config few = cfg;
+        few.comm_sms = sms;
+        body(dt, s, Mode{0, true, false, sms == 1 ? "comm_sms 1" : "comm_sms 3"}, few, ws, seed++);
+      }
+      release(ctx, ws);
+    }
+}
+
+TEST_P(Collective, AllGatherMatchesInputs) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
+                                 uint64_t seed) { check_all_gather(ctx, cfg, ws, dt, s.m, s.n, mode, seed); });
+  }, big_heap());
+}
+
+TEST_P(Collective, ReduceScatterMatchesRankOrderReference) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
+                                 uint64_t seed) {
+      check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, mode, seed);
+      if (!mode.in_place && mode.pad == 0 && mode.on_heap) {  // max and min once per dtype and shape
+        check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMax, s.m, s.n, mode, seed + 1000);
+        check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, mode, seed + 2000);
+      }
+    });
+  }, big_heap());
+}
+
+TEST_P(Collective, AllToAllMatchesInputs) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    for_each_case(ctx, false, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
+                                  uint64_t seed) { check_all_to_all(ctx, cfg, ws, dt, s.m, s.n, mode, seed); });
+  }, big_heap());
+}
+
+TEST_P(Collective, BroadcastFromFirstAndLastRankMatchesRoot) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const int last = ctx.world_size() - 1;
+    for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
+                                 uint64_t seed) {
+      check_broadcast(ctx, cfg, ws, dt, s.m, s.n, mode, 0, seed);
+      check_broadcast(ctx, cfg, ws, dt, s.m, s.n, mode, last, seed + 1000, true, /*empty_in_elsewhere=*/!mode.on_heap);
+    });
+  }, big_heap());
+}
+
+// 8192 x 8192 in total, bf16: one rank's block is 8192/W rows (broadcast: the whole tensor).
+TEST_P(Collective, LargeBf16) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const int64_t n = 8192, m = 8192 / ctx.world_size();
+    const Mode heap{};
+    Config cfg;
+    Workspace ag, rs, a2a, bc;
+    check_all_gather(ctx, cfg, ag, DType::kBFloat16, m, n, heap, 11);
+    release(ctx, ag);
+    check_reduce_scatter(ctx, cfg, rs, DType::kBFloat16, ReduceOp::kSum, m, n, heap, 12);
+    release(ctx, rs);
+    check_all_to_all(ctx, cfg, a2a, DType::kBFloat16, m, n, heap, 13);
+    release(ctx, a2a);
+    check_broadcast(ctx, cfg, bc, DType::kBFloat16, n, n, heap, ctx.world_size() - 1, 14);
+    release(ctx, bc);
+  }, big_heap());
+}
+
+// One workspace per op, prepared for the largest shape, then 40 calls alternating smaller shapes (and,
+// for broadcast, roots) without a preamble: chunk plans and roots change between calls on the same
+// staging and flags, and every result is right.
+TEST_P(Collective, OneWorkspaceServesChangingShapesAndRoots) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const Shape shapes[] = {{300, 1000}, {1, 7}, {64, 1000}, {1000, 33}};
+    const DType dt = DType::kFloat32;
+    const Mode heap{};
+    Config cfg;
+    Workspace ag, rs, a2a, bc;
+    check_all_gather(ctx, cfg, ag, dt, 300, 1000, heap, 100);
+    check_reduce_scatter(ctx, cfg, rs, dt, ReduceOp::kSum, 300, 1000, heap, 101);
+    check_all_to_all(ctx, cfg, a2a, dt, 300, 1000, heap, 102);
+    check_broadcast(ctx, cfg, bc, dt, 300, 1000, heap, 0, 103);
+    const uint64_t heap_ops = ctx.allocation_count();
+    for (int call = 0; call < 40; ++call) {
+      const Shape& s = shapes[call % 4];
+      const uint64_t seed = 200 + call;
+      check_all_gather(ctx, cfg, ag, dt, s.m, s.n, heap, seed, false);
+      check_reduce_scatter(ctx, cfg, rs, dt, call % 3 == 0 ? ReduceOp::kMax : ReduceOp::kSum, s.m, s.n, heap, seed,
+                           false);
+      check_all_to_all(ctx, cfg, a2a, dt, s.m, s.n, heap, seed, false);
+      check_broadcast(ctx, cfg, bc, dt, s.m, s.n, heap, call % ctx.world_size(), seed, false);
+      if (::testing::Test::HasFailure()) break;
+    }
+    // Each check allocates and frees its input and output (4 heap operations), nothing else.
+    EXPECT_EQ(ctx.allocation_count(), heap_ops + 40 * 4 * 4) << "a call allocated on the heap";
+    EXPECT_EQ(ag.calls(), 41u);
+    for (Workspace* ws : {&ag, &rs, &a2a, &bc}) release(ctx, *ws);
+  }, big_heap());
+}
+
+// ---- CUDA graphs -----------------------------------------------------------------------------------------
+
+// Replay k's input, element i, rank r: a small integer (exact in bf16, and so are sums of up to 8).
+__host__ __device__ inline float replay_value(int rank, int k, int64_t i) {
+  return static_cast<float>(((rank * 3 + k) % 11 - 5) * (static_cast<int>(i % 13) - 6));
+}
+
+__global__ void fill_replay_input(__nv_bfloat16* p, int64_t n, int rank, const int* k) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = __float2bfloat16_rn(replay_value(rank, *k, i));
+}
+
+// Captures {refresh the input from *k, op} once and replays it, checking every replay.
+void replay_graph(Context& ctx, const char* name, int replays, __nv_bfloat16* in, int64_t in_n, __nv_bfloat16* out,
+                  int64_t out_n, const std::function<void()>& op, const std::function<float(int, int64_t)>& want) {
+  SCOPED_TRACE(name);
+  int* k = ctx.zeros<int>(1);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+  fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, in_n, ctx.rank(), k);
+  op();
+  IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<__nv_bfloat16> host(out_n);
+  int bad_replays = 0;
+  for (int rep = 0; rep < replays; ++rep) {
+    IRIS_CUDA_CHECK(cudaMemcpyAsync(k, &rep, sizeof(int), cudaMemcpyHostToDevice, ctx.stream()));
+    IRIS_CUDA_CHECK(cudaMemsetAsync(out, 0xFF, out_n * 2, ctx.stream()));  // poison between replays
+    IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+    IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), out, out_n * 2, cudaMemcpyDeviceToHost, ctx.stream()));
+    ctx.synchronize();
+    int64_t wrong = 0, first = -1;
+    for (int64_t i = 0; i < out_n; ++i)
+      if (__bfloat162float(host[i]) != want(rep, i)) {
+        if (wrong++ == 0) first = i;
+      }
+    if (wrong && bad_replays++ < 3)
+      ADD_FAILURE() << name << " replay " << rep << ": " << wrong << " wrong elements, first " << first << ": got "
+                    << __bfloat162float(host[first]) << ", want " << want(rep, first);
+  }
+  EXPECT_EQ(bad_replays, 0) << name;
+  IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+  ctx.barrier();
+  ctx.free(k);
+}
+
+TEST_P(Collective, GraphReplaysWithChangingInputsStayCorrect) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const int world = ctx.world_size(), me = ctx.rank();
+    const Config cfg;
+    // Per-rank block: one chunk (4099 elements), and many chunks with a 3-block launch (3 x 30011).
+    for (int64_t rows : {int64_t{1}, int64_t{3}}) {
+      const int64_t cols = rows == 1 ? 4099 : 30011, n = rows * cols;
+      Config c = cfg;
+      if (rows == 3) c.comm_sms = 3;
+      auto* in = ctx.empty<__nv_bfloat16>(world * n);
+      auto* out = ctx.empty<__nv_bfloat16>(world * n);
+      {
+        Workspace ws;
+        const Tensor tin = Tensor::matrix(in, DType::kBFloat16, rows, cols);
+        const Tensor tout = Tensor::matrix(out, DType::kBFloat16, world * rows, cols);
+        ccl::all_gather_preamble(ctx, tout, tin, c, ws);
+        replay_graph(
+            ctx, "all_gather", 1000, in, n, out, world * n, [&] { ccl::all_gather(ctx, tout, tin, c, ws); },
+            [&](int k, int64_t i) { return replay_value(static_cast<int>(i / n), k, i % n); });
+        EXPECT_EQ(ws.calls(), 1u) << "captured once";
+        release(ctx, ws);
+      }
+      {
+        Workspace ws;
+        const Tensor tin = Tensor::matrix(in, DType::kBFloat16, world * rows, cols);
+        const Tensor tout = Tensor::matrix(out, DType::kBFloat16, rows, cols);
+        ccl::reduce_scatter_preamble(ctx, tout, tin, c, ws);
+        replay_graph(
+            ctx, "reduce_scatter", 1000, in, world * n, out, n, [&] { ccl::reduce_scatter(ctx, tout, tin, c, ws); },
+            [&](int k, int64_t i) {
+              float sum = 0;
+              for (int s = 0; s < world; ++s) sum += replay_value(s, k, me * n + i);
+              return sum;
+            });
+        release(ctx, ws);
+      }
+      {
+        Workspace ws;
+        const Tensor tin = Tensor::matrix(in, DType::kBFloat16, world * rows, cols);
+        const Tensor tout = Tensor::matrix(out, DType::kBFloat16, world * rows, cols);
+        ccl::all_to_all_preamble(ctx, tout, tin, c, ws);
+        replay_graph(
+            ctx, "all_to_all", 300, in, world * n, out, world * n, [&] { ccl::all_to_all(ctx, tout, tin, c, ws); },
+            [&](int k, int64_t i) { return replay_value(static_cast<int>(i / n), k, me * n + i % n); });
+        release(ctx, ws);
+      }
+      {
+        Workspace ws;
+        const int root = world - 1;
+        const Tensor tin = Tensor::matrix(in, DType::kBFloat16, rows, cols);
+        const Tensor tout = Tensor::matrix(out, DType::kBFloat16, rows, cols);
+        ccl::broadcast_preamble(ctx, tout, tin, root, c, ws);
+        replay_graph(
+            ctx, "broadcast", 300, in, n, out, n, [&] { ccl::broadcast(ctx, tout, tin, root, c, ws); },
+            [&](int k, int64_t i) { return replay_value(root, k, i); });
+        release(ctx, ws);
+      }
+      ctx.free(out);
+      ctx.free(in);
+    }
+  }, big_heap());
+}
+
+__global__ void fill_call_input(__nv_bfloat16* p, int64_t n, int rank, int k) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = __float2bfloat16_rn(replay_value(rank, k, i));
+}
+
+// Holds the stream for about `us` microseconds.
+__global__ void delay_us(int us) {
+  for (int t = 0; t < us; ++t) __nanosleep(1000);
+}
+
+// `calls` calls queued back to back with no host synchronization, each with a fresh input and its
+// output copied aside (with `delays`, one rank in turn is held back before its call): peers run ahead
+// into the next call as far as the op lets them, so a buffer reused too early (staging, flags) shows.
+void back_to_back(Context& ctx, const char* name, int calls, bool delays, __nv_bfloat16* in, int64_t in_n,
+                  __nv_bfloat16* out, int64_t out_n, const std::function<void()>& op,
+                  const std::function<float(int, int64_t)>& want) {
+  SCOPED_TRACE(name);
+  __nv_bfloat16* history = nullptr;
+  IRIS_CUDA_CHECK(cudaMalloc(&history, calls * out_n * 2));
+  for (int k = 0; k < calls; ++k) {
+    fill_call_input<<<64, 256, 0, ctx.stream()>>>(in, in_n, ctx.rank(), k);
+    if (delays && k % ctx.world_size() == ctx.rank() && k % 3 == 0) delay_us<<<1, 1, 0, ctx.stream()>>>(20 + k % 50);
+    op();
+    IRIS_CUDA_CHECK(
+        cudaMemcpyAsync(history + k * out_n, out, out_n * 2, cudaMemcpyDeviceToDevice, ctx.stream()));
+  }
+  ctx.synchronize();
+  std::vector<__nv_bfloat16> host(calls * out_n);
+  IRIS_CUDA_CHECK(cudaMemcpy(host.data(), history, host.size() * 2, cudaMemcpyDeviceToHost));
+  IRIS_CUDA_CHECK(cudaFree(history));
+  int bad_calls = 0;
+  for (int k = 0; k < calls; ++k) {
+    int64_t wrong = 0, first = -1;
+    for (int64_t i = 0; i < out_n; ++i)
+      if (__bfloat162float(host[k * out_n + i]) != want(k, i)) {
+        if (wrong++ == 0) first = i;
+      }
+    if (wrong && bad_calls++ < 3)
+      ADD_FAILURE() << name << " call " << k << ": " << wrong << " wrong elements, first " << first << ": got "
+                    << __bfloat162float(host[k * out_n + first]) << ", want " << want(k, first);
+  }
+  EXPECT_EQ(bad_calls, 0) << name;
+  ctx.barrier();
+}
+
+// Two skews: (a) small calls, one rank in turn held back before its call; (b) large calls where every
+// odd rank runs each call on one block (comm_sms is not part of the signature) while the others use
+// every SM, so a fast rank finishes call e and pushes call e + 1 while a slow one still reads call e's
+// staging chunk by chunk. Without the staging parities (or broadcast's wait for the peers' previous
+// call) the slow ranks read the next call's data.
+TEST_P(Collective, BackToBackCallsWithSkewedRanksStayCorrect) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const int world = ctx.world_size(), me = ctx.rank();
+    for (int skew = 0; skew < 2; ++skew) {
+      const int calls = skew == 0 ? 300 : 40;
+      const int64_t rows = 1, cols = skew == 0 ? 20011 : 500009, n = rows * cols;  // 5 / 123 chunks (bf16)
+      Config c;
+      c.comm_sms = skew == 0 ? 2 : (me % 2 == 1 ? 1 : 0);
+      auto* in = ctx.empty<__nv_bfloat16>(world * n);
+      auto* out = ctx.empty<__nv_bfloat16>(world * n);
+      const Tensor one_in = Tensor::matrix(in, DType::kBFloat16, rows, cols);
+      const Tensor all_in = Tensor::matrix(in, DType::kBFloat16, world * rows, cols);
+      const Tensor one_out = Tensor::matrix(out, DType::kBFloat16, rows, cols);
+      const Tensor all_out = Tensor::matrix(out, DType::kBFloat16, world * rows, cols);
+      const bool delays = skew == 0;
+      Workspace ag, rs, a2a, bc;
+      ccl::all_gather_preamble(ctx, all_out, one_in, c, ag);
+      back_to_back(
+          ctx, "all_gather", calls, delays, in, n, out, world * n,
+          [&] { ccl::all_gather(ctx, all_out, one_in, c, ag); },
+          [&](int k, int64_t i) { return replay_value(static_cast<int>(i / n), k, i % n); });
+      ccl::reduce_scatter_preamble(ctx, one_out, all_in, c, rs);
+      back_to_back(
+          ctx, "reduce_scatter", calls, delays, in, world * n, out, n,
+          [&] { ccl::reduce_scatter(ctx, one_out, all_in, c, rs); },
+          [&](int k, int64_t i) {
+            float sum = 0;
+            for (int s = 0; s < world; ++s) sum += replay_value(s, k, me * n + i);
+            return sum;
+          });
+      ccl::all_to_all_preamble(ctx, all_out, all_in, c, a2a);
+      back_to_back(
+          ctx, "all_to_all", calls, delays, in, world * n, out, world * n,
+          [&] { ccl::all_to_all(ctx, all_out, all_in, c, a2a); },
+          [&](int k, int64_t i) { return replay_value(static_cast<int>(i / n), k, me * n + i % n); });
+      // broadcast: (a) the root changes every call (one workspace); (b) rank 0, a fast rank, is the root
+      // of every call, and nothing but its wait for the peers' previous call holds it back.
+      ccl::broadcast_preamble(ctx, one_out, one_in, 0, c, bc);
+      int k_root = 0;
+      auto root_of = [&](int k) { return skew == 0 ? k % world : 0; };
+      back_to_back(
+          ctx, "broadcast", calls, delays, in, n, out, n,
+          [&] { ccl::broadcast(ctx, one_out, one_in, root_of(k_root++), c, bc); },
+          [&](int k, int64_t i) { return replay_value(root_of(k), k, i); });
+      for (Workspace* ws : {&ag, &rs, &a2a, &bc}) release(ctx, *ws);
+      ctx.free(out);
+      ctx.free(in);
+    }
+  }, big_heap());
+}
+
+// ---- workspace capacity, mismatches, misuse ----------------------------------------------------------------
+
+// The input and output of one call of an op whose per-rank block is m x n fp32, on the heap.
+struct OpCall {
+  TestTensor in, out;
+};
+
+enum class Op { kAllGather, kReduceScatter, kAllToAll, kBroadcast };
+const Op kOps[] = {Op::kAllGather, Op::kReduceScatter, Op::kAllToAll, Op::kBroadcast};
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kAllGather: return "all_gather";
+    case Op::kReduceScatter: return "reduce_scatter";
+    case Op::kAllToAll: return "all_to_all";
+    case Op::kBroadcast: return "broadcast";
+  }
+  return "?";
+}
+
+OpCall make_call(Context& ctx, Op op, int64_t m, int64_t n) {
+  const int w = ctx.world_size();
+  const DType dt = DType::kFloat32;
+  OpCall c;
+  const int64_t in_rows = op == Op::kReduceScatter || op == Op::kAllToAll ? w * m : m;
+  const int64_t out_rows = op == Op::kAllGather || op == Op::kAllToAll ? w * m : m;
+  c.in = TestTensor::make(ctx, dt, in_rows, n, n, true);
+  c.out = TestTensor::make(ctx, dt, out_rows, n, n, true);
+  return c;
+}
+
+void preamble(Context& ctx, Op op, const Tensor& out, const Tensor& in, Workspace& ws, const Config& cfg = {}) {
+  switch (op) {
+    case Op::kAllGather: return ccl::all_gather_preamble(ctx, out, in, cfg, ws);
+    case Op::kReduceScatter: return ccl::reduce_scatter_preamble(ctx, out, in, cfg, ws);
+    case Op::kAllToAll: return ccl::all_to_all_preamble(ctx, out, in, cfg, ws);
+    case Op::kBroadcast: return ccl::broadcast_preamble(ctx, out, in, 0, cfg, ws);
+  }
+}
+
+void call(Context& ctx, Op op, const Tensor& out, const Tensor& in, Workspace& ws, const Config& cfg = {}) {
+  switch (op) {
+    case Op::kAllGather: return ccl::all_gather(ctx, out, in, cfg, ws);
+    case Op::kReduceScatter: return ccl::reduce_scatter(ctx, out, in, cfg, ws);
+    case Op::kAllToAll: return ccl::all_to_all(ctx, out, in, cfg, ws);
+    case Op::kBroadcast: return ccl::broadcast(ctx, out, in, 0, cfg, ws);
+  }
+}
+
+// A workspace prepared for a 1x1 block, then a call and a preamble for a larger block: both raise the
+// exact message, and nothing is allocated.
+void expect_too_small(Context& ctx, Op op, int64_t m, int64_t n, const std::string& message) {
+  SCOPED_TRACE(op_name(op));
+  OpCall small = make_call(ctx, op, 1, 1), large = make_call(ctx, op, m, n);
+  Workspace ws;
+  preamble(ctx, op, small.out.view, small.in.view, ws);
+  const uint64_t before = ctx.allocation_count();
+  try {
+    call(ctx, op, large.out.view, large.in.view, ws);
+    ADD_FAILURE() << op_name(op) << " ran with a workspace prepared for a 1x1 block on " << m << "x" << n;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+  try {
+    preamble(ctx, op, large.out.view, large.in.view, ws);
+    ADD_FAILURE() << "the preamble accepted a workspace prepared for a 1x1 block for " << m << "x" << n;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+  EXPECT_EQ(ctx.allocation_count(), before);
+  ctx.barrier();  // every rank raised; allocation sequences still agree
+  release(ctx, ws);
+  for (OpCall* c : {&large, &small}) {
+    c->out.release();
+    c->in.release();
+  }
+}
+
+TEST_P(Collective, WorkspaceTooSmallForStagingIsRejected) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  if (GetParam().world < 2) GTEST_SKIP() << "one rank needs no staging";
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const size_t peers = ctx.world_size() - 1;
+    // 1x1000 fp32: 4000 bytes in one chunk, a 4096-byte slot (1x1: 256). The flags fit (one chunk).
+    for (Op op : kOps) {
+      const size_t slots = op == Op::kBroadcast ? 1 : 2 * peers;  // exchanges: 2 parities x W-1 sources
+      expect_too_small(ctx, op, 1, 1000,
+                       "Staging buffer too small: have " + std::to_string(slots * 256) + " bytes but need " +
+                           std::to_string(slots * 4096) +
+                           ". Pre-allocate workspace with the largest tensor you intend to use.");
+    }
+  }, big_heap());
+}
+
+TEST_P(Collective, WorkspaceTooSmallForFlagsIsRejected) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  if (GetParam().world < 2) GTEST_SKIP() << "one rank needs no flags";
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const size_t peers = ctx.world_size() - 1;
+    // 64x1000 fp32: 256000 bytes in 8 KiB chunks = 32 chunks (1x1: one). Flags are checked first.
+    for (Op op : kOps) {
+      const size_t per_chunk = op == Op::kBroadcast ? 1 : 2 * peers;
+      expect_too_small(ctx, op, 64, 1000,
+                       "Flags array too small: have " + std::to_string(per_chunk) + " but need " +
+                           std::to_string(per_chunk * 32) +
+                           ". Pre-allocate workspace with the smallest block sizes you intend to use.");
+    }
+  }, big_heap());
+}
+
+TEST_P(Collective, UnpreparedOrForeignWorkspaceIsRejected) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    for (Op op : kOps) {
+      OpCall c = make_call(ctx, op, 4, 4);
+      Workspace ws;
+      try {
+        call(ctx, op, c.out.view, c.in.view, ws);
+        ADD_FAILURE() << op_name(op) << " ran without a preamble";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_EQ(std::string(e.what()), std::string(op_name(op)) + ": the workspace was never prepared; call " +
+                                             op_name(op) +
+                                             "_preamble with the same arguments and this workspace first (on every "
+                                             "rank).");
+      }
+      // Prepared for another collective.
+      const Op other = op == Op::kAllGather ? Op::kAllToAll : Op::kAllGather;
+      OpCall o = make_call(ctx, other, 4, 4);
+      preamble(ctx, other, o.out.view, o.in.view, ws);
+      try {
+        call(ctx, op, c.out.view, c.in.view, ws);
+        ADD_FAILURE() << op_name(op) << " ran with a workspace prepared for " << op_name(other);
+      } catch (const std::invalid_argument& e) {
+        EXPECT_EQ(std::string(e.what()), std::string(op_name(op)) + ": the workspace was prepared for " +
+                                             op_name(other) + "; call " + op_name(op) +
+                                             "_preamble with a workspace of its own (one workspace per collective).");
+      }
+      ctx.barrier();
+      release(ctx, ws);
+      for (OpCall* t : {&o, &c}) {
+        t->out.release();
+        t->in.release();
+      }
+    }
+  }, big_heap());
+}
+
+// Rank 1 passes another (self-consistent) shape: the preamble raises on every rank. Then rank 1 passes
+// a call its own validation rejects: it raises that, and every other rank raises the mismatch.
+TEST_P(Collective, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const bool odd = ctx.rank() == 1;
+    for (Op op : kOps) {
+      SCOPED_TRACE(op_name(op));
+      OpCall c = make_call(ctx, op, 4, 128);
+      Tensor in = c.in.view, out = c.out.view;
+      in.cols = out.cols = odd ? 96 : 128;
+      Workspace ws;
+      try {
+        preamble(ctx, op, out, in, ws);
+        ADD_FAILURE() << "rank " << ctx.rank() << " accepted mismatched shapes";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("Collective parameters differ across ranks"), std::string::npos)
+            << e.what();
+      }
+      EXPECT_FALSE(ws.prepared());
+      // Rank 1's output has one row too many (broadcast: its root is out of range).
+      Tensor bad_out = c.out.view;
+      if (odd) bad_out.rows -= 1;
+      try {
+        if (op == Op::kBroadcast)
+          ccl::broadcast_preamble(ctx, c.out.view, c.in.view, odd ? ctx.world_size() : 0, Config{}, ws);
+        else
+          preamble(ctx, op, bad_out, c.in.view, ws);
+        ADD_FAILURE() << "rank " << ctx.rank() << " accepted an invalid call";
+      } catch (const std::invalid_argument& e) {
+        const std::string what = e.what();
+        if (odd)
+          EXPECT_EQ(what.rfind(std::string(op_name(op)) + ": ", 0), 0u) << what;
+        else
+          EXPECT_NE(what.find("Collective parameters differ across ranks"), std::string::npos) << what;
+      }
+      EXPECT_FALSE(ws.prepared());
+      ctx.barrier();
+      c.out.release();
+      c.in.release();
+    }
+  }, big_heap());
+}
+
+TEST_P(Collective, OverlappingBuffersAreRejected) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const int w = ctx.world_size();
+    auto buf = TestTensor::make(ctx, DType::kFloat32, 2 * w, 64, 64, true);
+    Workspace ws;
+    // all_gather: in is part of out, but not this rank's rows (a shift of one row).
+    const Tensor shifted = rows_of(buf.view, ctx.rank() * 2 + (ctx.rank() == 0 ? 1 : -1), 2);
+    EXPECT_THROW(ccl::all_gather_preamble(ctx, buf.view, shifted, Config{}, ws), std::invalid_argument);
+    // all_to_all in place is not supported.
+    EXPECT_THROW(ccl::all_to_all(ctx, buf.view, buf.view, Config{}, ws), std::invalid_argument);
+    // broadcast: partial overlap on the root.
+    const Tensor half = rows_of(buf.view, 1, 2 * w - 1);
+    if (ctx.rank() == 0) {
+      EXPECT_THROW(ccl::broadcast(ctx, rows_of(buf.view, 0, 2 * w - 1), half, 0, Config{}, ws),
+                   std::invalid_argument);
+    }
+    ctx.barrier();
+    buf.release();
+  }, big_heap());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Collective, ::testing::ValuesIn(test::all_rank_setups()), test::rank_setup_name);
+
+}  // namespace
+}  // namespace iris
