@@ -1,0 +1,137 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "iris/core/cuda_check.hpp"
+#include "iris_bench_data.hpp"
+
+namespace iris_bench {
+
+namespace {
+
+template <typename Word>
+__global__ void fill_input_kernel(Word* dst, iris::DType t, size_t count, uint64_t seed, int rank) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    dst[i] = static_cast<Word>(encode_int(t, input_value(seed, rank, i)));
+  }
+}
+
+double half_bits_to_double(uint32_t h) {
+  const int sign = (h >> 15) & 1;
+  const int exponent = (h >> 10) & 0x1f;
+  const int mantissa = h & 0x3ff;
+  double v;
+  if (exponent == 0) {
+    v = std::ldexp(static_cast<double>(mantissa), -24);  // subnormal
+  } else if (exponent == 31) {
+    v = mantissa ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  } else {
+    v = std::ldexp(static_cast<double>(mantissa | 0x400), exponent - 25);
+  }
+  return sign ? -v : v;
+}
+
+}  // namespace
+
+double decode_value(iris::DType t, uint32_t bits) {
+  switch (t) {
+    case iris::DType::kInt32:
+      return static_cast<double>(static_cast<int32_t>(bits));
+    case iris::DType::kFloat32: {
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      return f;
+    }
+    case iris::DType::kBFloat16: {
+      uint32_t wide = (bits & 0xffffu) << 16;
+      float f;
+      std::memcpy(&f, &wide, sizeof f);
+      return f;
+    }
+    case iris::DType::kFloat16:
+      return half_bits_to_double(bits & 0xffffu);
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+void fill_input(void* dst, iris::DType t, size_t count, uint64_t seed, int rank, cudaStream_t stream) {
+  if (count == 0) return;
+  size_t blocks = std::min<size_t>((count + 255) / 256, 4096);
+  if (iris::dtype_size(t) == 2) {
+    fill_input_kernel<uint16_t>
+        <<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<uint16_t*>(dst), t, count, seed, rank);
+  } else {
+    fill_input_kernel<uint32_t>
+        <<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<uint32_t*>(dst), t, count, seed, rank);
+  }
+  IRIS_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+// Expected integer at output index k.
+int expected_at(const Expectation& e, size_t k) {
+  const Problem& p = e.problem;
+  switch (p.op) {
+    case Op::kAllReduce: {
+      int sum = 0;
+      for (int r = 0; r < p.world; ++r) sum += input_value(e.seed, r, k);
+      return sum;
+    }
+    case Op::kAllGather:
+      return input_value(e.seed, static_cast<int>(k / p.count), k % p.count);
+    case Op::kReduceScatter: {
+      const size_t m = p.block_count();
+      int sum = 0;
+      for (int r = 0; r < p.world; ++r) sum += input_value(e.seed, r, static_cast<size_t>(e.rank) * m + k);
+      return sum;
+    }
+    case Op::kAllToAll: {
+      const size_t m = p.block_count();
+      return input_value(e.seed, static_cast<int>(k / m), static_cast<size_t>(e.rank) * m + k % m);
+    }
+    case Op::kBroadcast:
+      return input_value(e.seed, p.root, k);
+  }
+  return 0;
+}
+
+template <typename Word>
+size_t count_wrong_chunk(const Word* host, size_t first, size_t n, const Expectation& e) {
+  size_t wrong = 0;
+  if (is_reduction(e.problem.op)) {
+    for (size_t i = 0; i < n; ++i) {
+      if (decode_value(e.problem.dtype, host[i]) != static_cast<double>(expected_at(e, first + i))) ++wrong;
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      if (static_cast<uint32_t>(host[i]) != encode_int(e.problem.dtype, expected_at(e, first + i))) ++wrong;
+    }
+  }
+  return wrong;
+}
+
+}  // namespace
+
+size_t count_wrong(const void* out, const Expectation& e, cudaStream_t stream) {
+  const size_t es = iris::dtype_size(e.problem.dtype);
+  const size_t total = e.problem.out_count();
+  const size_t chunk = std::max<size_t>(1, (size_t{64} << 20) / es);
+  std::vector<unsigned char> host(std::min(total, chunk) * es);
+  size_t wrong = 0;
+  for (size_t first = 0; first < total; first += chunk) {
+    const size_t n = std::min(chunk, total - first);
+    IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), static_cast<const unsigned char*>(out) + first * es, n * es,
+                                    cudaMemcpyDeviceToHost, stream));
+    IRIS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (es == 2) {
+      wrong += count_wrong_chunk(reinterpret_cast<const uint16_t*>(host.data()), first, n, e);
+    } else {
+      wrong += count_wrong_chunk(reinterpret_cast<const uint32_t*>(host.data()), first, n, e);
+    }
+  }
+  return wrong;
+}
+
+}  // namespace iris_bench

@@ -1,0 +1,351 @@
+#include "iris_bench_options.hpp"
+
+#include <getopt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "iris/context.hpp"
+#include "iris/core/error.hpp"
+
+namespace iris_bench {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kAllReduce:
+      return "all_reduce";
+    case Op::kAllGather:
+      return "all_gather";
+    case Op::kReduceScatter:
+      return "reduce_scatter";
+    case Op::kAllToAll:
+      return "all_to_all";
+    case Op::kBroadcast:
+      return "broadcast";
+  }
+  return "unknown";
+}
+
+double bus_factor(Op op, int world) {
+  const double n = world;
+  switch (op) {
+    case Op::kAllReduce:
+      return 2.0 * (n - 1) / n;
+    case Op::kAllGather:
+    case Op::kReduceScatter:
+    case Op::kAllToAll:
+      return (n - 1) / n;
+    case Op::kBroadcast:
+      return 1.0;
+  }
+  return 1.0;
+}
+
+bool is_reduction(Op op) { return op == Op::kAllReduce || op == Op::kReduceScatter; }
+
+const char* dtype_short_name(iris::DType t) {
+  switch (t) {
+    case iris::DType::kBFloat16:
+      return "bf16";
+    case iris::DType::kFloat16:
+      return "fp16";
+    case iris::DType::kFloat32:
+      return "fp32";
+    case iris::DType::kInt32:
+      return "int32";
+  }
+  return "unknown";
+}
+
+size_t Problem::out_count() const {
+  switch (op) {
+    case Op::kAllGather:
+      return count * static_cast<size_t>(world);
+    case Op::kReduceScatter:
+      return count / static_cast<size_t>(world);
+    default:
+      return count;
+  }
+}
+
+Problem make_problem(Op op, iris::DType dtype, size_t bytes, int world, int root) {
+  Problem p;
+  p.op = op;
+  p.dtype = dtype;
+  p.world = world;
+  p.root = root;
+  p.count = bytes / iris::dtype_size(dtype);
+  if (op == Op::kReduceScatter || op == Op::kAllToAll) p.count -= p.count % static_cast<size_t>(world);
+  return p;
+}
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+[[noreturn]] void bad(const std::string& flag, const std::string& value, const std::string& expected) {
+  throw iris::InvalidArgument("iris-bench: bad value '" + value + "' for " + flag + ": expected " + expected + ".");
+}
+
+size_t parse_bytes(const std::string& flag, const std::string& value) {
+  try {
+    return iris::parse_byte_size(value);
+  } catch (const iris::InvalidArgument&) {
+    bad(flag, value, "a positive byte count with an optional K, M or G suffix (powers of 1024), e.g. 8K or 64M");
+  }
+}
+
+long parse_int(const std::string& flag, const std::string& value, long lo, long hi) {
+  char* end = nullptr;
+  long v = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || v < lo || v > hi) {
+    bad(flag, value, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+double parse_double(const std::string& flag, const std::string& value, double lo) {
+  char* end = nullptr;
+  double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(v >= lo) || !std::isfinite(v)) {
+    bad(flag, value, "a number >= " + std::to_string(lo));
+  }
+  return v;
+}
+
+iris::DType parse_dtype(const std::string& name) {
+  if (name == "bf16" || name == "bfloat16") return iris::DType::kBFloat16;
+  if (name == "fp16" || name == "half" || name == "float16") return iris::DType::kFloat16;
+  if (name == "fp32" || name == "float" || name == "float32") return iris::DType::kFloat32;
+  if (name == "int32" || name == "int") return iris::DType::kInt32;
+  bad("-d/--dtype", name, "bf16, fp16, fp32 or int32 (comma-separated for several)");
+}
+
+Op parse_op(const std::string& name) {
+  for (Op op : kAllOps) {
+    if (name == op_name(op)) return op;
+  }
+  if (name == "allreduce") return Op::kAllReduce;
+  if (name == "allgather") return Op::kAllGather;
+  if (name == "reducescatter") return Op::kReduceScatter;
+  if (name == "alltoall") return Op::kAllToAll;
+  bad("-o/--op", name, "all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or all (comma-separated)");
+}
+
+template <typename T>
+void push_unique(std::vector<T>& v, T x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+
+}  // namespace
+
+std::string usage() {
+  return R"(usage: iris-bench [options]
+
+Times iris::ccl collectives against NCCL on the same buffers, one thread per local GPU, and prints
+nccl-tests columns plus NCCL's figures and ratio = best NCCL time / iris time (>1: iris faster).
+
+  -b, --min-bytes SIZE      smallest size (K/M/G suffixes, powers of 1024)        [8K]
+  -e, --max-bytes SIZE      largest size                                          [256M]
+  -f, --step-factor F       multiply the size by F between rows                   [2]
+  -n, --iters N             collective calls captured in one CUDA graph           [20]
+  -w, --warmup N            untimed graph replays before timing                   [2]
+  -r, --repeats N           timed graph replays; the median per call is reported  [10]
+  -c, --check 0|1           check one eager call and the last replay exactly      [1]
+  -d, --dtype LIST          bf16, fp16, fp32, int32 (comma-separated)             [bf16]
+  -o, --op LIST             all_reduce, all_gather, reduce_scatter, all_to_all,
+                            broadcast, or all                                     [all]
+  -v, --variants LIST       all_reduce variants: auto, one_shot, two_shot, ring,
+                            atomic, spinlock, or all                  [auto,one_shot,two_shot]
+  -g, --gpus N              number of GPUs (ranks)                                [all local]
+  -J, --json FILE           also write every row as JSON (scripts/plot_bench.py plots it)
+      --quick               short suite: 8K, 64K, 256K, 1M, 4M, 16M, 64M; 5 repeats
+      --root R              broadcast root                                        [0]
+      --no-nccl             measure iris only
+      --no-nccl-symmetric   skip the NCCL column on registered symmetric windows
+      --nccl-symmetric-all  measure that column for broadcast and all_to_all too (NCCL has
+                            no symmetric kernel for them; its broadcast there hung at times)
+      --gpu-timeout S       seconds a stream may take to drain before the run is
+                            declared hung and stopped                             [120]
+  -h, --help                this text
+
+Sizes: all_reduce and broadcast: the tensor; all_gather: one rank's input (bandwidth counts the
+gathered output, world x size); reduce_scatter: the whole input; all_to_all: one rank's whole input.
+Times are us per call: median over the timed replays on each rank, then the maximum over ranks.
+)";
+}
+
+Options parse_options(int argc, char** argv, bool* help) {
+  Options o;
+  *help = false;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) o.command_line += ' ';
+    o.command_line += argv[i];
+  }
+  enum LongOnly { kQuick = 1000, kRoot, kNoNccl, kNoNcclSymmetric, kNcclSymmetricAll, kGpuTimeout };
+  static const option long_options[] = {{"min-bytes", required_argument, nullptr, 'b'},
+                                        {"max-bytes", required_argument, nullptr, 'e'},
+                                        {"step-factor", required_argument, nullptr, 'f'},
+                                        {"iters", required_argument, nullptr, 'n'},
+                                        {"warmup", required_argument, nullptr, 'w'},
+                                        {"repeats", required_argument, nullptr, 'r'},
+                                        {"check", required_argument, nullptr, 'c'},
+                                        {"dtype", required_argument, nullptr, 'd'},
+                                        {"op", required_argument, nullptr, 'o'},
+                                        {"variants", required_argument, nullptr, 'v'},
+                                        {"gpus", required_argument, nullptr, 'g'},
+                                        {"json", required_argument, nullptr, 'J'},
+                                        {"quick", no_argument, nullptr, kQuick},
+                                        {"root", required_argument, nullptr, kRoot},
+                                        {"no-nccl", no_argument, nullptr, kNoNccl},
+                                        {"no-nccl-symmetric", no_argument, nullptr, kNoNcclSymmetric},
+                                        {"nccl-symmetric-all", no_argument, nullptr, kNcclSymmetricAll},
+                                        {"gpu-timeout", required_argument, nullptr, kGpuTimeout},
+                                        {"help", no_argument, nullptr, 'h'},
+                                        {nullptr, 0, nullptr, 0}};
+  const char* short_options = "b:e:f:n:w:r:c:d:o:v:g:J:h";
+
+  // First pass: --quick sets defaults that explicit flags then override, wherever they appear.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--quick") o.quick = true;
+  }
+  if (o.quick) {
+    o.repeats = 5;
+    o.warmup = 1;
+  }
+  bool sizes_given = false;
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, short_options, long_options, nullptr)) != -1) {
+    std::string arg = optarg ? optarg : "";
+    switch (c) {
+      case 'b':
+        o.min_bytes = parse_bytes("-b/--min-bytes", arg);
+        sizes_given = true;
+        break;
+      case 'e':
+        o.max_bytes = parse_bytes("-e/--max-bytes", arg);
+        sizes_given = true;
+        break;
+      case 'f':
+        o.step_factor = parse_double("-f/--step-factor", arg, 1.0);
+        sizes_given = true;
+        break;
+      case 'n':
+        o.iters = static_cast<int>(parse_int("-n/--iters", arg, 1, 100000));
+        break;
+      case 'w':
+        o.warmup = static_cast<int>(parse_int("-w/--warmup", arg, 0, 100000));
+        break;
+      case 'r':
+        o.repeats = static_cast<int>(parse_int("-r/--repeats", arg, 1, 100000));
+        break;
+      case 'c':
+        o.check = parse_int("-c/--check", arg, 0, 1) != 0;
+        break;
+      case 'd':
+        o.dtypes.clear();
+        for (const auto& s : split_list(arg)) push_unique(o.dtypes, parse_dtype(s));
+        if (o.dtypes.empty()) bad("-d/--dtype", arg, "at least one dtype");
+        break;
+      case 'o':
+        o.ops.clear();
+        for (const auto& s : split_list(arg)) {
+          if (s == "all") {
+            for (Op op : kAllOps) push_unique(o.ops, op);
+          } else {
+            push_unique(o.ops, parse_op(s));
+          }
+        }
+        if (o.ops.empty()) bad("-o/--op", arg, "at least one operation");
+        break;
+      case 'v':
+        o.variants.clear();
+        for (const auto& s : split_list(arg)) {
+          if (s == "all") {
+            using V = iris::ccl::AllReduceVariant;
+            for (V v : {V::kAuto, V::kAtomic, V::kSpinlock, V::kOneShot, V::kTwoShot, V::kRing})
+              push_unique(o.variants, v);
+            continue;
+          }
+          try {
+            push_unique(o.variants, iris::ccl::parse_all_reduce_variant(s));
+          } catch (const iris::InvalidArgument&) {
+            bad("-v/--variants", s, "auto, one_shot, two_shot, ring, atomic, spinlock or all (comma-separated)");
+          }
+        }
+        if (o.variants.empty()) bad("-v/--variants", arg, "at least one variant");
+        break;
+      case 'g':
+        o.gpus = static_cast<int>(parse_int("-g/--gpus", arg, 1, 4096));
+        break;
+      case 'J':
+        o.json_path = arg;
+        break;
+      case kQuick:
+        break;  // handled above
+      case kRoot:
+        o.root = static_cast<int>(parse_int("--root", arg, 0, 4095));
+        break;
+      case kNoNccl:
+        o.nccl = false;
+        break;
+      case kNoNcclSymmetric:
+        o.nccl_symmetric = false;
+        break;
+      case kNcclSymmetricAll:
+        o.nccl_symmetric_all = true;
+        break;
+      case kGpuTimeout:
+        o.gpu_timeout_s = parse_double("--gpu-timeout", arg, 1.0);
+        break;
+      case 'h':
+        *help = true;
+        return o;
+      default: {
+        std::string what = optind > 0 && optind - 1 < argc ? argv[optind - 1] : "?";
+        throw iris::InvalidArgument("iris-bench: unknown option or missing value: '" + what +
+                                    "' (iris-bench --help lists the options).");
+      }
+    }
+  }
+  if (optind < argc) {
+    throw iris::InvalidArgument(std::string("iris-bench: unexpected argument '") + argv[optind] +
+                                "' (iris-bench --help lists the options).");
+  }
+  if (o.min_bytes > o.max_bytes) {
+    throw iris::InvalidArgument("iris-bench: -b/--min-bytes (" + std::to_string(o.min_bytes) +
+                                ") is larger than -e/--max-bytes (" + std::to_string(o.max_bytes) + ").");
+  }
+
+  if (o.quick && !sizes_given) {
+    o.sizes = {size_t{8} << 10, size_t{64} << 10, size_t{256} << 10, size_t{1} << 20,
+               size_t{4} << 20, size_t{16} << 20, size_t{64} << 20};
+    o.min_bytes = o.sizes.front();
+    o.max_bytes = o.sizes.back();
+  } else if (o.step_factor <= 1.0) {
+    // nccl-tests semantics of -f 1 would loop forever; take it as "min and max only".
+    o.sizes.push_back(o.min_bytes);
+    if (o.max_bytes != o.min_bytes) o.sizes.push_back(o.max_bytes);
+  } else {
+    for (double s = static_cast<double>(o.min_bytes); s <= static_cast<double>(o.max_bytes) * (1 + 1e-9);
+         s *= o.step_factor) {
+      size_t b = static_cast<size_t>(std::llround(s));
+      if (o.sizes.empty() || b != o.sizes.back()) o.sizes.push_back(b);
+    }
+  }
+  return o;
+}
+
+}  // namespace iris_bench

@@ -1,0 +1,80 @@
+// iris-bench: the command line (nccl-tests' flags where they exist) and the operations it measures.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "iris/ccl/config.hpp"
+#include "iris/core/tensor.hpp"
+
+namespace iris_bench {
+
+enum class Op { kAllReduce = 0, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
+constexpr Op kAllOps[] = {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll, Op::kBroadcast};
+
+const char* op_name(Op op);
+// Bus-bandwidth factor of nccl-tests: 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and
+// all_to_all, 1 for broadcast.
+double bus_factor(Op op, int world);
+bool is_reduction(Op op);
+// Short dtype names on the command line: bf16, fp16, fp32, int32.
+const char* dtype_short_name(iris::DType t);
+
+// One measured problem. `count` is in elements, with the size conventions of BASELINES.md:
+//   all_reduce, broadcast: the tensor;  all_gather: one rank's input (output = world x count);
+//   reduce_scatter: the whole input (output = count / world);  all_to_all: one rank's whole input.
+// So the input always holds `count` elements; tensors are one row per rank block.
+struct Problem {
+  Op op = Op::kAllReduce;
+  iris::DType dtype = iris::DType::kBFloat16;
+  int world = 1;
+  int root = 0;  // broadcast
+  size_t count = 0;
+
+  size_t in_count() const { return count; }
+  size_t out_count() const;
+  size_t in_bytes() const { return in_count() * iris::dtype_size(dtype); }
+  size_t out_bytes() const { return out_count() * iris::dtype_size(dtype); }
+  // The `size` column.
+  size_t size_bytes() const { return count * iris::dtype_size(dtype); }
+  // Bytes the bandwidth columns divide by the time (nccl-tests: the gathered output for all_gather).
+  size_t bw_bytes() const { return op == Op::kAllGather ? out_bytes() : size_bytes(); }
+  // Rows per rank block for reduce_scatter and all_to_all (count / world).
+  size_t block_count() const { return count / static_cast<size_t>(world); }
+};
+
+// The problem for a requested size in bytes: count rounded down to whole elements (reduce_scatter and
+// all_to_all: to a multiple of world). count == 0 when the size is too small.
+Problem make_problem(Op op, iris::DType dtype, size_t bytes, int world, int root);
+
+struct Options {
+  size_t min_bytes = size_t{8} << 10;
+  size_t max_bytes = size_t{256} << 20;
+  double step_factor = 2.0;
+  int iters = 20;    // calls captured in one graph
+  int warmup = 2;    // untimed graph replays
+  int repeats = 10;  // timed graph replays; the median is reported
+  bool check = true;
+  std::vector<iris::DType> dtypes{iris::DType::kBFloat16};
+  std::vector<Op> ops{std::begin(kAllOps), std::end(kAllOps)};
+  std::vector<iris::ccl::AllReduceVariant> variants{
+      iris::ccl::AllReduceVariant::kAuto, iris::ccl::AllReduceVariant::kOneShot, iris::ccl::AllReduceVariant::kTwoShot};
+  int gpus = 0;  // 0: every local GPU
+  std::string json_path;
+  bool quick = false;
+  bool nccl = true;
+  bool nccl_symmetric = true;
+  bool nccl_symmetric_all = false;  // also for broadcast and all_to_all (no NCCL symmetric kernel there)
+  int root = 0;                     // broadcast root
+  double gpu_timeout_s = 120;       // a stream that does not drain within this is a hang: report and exit
+  std::vector<size_t> sizes;        // filled by parse_options from the above
+  std::string command_line;
+};
+
+// Parses argv. Throws iris::InvalidArgument with a message naming the flag on bad input.
+// Sets *help when -h/--help was given (usage() has the text).
+Options parse_options(int argc, char** argv, bool* help);
+std::string usage();
+
+}  // namespace iris_bench

@@ -1,0 +1,301 @@
+#include "iris_bench_report.hpp"
+
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "iris/ccl/config.hpp"
+#include "iris/core/error.hpp"
+#include "iris_bench_nccl.hpp"
+
+namespace iris_bench {
+
+double Record::algbw(const Column& c) const {
+  if (!c.measured()) return std::nan("");
+  return static_cast<double>(problem.bw_bytes()) / (c.time_us * 1e-6) / 1e9;
+}
+
+double Record::busbw(const Column& c) const { return algbw(c) * bus_factor(problem.op, problem.world); }
+
+double Record::ratio() const {
+  double best = std::nan("");
+  for (const Column* c : {&nccl, &nccl_sym}) {
+    if (c->measured() && !(best <= c->time_us)) best = c->time_us;
+  }
+  if (!iris.measured() || !std::isfinite(best)) return std::nan("");
+  return best / iris.time_us;
+}
+
+namespace {
+
+std::string driver_version() {
+  std::ifstream f("/proc/driver/nvidia/version");
+  std::string line;
+  if (!f || !std::getline(f, line)) return "unknown";
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..." (or the Open Kernel Module's
+  // wording): the first token made of digits and at least one dot.
+  std::istringstream in(line);
+  std::string tok;
+  while (in >> tok) {
+    bool digits_and_dots = !tok.empty() && std::isdigit(static_cast<unsigned char>(tok[0]));
+    bool has_dot = false;
+    for (char c : tok) {
+      if (c == '.')
+        has_dot = true;
+      else if (!std::isdigit(static_cast<unsigned char>(c)))
+        digits_and_dots = false;
+    }
+    if (digits_and_dots && has_dot) return tok;
+  }
+  return "unknown";
+}
+
+std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+// A time, bandwidth or ratio cell: the number, or "err" when the column failed, or "n/a" when not run.
+std::string cell(const Column& c, double value, const char* format) {
+  if (c.measured() && std::isfinite(value)) return fmt(format, value);
+  return c.ran && !c.error.empty() ? "err" : "n/a";
+}
+
+std::string wrong_cell(const Column& c) {
+  if (!c.ran || c.wrong < 0) return c.ran && !c.error.empty() ? "err" : "n/a";
+  return std::to_string(c.wrong);
+}
+
+}  // namespace
+
+MachineInfo collect_machine_info(int world) {
+  MachineInfo m;
+  m.world = world;
+  cudaGetDeviceCount(&m.gpu_count);
+  for (int d = 0; d < world && d < m.gpu_count; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) continue;
+    std::string name = prop.name;
+    if (m.gpu_name.empty())
+      m.gpu_name = name;
+    else if (m.gpu_name.find(name) == std::string::npos)
+      m.gpu_name += " + " + name;
+  }
+  cudaGetLastError();
+  m.driver = driver_version();
+  cudaDriverGetVersion(&m.cuda_driver_api);
+  cudaRuntimeGetVersion(&m.cuda_runtime);
+  m.nccl_version = nccl_runtime_version();
+  m.nccl_header_version = nccl_header_version();
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) == 0) m.hostname = host;
+  std::time_t now = std::time(nullptr);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  m.timestamp_utc = ts;
+  return m;
+}
+
+void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
+  std::printf("# iris-bench  %s\n", o.command_line.c_str());
+  std::printf("# %s  host %s\n", m.timestamp_utc.c_str(), m.hostname.c_str());
+  std::printf("# %d x %s (%d visible), driver %s, CUDA driver API %s, runtime %s\n", m.world, m.gpu_name.c_str(),
+              m.gpu_count, m.driver.c_str(), cuda_version_text(m.cuda_driver_api).c_str(),
+              cuda_version_text(m.cuda_runtime).c_str());
+  std::printf("# iris heap per rank: %s\n", m.heap.c_str());
+  if (!nccl_compiled()) {
+    std::printf("# NCCL: not built in (CMake found no NCCL); the NCCL columns are unavailable\n");
+  } else if (!nccl_on) {
+    std::printf("# NCCL: %s, not used (--no-nccl)\n", m.nccl_version.c_str());
+  } else {
+    std::printf("# NCCL: %s (NCCL_NVLS_ENABLE=%s); symmetric windows: %s\n", m.nccl_version.c_str(),
+                getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "unset", m.nccl_symmetric.c_str());
+  }
+  std::printf(
+      "# timing: %d calls per CUDA graph, %d warm-up + %d timed replays; time = median us per call, max over "
+      "ranks; check %s\n",
+      o.iters, o.warmup, o.repeats, o.check ? "on (#wrong summed over ranks)" : "off");
+  std::printf("# ratio = best NCCL time / iris time (>1: iris faster)\n");
+  if (m.world == 1) {
+    std::printf(
+        "# NOTE: 1 GPU: nothing crosses NVLink; times and ratios measure launch and kernel overhead only, "
+        "and busbw is 0 (factor (n-1)/n)\n");
+  }
+  std::fflush(stdout);
+}
+
+void print_table_header(Op op, iris::DType dtype, const Options& o, const MachineInfo& m) {
+  (void)o;
+  const char* size_rule = "";
+  switch (op) {
+    case Op::kAllReduce:
+      size_rule = "size = the tensor; busbw = algbw x 2(n-1)/n";
+      break;
+    case Op::kAllGather:
+      size_rule = "size = one rank's input; algbw counts the gathered output (n x size); busbw = algbw x (n-1)/n";
+      break;
+    case Op::kReduceScatter:
+      size_rule = "size = the whole input; busbw = algbw x (n-1)/n";
+      break;
+    case Op::kAllToAll:
+      size_rule = "size = one rank's whole input; busbw = algbw x (n-1)/n";
+      break;
+    case Op::kBroadcast:
+      size_rule = "size = the tensor; busbw = algbw";
+      break;
+  }
+  std::printf("\n# %s, %s, %d rank%s (%s)\n", op_name(op), iris::dtype_name(dtype), m.world, m.world == 1 ? "" : "s",
+              size_rule);
+  // Group labels centred over their columns (widths from the row format in print_row).
+  auto centred = [](const std::string& label, size_t width) {
+    std::string dashes = " " + label + " ";
+    size_t left = width > dashes.size() ? (width - dashes.size()) / 2 : 0;
+    std::string out = std::string(left, '-') + dashes;
+    return out + std::string(width > out.size() ? width - out.size() : 0, '-');
+  };
+  std::printf("#%48s  %s  %s  %s\n", "", centred("iris", 32).c_str(), centred("nccl", 17).c_str(),
+              centred("nccl-sym", 17).c_str());
+  std::printf("#%11s %12s %9s %6s %5s  %9s %7s %7s %6s  %9s %7s  %9s %7s  %6s  %s\n", "size", "count", "type", "redop",
+              "root", "time", "algbw", "busbw", "#wrong", "time", "busbw", "time", "busbw", "ratio", "variant");
+  std::printf("#%11s %12s %9s %6s %5s  %9s %7s %7s %6s  %9s %7s  %9s %7s  %6s\n", "(B)", "(elements)", "", "", "",
+              "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(us)", "(GB/s)", "");
+  std::fflush(stdout);
+}
+
+void print_row(const Record& r, std::set<std::string>& printed_errors) {
+  const Problem& p = r.problem;
+  std::string variant = r.variant;
+  if (!r.resolved.empty() && r.resolved != r.variant) variant += "(" + r.resolved + ")";
+  std::printf("%12zu %12zu %9s %6s %5d  %9s %7s %7s %6s  %9s %7s  %9s %7s  %6s  %s\n", p.size_bytes(), p.count,
+              iris::dtype_name(p.dtype), is_reduction(p.op) ? "sum" : "none", p.op == Op::kBroadcast ? p.root : -1,
+              cell(r.iris, r.iris.time_us, "%.2f").c_str(), cell(r.iris, r.algbw(r.iris), "%.2f").c_str(),
+              cell(r.iris, r.busbw(r.iris), "%.2f").c_str(), wrong_cell(r.iris).c_str(),
+              cell(r.nccl, r.nccl.time_us, "%.2f").c_str(), cell(r.nccl, r.busbw(r.nccl), "%.2f").c_str(),
+              cell(r.nccl_sym, r.nccl_sym.time_us, "%.2f").c_str(),
+              cell(r.nccl_sym, r.busbw(r.nccl_sym), "%.2f").c_str(),
+              std::isfinite(r.ratio()) ? fmt("%.2f", r.ratio()).c_str() : "n/a", variant.c_str());
+  struct Named {
+    const char* name;
+    const Column* c;
+  };
+  for (Named n : {Named{"iris", &r.iris}, Named{"nccl", &r.nccl}, Named{"nccl symmetric", &r.nccl_sym}}) {
+    std::string msg;
+    if (!n.c->error.empty())
+      msg = n.c->error;
+    else if (n.c->wrong > 0)
+      msg = std::to_string(n.c->wrong) + " wrong elements" + (n.c->note.empty() ? "" : " (" + n.c->note + ")");
+    if (msg.empty()) continue;
+    std::string key = std::string(n.name) + " " + r.variant + ": " + msg;
+    if (n.c->wrong > 0 || printed_errors.insert(key).second) {
+      std::printf("#   ^ %s%s%s at %zu B: %s\n", n.name, r.variant == "-" ? "" : " ",
+                  r.variant == "-" ? "" : r.variant.c_str(), p.size_bytes(), msg.c_str());
+    }
+  }
+  std::fflush(stdout);
+}
+
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+void json_column(std::ostream& os, const char* prefix, const Record& r, const Column& c) {
+  os << ", \"" << prefix << "_time_us\": " << json_number(c.time_us) << ", \"" << prefix
+     << "_algbw_gbps\": " << json_number(r.algbw(c)) << ", \"" << prefix << "_busbw_gbps\": " << json_number(r.busbw(c))
+     << ", \"" << prefix << "_wrong\": " << (c.wrong >= 0 ? std::to_string(c.wrong) : "null") << ", \"" << prefix
+     << "_error\": " << (c.error.empty() ? (c.ran ? "null" : json_string("not run")) : json_string(c.error));
+}
+
+}  // namespace
+
+void write_json(const std::string& path, const MachineInfo& m, const Options& o, const std::vector<Record>& records) {
+  std::ostringstream os;
+  os << "{\n  \"tool\": \"iris-bench\",\n  \"format\": 1,\n";
+  os << "  \"machine\": {\"gpu\": " << json_string(m.gpu_name) << ", \"gpu_count\": " << m.gpu_count
+     << ", \"world\": " << m.world << ", \"driver\": " << json_string(m.driver)
+     << ", \"cuda_driver_api\": " << m.cuda_driver_api << ", \"cuda_runtime\": " << m.cuda_runtime
+     << ", \"nccl\": " << (m.nccl_version.empty() ? "null" : json_string(m.nccl_version))
+     << ", \"nccl_header_version\": " << m.nccl_header_version
+     << ", \"nccl_symmetric\": " << json_string(m.nccl_symmetric) << ", \"hostname\": " << json_string(m.hostname)
+     << ", \"timestamp_utc\": " << json_string(m.timestamp_utc) << ", \"iris_heap\": " << json_string(m.heap) << "},\n";
+  os << "  \"settings\": {\"command\": " << json_string(o.command_line) << ", \"iters\": " << o.iters
+     << ", \"warmup\": " << o.warmup << ", \"repeats\": " << o.repeats
+     << ", \"check\": " << (o.check ? "true" : "false") << ", \"quick\": " << (o.quick ? "true" : "false")
+     << ", \"time\": \"median us per call over timed graph replays, "
+     << "max over ranks\"},\n";
+  os << "  \"results\": [";
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Record& r = records[i];
+    const Problem& p = r.problem;
+    os << (i ? ",\n    " : "\n    ") << "{\"op\": " << json_string(op_name(p.op))
+       << ", \"variant\": " << json_string(r.variant)
+       << ", \"variant_resolved\": " << (r.resolved.empty() ? "null" : json_string(r.resolved))
+       << ", \"dtype\": " << json_string(dtype_short_name(p.dtype)) << ", \"size_bytes\": " << p.size_bytes()
+       << ", \"count\": " << p.count << ", \"bw_bytes\": " << p.bw_bytes()
+       << ", \"bus_factor\": " << json_number(bus_factor(p.op, p.world))
+       << ", \"redop\": " << json_string(is_reduction(p.op) ? "sum" : "none")
+       << ", \"root\": " << (p.op == Op::kBroadcast ? p.root : -1) << ", \"world\": " << p.world
+       << ", \"gpu\": " << json_string(m.gpu_name)
+       << ", \"nccl_version\": " << (m.nccl_version.empty() ? "null" : json_string(m.nccl_version));
+    json_column(os, "iris", r, r.iris);
+    json_column(os, "nccl", r, r.nccl);
+    json_column(os, "nccl_sym", r, r.nccl_sym);
+    os << ", \"ratio\": " << json_number(r.ratio()) << "}";
+  }
+  os << (records.empty() ? "]\n}\n" : "\n  ]\n}\n");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) throw iris::Error("iris-bench: cannot write " + tmp);
+    f << os.str();
+    if (!f) throw iris::Error("iris-bench: writing " + tmp + " failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw iris::Error("iris-bench: cannot rename " + tmp + " to " + path);
+}
+
+}  // namespace iris_bench
