@@ -26,11 +26,12 @@ for g in "${groups[@]}"; do
   failed=$(grep -cE '^\[  FAILED  \] .*\(' "$log")
   skipped=$(grep -cE '^\[  SKIPPED \] .*\(' "$log")
   summary+=("tests '$g': rc $rc, passed ${passed:-0}, failed $failed, skipped $skipped, $(( $(date +%s) - start )) s")
-  while read -r line; do summary+=("    $line"); done < <(grep -E '^\[  FAILED  \] .*\(' "$log" | head -n 15)
+  while read -r line; do summary+=("    $line"); done < <(grep -E '^\[  FAILED  \] .*\(' "$log" | sort -u | head -n 15)
+  while read -r line; do summary+=("      $line"); done < <(grep -A4 -E 'Failure$' "$log" | grep -vE '^--$' | head -n 20 | cut -c1-300)
 done
 if [ -x "$BIN/heap_exchange" ]; then
-  timeout 120 "$BIN/heap_exchange" 256 > "$LOG_DIR/example_threads.log" 2>&1
-  summary+=("heap_exchange threads: rc $? | $(tr '\n' ' ' < "$LOG_DIR/example_threads.log" | tail -c 700)")
+  timeout 120 "$BIN/heap_exchange" 256 > /tmp/example_threads.log 2>&1
+  summary+=("heap_exchange threads: rc $? | $(tr '\n' ' ' < /tmp/example_threads.log | tail -c 700)")
   port=$((20000 + RANDOM % 20000)); pids=()
   for ((r = 0; r < gpus; r++)); do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=$gpus LOCAL_WORLD_SIZE=$gpus MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
@@ -38,12 +39,12 @@ if [ -x "$BIN/heap_exchange" ]; then
     pids+=($!)
   done
   prc=0; for p in "${pids[@]}"; do wait "$p" || prc=$?; done
-  summary+=("heap_exchange processes: rc $prc | $(cat /tmp/example_proc_*.log | tee "$LOG_DIR/example_proc.log" | tr '\n' ' ' | tail -c 700)")
+  summary+=("heap_exchange processes: rc $prc | $(cat /tmp/example_proc_*.log | tr '\n' ' ' | tail -c 700)")
 fi
 for b in message_exchange device_bench; do
   [ -x "$BIN/$b" ] || continue
-  timeout 240 "$BIN/$b" > "$LOG_DIR/$b.log" 2>&1
-  summary+=("$b: rc $?")
+  timeout 240 "$BIN/$b" > "/tmp/$b.log" 2>&1
+  summary+=("$b: rc $? | $(tail -n 12 "/tmp/$b.log" | tr '\n' ' ' | tail -c 1500)")
 done
 echo "==== SUMMARY ===="
 printf '%s\n' "${summary[@]}"

@@ -15,8 +15,12 @@ constexpr int kEpochWords = 2;
 // Chunk plans do not depend on the launch's block count, so a workspace serves any comm_sms.
 constexpr int kPlanBlocks = 128;
 
-// The measured rule behind `auto` (2 x H200, bf16, CUDA-graph replay): one_shot up to this size.
-constexpr size_t kOneShotMaxBytes = size_t{512} << 10;
+// The measured rule behind `auto`: one_shot up to this size, two_shot above. Measured with iris-bench
+// on 2 x H200 (bf16, CUDA-graph replay, 2026-11-29): one_shot / two_shot = 5.9 / 8.5 us at 8 KiB,
+// 10.3 / 12.8 us at 1 MiB, 18.7 / 15.5 us at 2 MiB, 35.9 / 23.5 us at 4 MiB. One_shot's LL words
+// carry 4 data bytes in 8, so past about 1 MiB the doubled traffic costs more than two_shot's
+// second flag round trip. Not yet measured for more than 2 ranks.
+constexpr size_t kOneShotMaxBytes = size_t{1} << 20;
 
 struct Plan {
   AllReduceVariant variant;

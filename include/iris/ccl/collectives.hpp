@@ -5,8 +5,11 @@
 //   for (...) iris::ccl::all_reduce(ctx, out, in, config, ws);  // stream-ordered, graph-capturable
 //
 // Tensors are 2-D row-major views (iris::Tensor: pointer, dtype, rows, cols, row stride); a 1-D
-// buffer is one row. They may live anywhere in device memory: on the symmetric heap the ops write
-// peers' outputs directly, elsewhere they stage through the workspace (one extra local copy).
+// buffer is one row. They may live anywhere in device memory (symmetric heap or cudaMalloc): data
+// crosses NVLink through the workspace's staging buffers on the heap (pushed into a peer's staging,
+// or pulled from it), so the ops never write into a peer's output buffer. Staging takes about the
+// size of the tensor per rank (two_shot, reduce_scatter), twice the output for all_gather and
+// all_to_all (two parities), and W x 16 bytes per 4 data bytes for one_shot (small sizes).
 //
 // Every call is asynchronous on `stream` (default: ctx.stream()), allocates nothing, talks to no
 // host peer, and is capturable in a CUDA graph: flags carry generations kept in device memory, so
