@@ -118,9 +118,9 @@ __device__ __forceinline__ uint64_t begin_call(const uint64_t* state) {
 }
 
 // Every thread of every block calls this last. The count is relaxed on purpose: it orders nothing
-// but "this block has read the epoch", which it did before using it at the start, and a fence here
-// would make thread 0 wait for the acknowledgement of every store it sent to peers (a microsecond
-// or more per call, measured on H200 at 8 KiB).
+// but "this block has read the epoch", which it did before using it at the start, and an acq_rel
+// count would put a fence behind thread 0's stores to peers. (On 2 x H200 the one_shot call at
+// 8 KiB went from 6.05 to 5.91 us with this change: a small part of the gap to the 3 us target.)
 __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch) {
   __syncthreads();
   if (threadIdx.x == 0) {
