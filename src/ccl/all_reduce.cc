@@ -115,15 +115,13 @@ AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size
 
 void all_reduce_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                          ReduceOp op) {
-  Plan p = make_plan(ctx, out, in, config, op);
-  ContextWorkspaceHost host(ctx);
-  ws.prepare(host, p.sig, p.needs);
+  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(ctx, out, in, config, op); });
 }
 
 void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream, ReduceOp op) {
   Plan p = make_plan(ctx, out, in, config, op);
-  detail::require_prepared("all_reduce", "all_reduce_preamble", ws);
+  detail::require_op("all_reduce", "all_reduce_preamble", ws, OpKind::kAllReduce);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;
   stream = detail::pick_stream(ctx, stream);

@@ -5,10 +5,13 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <exception>
+#include <string>
 
 #include "iris/ccl/config.hpp"
 #include "iris/ccl/workspace.hpp"
 #include "iris/context.hpp"
+#include "iris/core/cuda_check.hpp"
 #include "iris/core/tensor.hpp"
 
 namespace iris::ccl::detail {
@@ -29,5 +32,37 @@ inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 // A workspace that was never prepared cannot be launched with.
 void require_prepared(const char* op, const char* preamble, const Workspace& ws);
+
+// The op's plan, then ws.prepare. When this rank's own validation (plan) throws, it still takes part
+// in prepare's exchange of signatures with a description no other rank can match, so the ranks that
+// validated raise "Collective parameters differ across ranks" instead of waiting for this one; then
+// it rethrows its own error.
+template <typename PlanFn>
+void prepare_everywhere(Context& ctx, Workspace& ws, PlanFn&& plan) {
+  ContextWorkspaceHost host(ctx);
+  OpSignature sig;
+  WorkspaceNeeds needs;
+  try {
+    auto p = plan();
+    sig = p.sig;
+    needs = p.needs;
+  } catch (const std::exception& e) {
+    host.allgather(std::string("invalid call on rank ") + std::to_string(ctx.rank()) + ": " + e.what());
+    throw;
+  }
+  // A workspace that served another collective: each op's reuse argument covers calls of that op only,
+  // so let every call of the old op end (on any stream of this device) before prepare's exchange, which
+  // then also orders them before every rank's first call of the new op.
+  if (ws.prepared() && ws.signature().op != sig.op) IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+  ws.prepare(host, sig, needs);
+}
+
+// A workspace serves the one collective it was prepared for: each op's reuse argument (its kernel's
+// comment) holds between calls of that op only.
+inline void require_op(const char* op, const char* preamble, const Workspace& ws, OpKind kind) {
+  require_prepared(op, preamble, ws);
+  IRIS_CHECK_ARG(ws.signature().op == kind, op, ": the workspace was prepared for ", op_name(ws.signature().op),
+                 "; call ", preamble, " with a workspace of its own (one workspace per collective).");
+}
 
 }  // namespace iris::ccl::detail

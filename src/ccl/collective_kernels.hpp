@@ -9,10 +9,9 @@
 // Call e uses parity e & 1 of both; the reuse argument is in each kernel's header comment.
 // broadcast uses one slot and one flag per chunk (see broadcast.cu).
 //
-// Shared helpers that would belong in ccl_host.hpp / ccl_common.cuh (kept here because those files are
-// not ours): prepare_everywhere (a preamble whose local validation failure still reaches every rank),
-// require_op, overlaps, row_block, same_view, vec_ok, dispatch_bits; on the device side block_fanout,
-// block_signal_each, block_wait_each and end_call_published.
+// Host helpers of these four ops: overlaps, row_block, same_view, vec_ok, dispatch_bits; on the device
+// side block_fanout, block_signal_each, block_wait_each and end_call_published. prepare_everywhere and
+// require_op, shared with all_reduce, are in ccl_host.hpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -178,38 +177,6 @@ inline OpSignature collective_signature(OpKind op, const Tensor& shape, int worl
 inline int launch_blocks(const Context& ctx, const Config& config, int64_t nchunks) {
   const int limit = config.comm_sms > 0 ? config.comm_sms : sm_count(ctx);
   return static_cast<int>(std::clamp<int64_t>(nchunks, 1, limit));
-}
-
-// The op's plan, then ws.prepare. When this rank's own validation (plan) throws, it still takes part
-// in prepare's exchange of signatures with a description no other rank can match, so the ranks that
-// validated raise "Collective parameters differ across ranks" instead of waiting for this one; then
-// it rethrows its own error.
-template <typename PlanFn>
-void prepare_everywhere(Context& ctx, Workspace& ws, PlanFn&& plan) {
-  ContextWorkspaceHost host(ctx);
-  OpSignature sig;
-  WorkspaceNeeds needs;
-  try {
-    auto p = plan();
-    sig = p.sig;
-    needs = p.needs;
-  } catch (const std::exception& e) {
-    host.allgather(std::string("invalid call on rank ") + std::to_string(ctx.rank()) + ": " + e.what());
-    throw;
-  }
-  // A workspace that served another collective: each op's reuse argument covers calls of that op only,
-  // so let every call of the old op end (on any stream of this device) before prepare's exchange, which
-  // then also orders them before every rank's first call of the new op.
-  if (ws.prepared() && ws.signature().op != sig.op) IRIS_CUDA_CHECK(cudaDeviceSynchronize());
-  ws.prepare(host, sig, needs);
-}
-
-// A workspace serves the one collective it was prepared for: each op's reuse argument (its kernel's
-// comment) holds between calls of that op only.
-inline void require_op(const char* op, const char* preamble, const Workspace& ws, OpKind kind) {
-  require_prepared(op, preamble, ws);
-  IRIS_CHECK_ARG(ws.signature().op == kind, op, ": the workspace was prepared for ", op_name(ws.signature().op),
-                 "; call ", preamble, " with a workspace of its own (one workspace per collective).");
 }
 
 }  // namespace iris::ccl::detail
