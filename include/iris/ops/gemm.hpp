@@ -1,0 +1,93 @@
+// iris::ops GEMM core: one Hopper GEMM (TMA + wgmma, warp-specialized, persistent) built from CUTLASS
+// 3.x collectives, shaped like a CUTLASS op: arguments, can_implement with a reason, workspace size, run.
+//
+//   iris::ops::GemmArguments args;
+//   args.a = Tensor::matrix(a, DType::kBFloat16, m, k);        // A: M x K, row-major
+//   args.b = Tensor::matrix(w, DType::kBFloat16, n, k);        // B: N x K (weights as layers store them) ...
+//   args.b_is_nk = true;                                        // ... or K x N with b_is_nk = false
+//   args.c = Tensor::matrix(c, DType::kBFloat16, m, n);        // C: M x N, row-major
+//   if (auto why = iris::ops::can_implement(args); !why.empty()) ...
+//   std::vector<char> ... workspace of iris::ops::workspace_size(args) bytes (device memory; 0 today)
+//   iris::ops::gemm(args, workspace, stream);                   // C = alpha * A @ B + bias
+//
+// Types: A and B are both bfloat16 or both float16; accumulation is float32; C is A's type or float32.
+// bias (optional) is a device vector of N elements of C's type, added to every row.
+// Layouts: every tensor is a row-major view with a row stride (Tensor::stride, in elements). TMA reads
+// and writes whole rows, so each tensor's data must be 16-byte aligned and its row stride a multiple of
+// 16 bytes, and the contiguous extents must be multiples of 8 elements: K (the rows of A and, when
+// b_is_nk, of B) and N (the rows of B when it is K x N, and of C). M and the tile edges are free:
+// CUTLASS predicates partial tiles.
+//
+// The supported tiles are listed in kGemmTiles (fused ops size their per-tile lock arrays by the tile
+// they run with). Every call is asynchronous on `stream`, allocates nothing and is capturable in a
+// CUDA graph.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "iris/core/tensor.hpp"
+
+namespace iris::ops {
+
+// A CTA output tile (M x N) and the K depth of one mainloop stage.
+struct GemmTile {
+  int m = 0;
+  int n = 0;
+  int k = 0;
+  bool operator==(const GemmTile&) const = default;
+  bool is_auto() const { return m == 0 && n == 0 && k == 0; }
+};
+
+// 128x256x64, warp-specialized cooperative (two consumer warpgroups share a tile), cluster 2x1 (B
+// multicast to both CTAs). The large-shape configuration.
+inline constexpr GemmTile kGemmTileLarge{128, 256, 64};
+// 128x128x64, warp-specialized ping-pong (two consumer warpgroups alternate tiles), cluster 1x2. For
+// small M (decode) and mid-sized outputs.
+inline constexpr GemmTile kGemmTileSmall{128, 128, 64};
+// Every tile a GEMM may run with.
+inline constexpr std::array<GemmTile, 2> kGemmTiles{kGemmTileLarge, kGemmTileSmall};
+
+// The tile an automatic choice (GemmArguments::tile left at {0, 0, 0}) takes for an M x N x K problem:
+// kGemmTileSmall while the output has at most 2^25 elements (4096 x 8192), kGemmTileLarge above. From
+// the measurements in BASELINES.md (CUTLASS against cuBLAS on one H200, bf16): ping-pong 128x128 wins
+// at 128/2048/4096 x 8192, cooperative 128x256 at 8192 x 8192 and 16384 x 4096.
+GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k);
+
+struct GemmArguments {
+  Tensor a;                    // M x K, bfloat16 or float16
+  Tensor b;                    // K x N, or N x K when b_is_nk; same dtype as a
+  Tensor c;                    // M x N output: a's dtype or float32
+  const void* bias = nullptr;  // N elements of c's dtype (device memory, 16-byte aligned), or null
+  bool b_is_nk = false;        // b holds B transposed: N rows of K (column-major K x N)
+  float alpha = 1.0f;          // C = alpha * (A @ B) + bias
+  GemmTile tile{};             // one of kGemmTiles, or {0, 0, 0} for select_gemm_tile
+  int sm_count = 0;            // SMs the persistent kernel may occupy (2 at least: one cluster); 0 = all
+};
+
+// Empty when gemm() can run these arguments; otherwise the reason, naming the tensor and the rule
+// (the same text gemm() throws as std::invalid_argument). Checks only the arguments: whether this
+// build has the GEMM core at all is gemm_available().
+std::string can_implement(const GemmArguments& args);
+
+// Bytes of device workspace gemm() needs for these arguments (0 for the current kernels; pass nullptr
+// then). Throws std::invalid_argument for arguments can_implement rejects.
+size_t workspace_size(const GemmArguments& args);
+
+// C = alpha * A @ B + bias, asynchronously on `stream`. `workspace` holds workspace_size(args) bytes
+// of device memory. Throws std::invalid_argument (iris::InvalidArgument) for bad arguments, and
+// iris::Error when this build has no GEMM core or CUTLASS refuses the problem.
+void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream);
+
+// True when iris was built with the CUTLASS headers (the GEMM core exists). When false, gemm() throws
+// iris::Error saying how to get them: `bash scripts/setup.sh`, then rebuild.
+bool gemm_available();
+
+// The tile gemm() runs these arguments with (args.tile, or the automatic choice).
+GemmTile resolved_tile(const GemmArguments& args);
+
+}  // namespace iris::ops

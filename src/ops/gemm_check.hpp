@@ -1,0 +1,19 @@
+// Operand rules shared by the GEMM core and the fused ops (whose GEMMs run on it), with the op's name
+// in every message. Pure: no CUDA calls, so host tests pin the messages.
+#pragma once
+
+#include <string>
+
+#include "iris/core/tensor.hpp"
+
+namespace iris::ops::detail {
+
+// Empty when a (M x K) and b (K x N, or N x K when b_is_nk) can be multiplied by the GEMM core into c:
+// types (A and B both bfloat16 or both float16, C of A's type or float32), views (shape, stride, null
+// data), B's K against A's, c's N columns, K and N multiples of 8, 16-byte aligned data, row strides
+// and bias, and c overlapping neither input. c's rows are the caller's to check (they depend on the op).
+// Otherwise the reason, starting with "<op>: ".
+std::string check_matmul_operands(const char* op, const Tensor& a, const Tensor& b, bool b_is_nk, const Tensor& c,
+                                  const void* bias);
+
+}  // namespace iris::ops::detail

@@ -1,0 +1,272 @@
+// GEMM core entry points: argument validation (pure, testable without a GPU), tile choice, and dispatch
+// to the CUTLASS instantiations of gemm_sm90_<in>_<layout>.cu. Built without CUTLASS (no
+// IRIS_HAVE_CUTLASS), everything but the launch still works and gemm() says how to get the headers.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "iris/core/cuda_check.hpp"
+#include "iris/core/error.hpp"
+#include "iris/ops/gemm.hpp"
+#include "ops/gemm_check.hpp"
+#include "ops/gemm_sm90_kernel.hpp"
+
+namespace iris::ops {
+namespace {
+
+using iris::detail::str_cat;
+
+bool is_16bit_float(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
+
+std::string tile_name(const GemmTile& t) { return str_cat(t.m, "x", t.n, "x", t.k); }
+
+std::string supported_tiles() {
+  std::string s;
+  for (const auto& t : kGemmTiles) s += (s.empty() ? "" : ", ") + tile_name(t);
+  return s;
+}
+
+// The row pitch TMA is given for a view. A one-row view may carry any stride (Tensor::vector) but has
+// no second row to step to, so its pitch is its row length (a multiple of 8 elements once validated).
+int64_t row_pitch(const Tensor& t) { return t.rows <= 1 ? t.cols : t.stride; }
+
+// The view itself: shape, stride, data. Returns the reason it is malformed, or "".
+std::string check_view(const char* op, const char* name, const Tensor& t) {
+  if (t.rows < 0 || t.cols < 0) return str_cat(op, ": ", name, " has negative shape ", t.rows, "x", t.cols, ".");
+  if (t.rows > 1 && t.stride < t.cols)
+    return str_cat(op, ": ", name, " row stride ", t.stride, " is smaller than its ", t.cols, " columns.");
+  if (t.numel() > 0 && t.data == nullptr) return str_cat(op, ": ", name, " is null but has ", t.numel(), " elements.");
+  return "";
+}
+
+// What TMA needs of a view beyond its row length: 16-byte aligned data and row pitch.
+std::string check_tma(const char* op, const char* name, const Tensor& t) {
+  if (t.numel() == 0) return "";
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+    return str_cat(op, ": ", name, " data ", t.data,
+                   " is not 16-byte aligned (TMA reads and writes 16-byte aligned rows).");
+  const int64_t pitch_bytes = row_pitch(t) * static_cast<int64_t>(t.element_size());
+  if (t.rows > 1 && pitch_bytes % 16 != 0)
+    return str_cat(op, ": ", name, " row stride ", row_pitch(t), " elements (", pitch_bytes,
+                   " bytes) is not a multiple of 16 bytes (TMA reads and writes 16-byte aligned rows).");
+  return "";
+}
+
+bool overlaps(const Tensor& x, const Tensor& y) {
+  if (x.numel() == 0 || y.numel() == 0) return false;
+  const auto* x0 = static_cast<const char*>(x.data);
+  const auto* y0 = static_cast<const char*>(y.data);
+  return x0 < y0 + y.span_bytes() && y0 < x0 + x.span_bytes();
+}
+
+GemmTile resolve(const GemmArguments& g) {
+  if (!g.tile.is_auto()) return g.tile;
+  const int64_t n = g.b_is_nk ? g.b.rows : g.b.cols;
+  // The small tile is built for 16-bit outputs only (gemm_sm90_kernel.hpp).
+  if (g.c.dtype == DType::kFloat32) return kGemmTileLarge;
+  return select_gemm_tile(g.a.rows, n, g.a.cols);
+}
+
+#if defined(IRIS_HAVE_CUTLASS)
+using detail::GemmProblem;
+using detail::kTileLarge;
+using detail::kTileSmall;
+using detail::Sm90Gemm;
+
+struct Sm90Instance {
+  DType in;
+  DType out;
+  bool b_is_nk;
+  int tile;
+  size_t (*workspace_size)(const GemmProblem&);
+  void (*run)(const GemmProblem&, void*, cudaStream_t);
+};
+
+template <DType kIn, DType kOut, bool kBIsNK, int kTile>
+constexpr Sm90Instance instance() {
+  using G = Sm90Gemm<kIn, kOut, kBIsNK, kTile>;
+  return {kIn, kOut, kBIsNK, kTile, &G::workspace_size, &G::run};
+}
+
+// The complete set (each file instantiates its three): the large tile for 16-bit and float32 outputs,
+// the small tile for 16-bit outputs. About 35 s of compile each on 2 cores, so the set stays small.
+constexpr DType kBF16 = DType::kBFloat16;
+constexpr DType kF16 = DType::kFloat16;
+constexpr DType kF32 = DType::kFloat32;
+constexpr Sm90Instance kSm90Instances[] = {
+    // gemm_sm90_bf16_kn.cu
+    instance<kBF16, kBF16, false, kTileLarge>(),
+    instance<kBF16, kF32, false, kTileLarge>(),
+    instance<kBF16, kBF16, false, kTileSmall>(),
+    // gemm_sm90_bf16_nk.cu
+    instance<kBF16, kBF16, true, kTileLarge>(),
+    instance<kBF16, kF32, true, kTileLarge>(),
+    instance<kBF16, kBF16, true, kTileSmall>(),
+    // gemm_sm90_f16_kn.cu
+    instance<kF16, kF16, false, kTileLarge>(),
+    instance<kF16, kF32, false, kTileLarge>(),
+    instance<kF16, kF16, false, kTileSmall>(),
+    // gemm_sm90_f16_nk.cu
+    instance<kF16, kF16, true, kTileLarge>(),
+    instance<kF16, kF32, true, kTileLarge>(),
+    instance<kF16, kF16, true, kTileSmall>(),
+};
+
+int tile_id(const GemmTile& t) {
+  for (int i = 0; i < static_cast<int>(kGemmTiles.size()); ++i)
+    if (kGemmTiles[i] == t) return i;
+  throw Error(str_cat("iris internal error: tile ", tile_name(t), " passed validation but is not in kGemmTiles."));
+}
+
+const Sm90Instance& find_instance(const GemmArguments& g) {
+  const int tile = tile_id(resolve(g));
+  for (const auto& inst : kSm90Instances)
+    if (inst.in == g.a.dtype && inst.out == g.c.dtype && inst.b_is_nk == g.b_is_nk && inst.tile == tile) return inst;
+  throw Error(str_cat("iris internal error: no GEMM instantiation for validated arguments (", dtype_name(g.a.dtype),
+                      " -> ", dtype_name(g.c.dtype), ", tile ", tile_name(resolve(g)), ")."));
+}
+
+// The device's Hopper check and SM count (cudaDeviceGetAttribute is a cached lookup, not a driver call).
+GemmProblem make_problem(const GemmArguments& g) {
+  GemmProblem p;
+  IRIS_CUDA_CHECK(cudaGetDevice(&p.device));
+  int major = 0, minor = 0, sms = 0;
+  IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device));
+  IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, p.device));
+  IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p.device));
+  if (major != 9 || minor != 0)
+    throw Error(str_cat("gemm: the GEMM core is built for sm_90a (H100/H200) but device ", p.device, " is sm_", major,
+                        minor, "."));
+  p.m = static_cast<int>(g.a.rows);
+  p.k = static_cast<int>(g.a.cols);
+  p.n = static_cast<int>(g.b_is_nk ? g.b.rows : g.b.cols);
+  p.a = g.a.data;
+  p.lda = row_pitch(g.a);
+  p.b = g.b.data;
+  p.ldb = row_pitch(g.b);
+  p.d = g.c.data;
+  p.ldd = row_pitch(g.c);
+  p.bias = g.bias;
+  p.alpha = g.alpha;
+  // At least one 2-CTA cluster; at most the device.
+  p.sm_count = g.sm_count > 0 ? std::clamp(g.sm_count, 2, std::max(sms, 2)) : sms;
+  return p;
+}
+#endif  // IRIS_HAVE_CUTLASS
+
+#if !defined(IRIS_HAVE_CUTLASS)
+[[noreturn]] void throw_unavailable() {
+  throw Error(
+      "gemm: the CUTLASS headers were not found when iris was configured, so this build has no GEMM core. Run `bash "
+      "scripts/setup.sh` (it unpacks them from the nvidia-cutlass==4.2.0.0 PyPI wheel into .deps/cutlass/include) or "
+      "configure with -DIRIS_CUTLASS_INCLUDE_DIR=<path to CUTLASS's include folder>, then rebuild.");
+}
+#endif
+
+}  // namespace
+
+GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k) {
+  (void)k;
+  return m * n <= (int64_t{1} << 25) ? kGemmTileSmall : kGemmTileLarge;
+}
+
+GemmTile resolved_tile(const GemmArguments& args) { return resolve(args); }
+
+bool gemm_available() {
+#if defined(IRIS_HAVE_CUTLASS)
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace detail {
+
+std::string check_matmul_operands(const char* op, const Tensor& a, const Tensor& b, bool b_is_nk, const Tensor& c,
+                                  const void* bias) {
+  if (!is_16bit_float(a.dtype))
+    return str_cat(op, ": A is ", dtype_name(a.dtype), "; the GEMM core takes bfloat16 or float16 inputs.");
+  if (b.dtype != a.dtype)
+    return str_cat(op, ": B is ", dtype_name(b.dtype), " but A is ", dtype_name(a.dtype),
+                   "; A and B must have the same type.");
+  if (c.dtype != a.dtype && c.dtype != DType::kFloat32)
+    return str_cat(op, ": C is ", dtype_name(c.dtype), "; with ", dtype_name(a.dtype), " inputs C must be ",
+                   dtype_name(a.dtype), " or float32.");
+  const std::pair<const char*, const Tensor*> operands[] = {{"A", &a}, {"B", &b}, {"C", &c}};
+  for (auto [name, t] : operands)
+    if (auto why = check_view(op, name, *t); !why.empty()) return why;
+  const int64_t k = a.cols;
+  const int64_t b_k = b_is_nk ? b.cols : b.rows;
+  const int64_t n = b_is_nk ? b.rows : b.cols;
+  if (b_k != k)
+    return str_cat(op, ": A is ", a.rows, "x", k, " but B is ", b.rows, "x", b.cols, " (stored ",
+                   b_is_nk ? "N x K" : "K x N", "); B's K must be ", k, ".");
+  if (c.cols != n) return str_cat(op, ": C has ", c.cols, " columns but B has N = ", n, ".");
+  if (a.rows > INT_MAX || n > INT_MAX || k > INT_MAX)
+    return str_cat(op, ": ", a.rows, "x", n, "x", k, " has a dimension above 2^31 - 1.");
+  if (k == 0) return str_cat(op, ": K is 0 (A is ", a.rows, "x0); the GEMM core needs K >= 1.");
+  if (k % 8 != 0)
+    return str_cat(op, ": K = ", k,
+                   " is not a multiple of 8: TMA needs 16-byte aligned rows, so K must be a multiple of 8 for 16-bit "
+                   "inputs.");
+  if (n % 8 != 0)
+    return str_cat(op, ": N = ", n,
+                   " is not a multiple of 8: TMA needs 16-byte aligned rows, so N must be a multiple of 8 for 16-bit "
+                   "inputs.");
+  for (auto [name, t] : operands)
+    if (auto why = check_tma(op, name, *t); !why.empty()) return why;
+  if (bias != nullptr && reinterpret_cast<uintptr_t>(bias) % 16 != 0)
+    return str_cat(op, ": bias ", bias, " is not 16-byte aligned.");
+  if (overlaps(c, a) || overlaps(c, b)) return str_cat(op, ": C overlaps A or B; pass a separate output buffer.");
+  return "";
+}
+
+}  // namespace detail
+
+std::string can_implement(const GemmArguments& g) {
+  if (auto why = detail::check_matmul_operands("gemm", g.a, g.b, g.b_is_nk, g.c, g.bias); !why.empty()) return why;
+  const int64_t m = g.a.rows;
+  const int64_t n = g.b_is_nk ? g.b.rows : g.b.cols;
+  if (g.c.rows != m) return str_cat("gemm: C is ", g.c.rows, "x", g.c.cols, " but A @ B is ", m, "x", n, ".");
+  if (g.sm_count < 0) return str_cat("gemm: sm_count must be 0 (every SM) or positive, got ", g.sm_count, ".");
+  if (!g.tile.is_auto()) {
+    if (std::find(kGemmTiles.begin(), kGemmTiles.end(), g.tile) == kGemmTiles.end())
+      return str_cat("gemm: tile ", tile_name(g.tile), " is not supported; the tiles are ", supported_tiles(),
+                     " (or 0x0x0 for the automatic choice).");
+    if (g.tile == kGemmTileSmall && g.c.dtype == DType::kFloat32)
+      return str_cat("gemm: tile ", tile_name(kGemmTileSmall), " is built for 16-bit outputs only; C is float32: use ",
+                     tile_name(kGemmTileLarge), " or the automatic choice.");
+  }
+  return "";
+}
+
+size_t workspace_size(const GemmArguments& args) {
+  if (auto why = can_implement(args); !why.empty()) throw InvalidArgument(why);
+#if defined(IRIS_HAVE_CUTLASS)
+  if (args.c.numel() == 0) return 0;
+  return find_instance(args).workspace_size(make_problem(args));
+#else
+  return 0;
+#endif
+}
+
+void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream) {
+  if (auto why = can_implement(args); !why.empty()) throw InvalidArgument(why);
+#if defined(IRIS_HAVE_CUTLASS)
+  if (args.c.numel() == 0) return;
+  const Sm90Instance& inst = find_instance(args);
+  const GemmProblem p = make_problem(args);
+  const size_t need = inst.workspace_size(p);
+  IRIS_CHECK_ARG(need == 0 || workspace != nullptr, "gemm: these arguments need ", need,
+                 " bytes of device workspace (workspace_size(args)) but workspace is null.");
+  inst.run(p, workspace, stream);
+#else
+  (void)workspace;
+  (void)stream;
+  throw_unavailable();
+#endif
+}
+
+}  // namespace iris::ops

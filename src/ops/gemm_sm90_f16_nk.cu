@@ -1,0 +1,10 @@
+// GEMM core instantiations: float16 inputs, B stored N x K (column-major K x N).
+#include "ops/gemm_sm90_impl.hpp"
+
+namespace iris::ops::detail {
+
+template struct Sm90Gemm<DType::kFloat16, DType::kFloat16, true, kTileLarge>;
+template struct Sm90Gemm<DType::kFloat16, DType::kFloat32, true, kTileLarge>;
+template struct Sm90Gemm<DType::kFloat16, DType::kFloat16, true, kTileSmall>;
+
+}  // namespace iris::ops::detail

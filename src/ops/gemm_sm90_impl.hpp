@@ -1,0 +1,158 @@
+// Definition of the GEMM core's kernels: CUTLASS 3.x collectives for sm90a, one type per (input
+// type, output type, B layout, tile). Included only by the gemm_sm90_<in>_<layout>.cu files, each of
+// which instantiates its share of the set listed in gemm_sm90_kernel.hpp.
+//
+//   mainloop  CollectiveBuilder: TMA loads of A and B tiles into a multi-stage shared-memory pipeline
+//             (as many stages as fit beside the epilogue's storage), wgmma with float32 accumulators,
+//             warp-specialized (a producer warp issues TMA, consumer warpgroups run wgmma)
+//   epilogue  CollectiveBuilder with LinCombPerColBias: D = alpha * acc + bias[n], no C source (its
+//             element type is void, so C is never read); TMA store of D
+//   schedule  the default persistent tile scheduler: a grid of at most sm_count CTAs walks the tiles
+#pragma once
+
+#include <cutlass/bfloat16.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/half.h>
+#include <cutlass/kernel_hardware_info.h>
+#include <cute/tensor.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+
+#include <type_traits>
+
+#include "iris/core/error.hpp"
+#include "ops/gemm_sm90_kernel.hpp"
+
+#if !defined(NDEBUG)
+// Without NDEBUG, CUTLASS's device asserts are function calls inside the mainloop and ptxas
+// serializes the wgmma pipeline (warning C7510): CMake compiles these files with -DNDEBUG.
+#error "the GEMM core must be compiled with -DNDEBUG"
+#endif
+
+namespace iris::ops::detail {
+
+template <DType>
+struct CutlassElement;
+template <>
+struct CutlassElement<DType::kBFloat16> {
+  using type = cutlass::bfloat16_t;
+};
+template <>
+struct CutlassElement<DType::kFloat16> {
+  using type = cutlass::half_t;
+};
+template <>
+struct CutlassElement<DType::kFloat32> {
+  using type = float;
+};
+
+template <int kTile>
+struct Sm90TileConfig;
+template <>
+struct Sm90TileConfig<kTileLarge> {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+template <>
+struct Sm90TileConfig<kTileSmall> {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+template <DType kIn, DType kOut, bool kBIsNK, int kTile>
+struct Sm90GemmTypes {
+  using Config = Sm90TileConfig<kTile>;
+  using ElementAB = typename CutlassElement<kIn>::type;
+  using ElementD = typename CutlassElement<kOut>::type;
+  using ElementAccumulator = float;
+  using ElementCompute = float;
+  using LayoutA = cutlass::layout::RowMajor;
+  // CUTLASS's B is K x N: column-major is the N x K row-major storage (K contiguous).
+  using LayoutB = std::conditional_t<kBIsNK, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutD = cutlass::layout::RowMajor;
+  static constexpr int kAlignmentAB = 16 / sizeof(ElementAB);  // TMA: 16-byte rows
+  static constexpr int kAlignmentD = 16 / sizeof(ElementD);
+
+  using FusionOp = cutlass::epilogue::fusion::LinCombPerColBias<ElementD, ElementCompute, /*ElementBias=*/ElementD,
+                                                                /*ElementSource=*/void, /*ElementScalar=*/float>;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape, typename Config::ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute, /*ElementC=*/void, LayoutD,
+      kAlignmentD, ElementD, LayoutD, kAlignmentD, typename Config::EpilogueSchedule, FusionOp>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutA, kAlignmentAB, ElementAB, LayoutB,
+      kAlignmentAB, ElementAccumulator, typename Config::TileShape, typename Config::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Config::MainloopSchedule>::CollectiveOp;
+  using Kernel =
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Gemm::Arguments arguments(const GemmProblem& p) {
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideD = typename Kernel::StrideD;
+    static_assert(std::is_same_v<StrideA, cute::Stride<int64_t, cute::Int<1>, int64_t>>, "A is row-major");
+    static_assert(std::is_same_v<StrideD, cute::Stride<int64_t, cute::Int<1>, int64_t>>, "D is row-major");
+    // One batch (L = 1); its stride is the matrix's extent, as a packed batch would have, so every TMA
+    // descriptor stride is a real, 16-byte multiple pitch.
+    const StrideA stride_a{p.lda, cute::Int<1>{}, p.m * p.lda};
+    StrideB stride_b{};
+    if constexpr (kBIsNK) {
+      stride_b = StrideB{p.ldb, cute::Int<1>{}, p.n * p.ldb};  // (n, k) -> n * ldb + k
+    } else {
+      stride_b = StrideB{cute::Int<1>{}, p.ldb, p.k * p.ldb};  // (n, k) -> k * ldb + n
+    }
+    const StrideD stride_d{p.ldd, cute::Int<1>{}, p.m * p.ldd};
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = p.device;
+    hw.sm_count = p.sm_count;
+    typename Gemm::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {p.m, p.n, p.k, 1},
+        {static_cast<const ElementAB*>(p.a), stride_a, static_cast<const ElementAB*>(p.b), stride_b},
+        {{}, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
+        hw};
+    args.epilogue.thread.alpha = p.alpha;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.thread.bias_ptr = static_cast<const ElementD*>(p.bias);  // null: no bias
+    return args;
+  }
+};
+
+inline void check_cutlass(cutlass::Status status, const char* step) {
+  if (status != cutlass::Status::kSuccess) {
+    const cudaError_t cuda = cudaGetLastError();
+    throw Error(iris::detail::str_cat(
+        "gemm: CUTLASS ", step, " failed: ", cutlassGetStatusString(status),
+        cuda != cudaSuccess ? iris::detail::str_cat(" (", cudaGetErrorName(cuda), ": ", cudaGetErrorString(cuda), ")")
+                            : std::string()));
+  }
+}
+
+template <DType kIn, DType kOut, bool kBIsNK, int kTile>
+size_t Sm90Gemm<kIn, kOut, kBIsNK, kTile>::workspace_size(const GemmProblem& p) {
+  using Types = Sm90GemmTypes<kIn, kOut, kBIsNK, kTile>;
+  return Types::Gemm::get_workspace_size(Types::arguments(p));
+}
+
+template <DType kIn, DType kOut, bool kBIsNK, int kTile>
+void Sm90Gemm<kIn, kOut, kBIsNK, kTile>::run(const GemmProblem& p, void* workspace, cudaStream_t stream) {
+  using Types = Sm90GemmTypes<kIn, kOut, kBIsNK, kTile>;
+  const auto args = Types::arguments(p);
+  typename Types::Gemm op;
+  check_cutlass(op.can_implement(args), "can_implement");
+  check_cutlass(op.initialize(args, workspace, stream), "initialize");
+  check_cutlass(op.run(stream), "run");
+}
+
+}  // namespace iris::ops::detail

@@ -1,0 +1,45 @@
+// The GEMM core's kernel instantiations, as the dispatcher (gemm_sm90.cu) sees them: no CUTLASS
+// types here, so only the instantiation files pay for the CUTLASS headers. Each instantiation (input
+// type, output type, B layout, tile) is defined once, in gemm_sm90_<in>_<layout>.cu, from
+// gemm_sm90_impl.hpp; the dispatcher's table (kSm90Instances in gemm_sm90.cu) lists the complete set,
+// and a table entry without its file fails at link time. CMake compiles those files with -DNDEBUG,
+// --expt-relaxed-constexpr and sm_90a (CMakeLists.txt).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "iris/core/tensor.hpp"
+
+namespace iris::ops::detail {
+
+// A validated problem: C (M x N) = alpha * A (M x K) @ B + bias, row strides in elements.
+struct GemmProblem {
+  int m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;  // K x N (ldb = row stride of the K rows) or N x K (ldb = row stride of the N rows)
+  int64_t ldb = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  const void* bias = nullptr;
+  float alpha = 1.0f;
+  int device = 0;
+  int sm_count = 0;  // resolved: > 0
+};
+
+// Tile ids: the index into kGemmTiles.
+inline constexpr int kTileLarge = 0;  // 128x256x64 cooperative, cluster 2x1
+inline constexpr int kTileSmall = 1;  // 128x128x64 ping-pong, cluster 1x2
+
+template <DType kIn, DType kOut, bool kBIsNK, int kTile>
+struct Sm90Gemm {
+  // Device workspace bytes CUTLASS asks for.
+  static size_t workspace_size(const GemmProblem& p);
+  // Runs CUTLASS's can_implement, initialize and run; throws iris::Error with CUTLASS's status on failure.
+  static void run(const GemmProblem& p, void* workspace, cudaStream_t stream);
+};
+
+}  // namespace iris::ops::detail

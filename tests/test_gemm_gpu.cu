@@ -1,0 +1,360 @@
+// GPU tests of the GEMM core (iris::ops::gemm) against an fp64 host reference, and of the fused ops'
+// host layer on real contexts (preambles on the heap, launch-time checks, the not-implemented error).
+//
+// GEMM cases cover every instantiation (bfloat16/float16 in; 16-bit or float32 out; B as K x N and
+// N x K; both tiles), one tile exactly, sizes that are multiples of no tile dimension, padded row
+// strides, bias on and off, alpha, a limited SM count (each CTA walks many tiles) and CUDA-graph
+// replay. Outputs start poisoned (0xFF: NaN) with poisoned padding and a poisoned guard after the
+// buffer, so a missed tile shows as NaN and a write past a row or the end shows as a changed byte.
+// Accuracy: ||out - ref|| / ||ref|| < 1e-2 for 16-bit outputs (1e-4 for float32 outputs; the inputs
+// are exact in 16 bits and the products exact in float32), and elementwise
+// |out - ref| <= rel(C) * |ref| + 1e-4 * sum_k |a_ik * b_kj| (C's rounding plus float32 accumulation).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ccl_test_util.cuh"
+#include "iris/core/cuda_check.hpp"
+#include "iris/ops/fused.hpp"
+#include "iris/ops/gemm.hpp"
+#include "support/ranks.hpp"
+
+namespace iris::ops {
+namespace {
+
+using test::decode;
+using test::encode;
+using test::input_value;
+
+// Skips (with the reason) unless device 0 can run the GEMM core.
+#define IRIS_TEST_REQUIRE_GEMM_CORE()                                                                   \
+  do {                                                                                                  \
+    IRIS_TEST_REQUIRE_GPUS(1);                                                                          \
+    if (!gemm_available()) GTEST_SKIP() << "built without the CUTLASS headers (bash scripts/setup.sh)"; \
+    int major_ = 0, minor_ = 0;                                                                         \
+    IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, 0));             \
+    IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&minor_, cudaDevAttrComputeCapabilityMinor, 0));             \
+    if (major_ != 9 || minor_ != 0) GTEST_SKIP() << "the GEMM core needs sm_90 (H100/H200)";            \
+  } while (0)
+
+constexpr size_t kGuardBytes = 4096;
+
+// Device memory with a poisoned guard region after `bytes`.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(n) {
+    IRIS_CUDA_CHECK(cudaMalloc(&ptr, bytes + kGuardBytes));
+    IRIS_CUDA_CHECK(cudaMemset(ptr, 0xFF, bytes + kGuardBytes));
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void upload(const std::vector<char>& host) {
+    IRIS_CUDA_CHECK(cudaMemcpy(ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  }
+  std::vector<char> download() const {  // including the guard
+    std::vector<char> host(bytes + kGuardBytes);
+    IRIS_CUDA_CHECK(cudaMemcpy(host.data(), ptr, host.size(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+};
+
+struct GemmCase {
+  int64_t m, n, k;
+  DType in, out;
+  bool b_is_nk;
+  bool bias;
+  GemmTile tile;  // {} = automatic
+  float alpha = 1.0f;
+  int64_t pad = 0;  // extra elements per row of A, B and C (a multiple of 8)
+  int sm_count = 0;
+};
+
+std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
+  const GemmCase& c = info.param;
+  std::string s = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + "_" +
+                  test::short_name(c.in) + "_to_" + test::short_name(c.out) + (c.b_is_nk ? "_nk" : "_kn") +
+                  (c.bias ? "_bias" : "") +
+                  (c.tile.is_auto() ? "_auto" : "_" + std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n)) +
+                  (c.pad ? "_pad" + std::to_string(c.pad) : "") +
+                  (c.sm_count ? "_sms" + std::to_string(c.sm_count) : "") + (c.alpha != 1.0f ? "_alpha" : "");
+  return s;
+}
+
+// Host image of a rows x cols matrix with row stride `ld` (padding 0xFF), values from `seed`.
+std::vector<char> host_matrix(DType dt, int64_t rows, int64_t cols, int64_t ld, uint64_t seed,
+                              std::vector<double>* values) {
+  const size_t esz = dtype_size(dt);
+  std::vector<char> img(static_cast<size_t>(rows * ld) * esz, static_cast<char>(0xFF));
+  values->assign(static_cast<size_t>(rows * cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const double v = input_value(dt, seed, 0, r * cols + c);
+      (*values)[r * cols + c] = v;
+      encode(dt, v, img.data() + (r * ld + c) * esz);
+    }
+  return img;
+}
+
+double rounding(DType dt) {
+  switch (dt) {
+    case DType::kBFloat16:
+      return 0x1.0p-8;  // twice bf16's half-ulp
+    case DType::kFloat16:
+      return 0x1.0p-10;
+    default:
+      return 1e-6;
+  }
+}
+
+// Runs one case on the current device (optionally captured in a CUDA graph and replayed) and checks it.
+void run_case(const GemmCase& c, bool in_graph) {
+  const int64_t lda = c.k + c.pad;
+  const int64_t ldb = (c.b_is_nk ? c.k : c.n) + c.pad;
+  const int64_t ldc = c.n + c.pad;
+  const int64_t b_rows = c.b_is_nk ? c.n : c.k;
+  const int64_t b_cols = c.b_is_nk ? c.k : c.n;
+  std::vector<double> a, b, bias;
+  const auto a_img = host_matrix(c.in, c.m, c.k, lda, 11, &a);
+  const auto b_img = host_matrix(c.in, b_rows, b_cols, ldb, 22, &b);
+  const auto bias_img = host_matrix(c.out, 1, c.n, c.n, 33, &bias);
+  const size_t esz_out = dtype_size(c.out);
+  DeviceBuffer da(a_img.size()), db(b_img.size()), dbias(bias_img.size());
+  DeviceBuffer dc(static_cast<size_t>(c.m * ldc) * esz_out);  // starts all 0xFF, guard too
+  da.upload(a_img);
+  db.upload(b_img);
+  dbias.upload(bias_img);
+
+  GemmArguments args;
+  args.a = Tensor::matrix(da.ptr, c.in, c.m, c.k, lda);
+  args.b = Tensor::matrix(db.ptr, c.in, b_rows, b_cols, ldb);
+  args.c = Tensor::matrix(dc.ptr, c.out, c.m, c.n, ldc);
+  args.b_is_nk = c.b_is_nk;
+  args.bias = c.bias ? dbias.ptr : nullptr;
+  args.alpha = c.alpha;
+  args.tile = c.tile;
+  args.sm_count = c.sm_count;
+  ASSERT_EQ(can_implement(args), "");
+  const size_t ws_bytes = workspace_size(args);
+  void* ws = nullptr;
+  if (ws_bytes > 0) IRIS_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+  cudaStream_t stream;
+  IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (in_graph) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    gemm(args, ws, stream);
+    IRIS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; ++i) IRIS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+  } else {
+    gemm(args, ws, stream);
+  }
+  IRIS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  IRIS_CUDA_CHECK(cudaStreamDestroy(stream));
+  if (ws != nullptr) IRIS_CUDA_CHECK(cudaFree(ws));
+  const auto out = dc.download();
+
+  // fp64 reference.
+  double err2 = 0, ref2 = 0;
+  int64_t bad = 0, not_finite = 0, padding_written = 0;
+  std::string first_bad;
+  const double rel = rounding(c.out);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double acc = 0, abs_sum = 0;
+      for (int64_t kk = 0; kk < c.k; ++kk) {
+        const double bv = c.b_is_nk ? b[j * c.k + kk] : b[kk * c.n + j];
+        acc += a[i * c.k + kk] * bv;
+        abs_sum += std::fabs(a[i * c.k + kk] * bv);
+      }
+      const double ref = c.alpha * acc + (c.bias ? bias[j] : 0.0);
+      const double got = decode(c.out, out.data() + (i * ldc + j) * esz_out);
+      if (!std::isfinite(got)) {
+        if (not_finite++ == 0 && first_bad.empty())
+          first_bad = "C[" + std::to_string(i) + "][" + std::to_string(j) + "] is not finite (never written?)";
+        continue;
+      }
+      err2 += (got - ref) * (got - ref);
+      ref2 += ref * ref;
+      const double tol = rel * std::fabs(ref) + 1e-4 * std::fabs(c.alpha) * abs_sum + 1e-6;
+      if (std::fabs(got - ref) > tol && bad++ == 0 && first_bad.empty())
+        first_bad = "C[" + std::to_string(i) + "][" + std::to_string(j) + "] = " + std::to_string(got) +
+                    " but the reference is " + std::to_string(ref);
+    }
+    for (int64_t j = c.n; j < ldc; ++j)  // row padding stays poisoned
+      for (size_t byte = 0; byte < esz_out; ++byte)
+        padding_written += out[(i * ldc + j) * esz_out + byte] != static_cast<char>(0xFF);
+  }
+  int64_t guard_written = 0;
+  for (size_t byte = dc.bytes; byte < out.size(); ++byte) guard_written += out[byte] != static_cast<char>(0xFF);
+  EXPECT_EQ(not_finite, 0) << first_bad;
+  EXPECT_EQ(bad, 0) << first_bad;
+  EXPECT_EQ(padding_written, 0) << "bytes written into the padding between rows of C";
+  EXPECT_EQ(guard_written, 0) << "bytes written past the end of C";
+  const double ratio = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  EXPECT_LT(ratio, c.out == DType::kFloat32 ? 1e-4 : 1e-2) << "||out - ref|| / ||ref||";
+}
+
+class GemmGpu : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(GemmGpu, MatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GEMM_CORE();
+  run_case(GetParam(), /*in_graph=*/false);
+}
+
+const DType kBF16 = DType::kBFloat16;
+const DType kF16 = DType::kFloat16;
+const DType kF32 = DType::kFloat32;
+
+// Every instantiation at least once (marked), then the awkward shapes.
+const GemmCase kCases[] = {
+    // one tile, exactly
+    {128, 256, 64, kBF16, kBF16, true, false, kGemmTileLarge},  // bf16 nk -> bf16, large
+    {128, 128, 64, kBF16, kBF16, false, true, kGemmTileSmall},  // bf16 kn -> bf16, small
+    // no dimension a multiple of any tile dimension
+    {200, 136, 72, kBF16, kF32, false, true, GemmTile{}},              // bf16 kn -> f32, large (auto)
+    {1000, 520, 200, kF16, kF16, true, true, kGemmTileLarge},          // f16 nk -> f16, large
+    {1000, 520, 200, kF16, kF32, false, false, kGemmTileLarge, 0.5f},  // f16 kn -> f32, large
+    {333, 128, 96, kF16, kF32, true, true, GemmTile{}},                // f16 nk -> f32, large (auto)
+    {1, 8, 8, kBF16, kBF16, true, true, GemmTile{}},                   // bf16 nk -> bf16, small (auto)
+    {257, 392, 1032, kBF16, kBF16, false, false, kGemmTileSmall},      // many K stages plus a remainder
+    {64, 4096, 128, kF16, kF16, true, false, kGemmTileSmall},          // f16 nk -> f16, small
+    // decode-like and a persistent walk over many tiles on few SMs
+    {128, 8192, 512, kBF16, kBF16, true, true, GemmTile{}},
+    {2048, 1024, 256, kF16, kF16, false, true, kGemmTileLarge, 1.0f, 0, 8},  // f16 kn -> f16, large
+    {512, 512, 512, kBF16, kBF16, false, true, kGemmTileLarge},              // bf16 kn -> bf16, large
+    // padded row strides
+    {300, 264, 136, kBF16, kF32, true, true, kGemmTileLarge, 1.0f, 8},    // bf16 nk -> f32, large
+    {300, 264, 136, kF16, kF16, false, false, kGemmTileSmall, 1.0f, 16},  // f16 kn -> f16, small
+    // alpha 0: the bias alone
+    {130, 64, 64, kBF16, kBF16, true, true, GemmTile{}, 0.0f},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, GemmGpu, ::testing::ValuesIn(kCases), case_name);
+
+TEST(GemmGpuGraph, CapturedAndReplayedGivesTheSameResult) {
+  IRIS_TEST_REQUIRE_GEMM_CORE();
+  run_case(GemmCase{1000, 520, 200, kBF16, kBF16, true, true, GemmTile{}}, /*in_graph=*/true);
+  run_case(GemmCase{1000, 520, 200, kBF16, kF32, false, true, kGemmTileLarge}, /*in_graph=*/true);
+}
+
+TEST(GemmGpuEmpty, EmptyOutputLaunchesNothing) {
+  IRIS_TEST_REQUIRE_GEMM_CORE();
+  DeviceBuffer a(64 * 2), b(64 * 64 * 2), c(64);
+  GemmArguments args;
+  args.a = Tensor::matrix(a.ptr, kBF16, 0, 64);
+  args.b = Tensor::matrix(b.ptr, kBF16, 64, 64);
+  args.c = Tensor::matrix(c.ptr, kBF16, 0, 64);
+  EXPECT_EQ(workspace_size(args), 0u);
+  gemm(args, nullptr, nullptr);
+  IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+  for (char byte : c.download()) ASSERT_EQ(byte, static_cast<char>(0xFF));
+}
+
+// ---- fused ops: host layer on real contexts ---------------------------------------------------------
+
+using test::RankSetup;
+
+template <typename Fn>
+std::string error_text(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
+}
+
+class FusedOpsGpu : public ::testing::TestWithParam<RankSetup> {};
+
+// Every op: the preamble prepares the workspace on the heap; the op validates, checks the workspace and
+// then says plainly that its kernel does not exist yet. The founding regression on the real heap:
+// 128x128 blocks, then 64x64 blocks (with one rank: 16 locks, 64 needed, in every op).
+TEST_P(FusedOpsGpu, PreamblesPrepareAndOpsSayTheKernelIsNotImplemented) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const int w = ctx.world_size();
+    const int64_t m = 512, n = 512, k = 256;
+    DeviceBuffer a(m * k * 2), b(k * n * 2), c(m * n * 2);
+    auto big = FusedConfig{};
+    big.block_size_m = 128;
+    big.block_size_n = 128;
+    auto small = big;
+    small.block_size_m = 64;
+    small.block_size_n = 64;
+    struct Op {
+      const char* name;
+      void (*preamble)(Context&, const MatmulOperands&, const FusedConfig&, FusedWorkspace&);
+      void (*run)(Context&, const MatmulOperands&, const FusedConfig&, FusedWorkspace&, cudaStream_t);
+      int64_t a_rows, c_rows;
+    };
+    const Op ops[] = {
+        {"matmul_all_reduce", matmul_all_reduce_preamble, matmul_all_reduce, m, m},
+        {"matmul_reduce_scatter", matmul_reduce_scatter_preamble, matmul_reduce_scatter, m, m / w},
+        {"all_gather_matmul", all_gather_matmul_preamble, all_gather_matmul, m / w, m},
+        {"matmul_all_gather", matmul_all_gather_preamble, matmul_all_gather, m / w, m},
+    };
+    for (const Op& op : ops) {
+      SCOPED_TRACE(op.name);
+      MatmulOperands mm;
+      mm.a = Tensor::matrix(a.ptr, kBF16, op.a_rows, k);
+      mm.b = Tensor::matrix(b.ptr, kBF16, k, n);
+      mm.c = Tensor::matrix(c.ptr, kBF16, op.c_rows, n);
+      FusedWorkspace ws;
+      op.preamble(ctx, mm, big, ws);
+      EXPECT_TRUE(ws.prepared());
+      EXPECT_EQ(error_text([&] { op.run(ctx, mm, big, ws, nullptr); }),
+                std::string(op.name) + ": the fused kernel is not implemented yet");
+      // matmul_all_gather's GEMM tiles each rank's own M/W rows; the others tile a 512x512 product.
+      const int64_t rows = std::string(op.name) == "matmul_all_gather" ? m / w : m;
+      const std::string lock_msg = "Lock array too small: have " + std::to_string((rows + 127) / 128 * (n / 128)) +
+                                   " but need " + std::to_string((rows + 63) / 64 * (n / 64)) +
+                                   ". Pre-allocate workspace with the smallest block sizes you intend to use.";
+      EXPECT_EQ(error_text([&] { op.preamble(ctx, mm, small, ws); }), lock_msg);
+      EXPECT_EQ(error_text([&] { op.run(ctx, mm, small, ws, nullptr); }), lock_msg);
+      ccl::ContextWorkspaceHost host(ctx);
+      ws.release(host);
+    }
+    ctx.barrier();
+  });
+}
+
+// A rank whose own validation fails still takes part in the preamble's exchange, so the others raise
+// instead of waiting for it.
+TEST_P(FusedOpsGpu, InvalidCallOnOneRankMakesEveryRankRaise) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(GetParam(), [](Context& ctx) {
+    const int64_t m = 256, n = 256, k = 128;
+    DeviceBuffer a(m * k * 2), b(k * n * 2), c(m * n * 2);
+    MatmulOperands mm;
+    mm.a = Tensor::matrix(a.ptr, kBF16, m, k);
+    mm.b = Tensor::matrix(b.ptr, kBF16, k, n);
+    mm.c = Tensor::matrix(c.ptr, kBF16, m, n);
+    FusedConfig config;
+    const bool culprit = ctx.rank() == ctx.world_size() - 1;
+    if (culprit) config.block_size_m = 96;
+    FusedWorkspace ws;
+    const std::string what = error_text([&] { matmul_all_reduce_preamble(ctx, mm, config, ws); });
+    if (culprit)
+      EXPECT_EQ(what, "block_size_m must be 64, 128 or 256 (a Hopper wgmma tile), got 96");
+    else
+      EXPECT_NE(what.find("Collective parameters differ across ranks"), std::string::npos) << what;
+    EXPECT_FALSE(ws.prepared());
+    ctx.barrier();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, FusedOpsGpu, ::testing::ValuesIn(test::all_rank_setups()), test::rank_setup_name);
+
+}  // namespace
+}  // namespace iris::ops
