@@ -27,6 +27,8 @@
 #if __has_include("iris/ccl/collectives.hpp")
 #include "iris/ccl/collectives.hpp"
 #endif
+#include "iris/ops/fused.hpp"
+#include "iris/ops/gemm.hpp"
 
 #include <gtest/gtest.h>
 

@@ -16,6 +16,10 @@ const char* op_name(OpKind op) {
     case OpKind::kReduceScatter: return "reduce_scatter";
     case OpKind::kAllToAll: return "all_to_all";
     case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kMatmulAllReduce: return "matmul_all_reduce";
+    case OpKind::kMatmulReduceScatter: return "matmul_reduce_scatter";
+    case OpKind::kAllGatherMatmul: return "all_gather_matmul";
+    case OpKind::kMatmulAllGather: return "matmul_all_gather";
   }
   return "unknown";
 }
@@ -51,8 +55,11 @@ void check_block_state_capacity(size_t have, size_t need) {
 }
 
 std::string OpSignature::describe() const {
-  return detail::str_cat(op_name(op), " ", rows, "x", cols, " ", dtype_name(dtype), " world ", world_size,
-                         op == OpKind::kAllReduce ? std::string(" variant ") + variant_name(variant) : std::string(),
+  return detail::str_cat(op_name(op), " ", rows, "x", cols, depth > 0 ? detail::str_cat(" k ", depth) : std::string(),
+                         " ", dtype_name(dtype), " world ", world_size,
+                         op == OpKind::kAllReduce || op == OpKind::kMatmulAllReduce
+                             ? std::string(" variant ") + variant_name(variant)
+                             : std::string(),
                          " blocks ", block_size_m, "x", block_size_n,
                          root >= 0 ? detail::str_cat(" root ", root) : std::string(),
                          op == OpKind::kAllReduce || op == OpKind::kReduceScatter

@@ -30,7 +30,19 @@ class Context;
 
 namespace iris::ccl {
 
-enum class OpKind : uint8_t { kNone = 0, kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
+enum class OpKind : uint8_t {
+  kNone = 0,
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kBroadcast,
+  // Fused GEMM + communication ops (iris::ops, include/iris/ops/fused.hpp).
+  kMatmulAllReduce,
+  kMatmulReduceScatter,
+  kAllGatherMatmul,
+  kMatmulAllGather,
+};
 const char* op_name(OpKind op);
 
 // What a workspace needs from the runtime: collective heap allocation, zeroing, and host exchange.
@@ -75,6 +87,7 @@ struct OpSignature {
   int block_size_n = 0;
   int root = -1;  // broadcast
   ReduceOp reduce_op = ReduceOp::kSum;
+  int64_t depth = 0;  // fused ops: K of the GEMM (0 for collectives)
 
   bool operator==(const OpSignature&) const = default;
   std::string describe() const;

@@ -1,0 +1,137 @@
+// iris::ops fused GEMM + communication ops: the host layer (configs, workspace plans, preambles,
+// validation). Each op overlaps a Hopper GEMM (the core of iris/ops/gemm.hpp) with the communication
+// of its output (or input) tile by tile.
+//
+//   iris::ops::MatmulOperands mm{.a = a, .b = w, .c = c, .b_is_nk = true};
+//   iris::ops::FusedConfig config;                       // tiles, SM split, variant
+//   iris::ops::FusedWorkspace ws;
+//   iris::ops::matmul_all_reduce_preamble(ctx, mm, config, ws);   // collective, once (allocates)
+//   iris::ops::matmul_all_reduce(ctx, mm, config, ws, stream);    // stream-ordered
+//
+// STATUS: the fused kernels are not written yet. Every op validates its arguments, checks the
+// workspace as a launch would, and then throws iris::Error("<op>: the fused kernel is not implemented
+// yet"): visibly unfinished, never a silent wrong answer. The preambles are complete.
+//
+// Shapes (W = world size; every rank passes the same shapes, dtypes and config):
+//   matmul_all_reduce      C (M x N)   = sum over r of A_r (M x K) @ B_r (K x N)
+//   matmul_reduce_scatter  C (M/W x N) = rows [rank*M/W, (rank+1)*M/W) of sum over r of A_r (M x K) @ B_r
+//   all_gather_matmul      C (M x N)   = concat_rows over r of A_r (M/W x K), times this rank's B (K x N)
+//   matmul_all_gather      C (M x N)   = concat_rows over r of A_r (M/W x K) @ B (K x N)
+// B is given K x N, or N x K (as LLM layers store weights) with b_is_nk. A and B are bfloat16 or
+// float16 (the same); C is A's type or float32; bias (optional) has N elements of C's type and is
+// added once to the result. The GEMM core's layout rules hold: K and N multiples of 8, 16-byte aligned
+// data and row strides. Unlike iris::ops::gemm, K is the per-rank K (matmul_all_reduce and
+// matmul_reduce_scatter shard K: the global K is W times it).
+//
+// Workspace (an iris::ccl::Workspace: see iris/ccl/workspace.hpp for prepare, matches and the
+// capacity errors). T = ceil(rows / block_size_m) * ceil(cols / block_size_n) over the output tile
+// grid each rank's GEMM computes: M x N (matmul_all_reduce, matmul_reduce_scatter, all_gather_matmul)
+// or M/W x N (matmul_all_gather). Every op has one lock word per tile (the tile's hand-off word
+// between the GEMM and the communication) and two block-state words per launched block (gemm_sms +
+// comm_sms). Flags (64-bit, generation-valued) and staging by op and variant:
+//   matmul_all_reduce atomic, spinlock   flags 2T (arrivals, readers done)  staging M*N float32 accumulators
+//   matmul_all_reduce one_shot           flags W*T (one per source)         staging W*M*N of C's type
+//   matmul_all_reduce two_shot           flags (W+1)*T                      staging 2*M*N of C's type
+//   matmul_reduce_scatter                flags W*T                          staging M*N of C's type
+//   all_gather_matmul                    flags W*ceil(M/W / block_size_m)   staging M*K of A's type
+//   matmul_all_gather                    flags W*T                          staging M*N of C's type
+// Provisional: sized for the kernels' planned designs; each kernel, when it lands, fixes its row here
+// (in src/ops/fused.cc), and whatever the numbers, the capacity checks keep every launch inside its
+// arrays. The workspace signature holds the shape, K, world size, block sizes, the all_reduce variant,
+// and the type that crosses ranks (C's; A's for all_gather_matmul). The preamble allocates what
+// is missing, keeps larger arrays and rejects smaller ones, e.g. a workspace prepared with 128x128
+// blocks for a 512x512 output (16 locks) used with 64x64 blocks (64 tiles):
+//   Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend to use.
+// The ops check capacity again right before launch, whether or not the preamble ran.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "iris/ccl/config.hpp"
+#include "iris/ccl/workspace.hpp"
+#include "iris/context.hpp"
+#include "iris/core/tensor.hpp"
+#include "iris/ops/gemm.hpp"
+
+namespace iris::ops {
+
+using FusedWorkspace = ccl::Workspace;
+
+// Communication SMs an op takes when FusedConfig::comm_sms is 0: one in eight of the device's (16 of
+// an H100's or H200's 132), at least 1.
+int default_comm_sms(int device_sms);
+
+struct FusedConfig {
+  // The GEMM tile (block_size_m x block_size_n outputs, block_size_k deep per stage); also the tile
+  // of communication, so locks and flags are sized by the tile count. Hopper wgmma tiles: block_size_m
+  // 64, 128 or 256; block_size_n and block_size_k multiples of 16 up to 256. The defaults are the GEMM
+  // core's large tile (kGemmTileLarge).
+  int block_size_m = kGemmTileLarge.m;
+  int block_size_n = kGemmTileLarge.n;
+  int block_size_k = kGemmTileLarge.k;
+  // SMs running GEMM tiles; 0 = every SM not given to communication.
+  int gemm_sms = 0;
+  // SMs running communication; 0 = default_comm_sms(device SMs).
+  int comm_sms = 0;
+  // matmul_all_reduce only: atomic, spinlock, one_shot or two_shot (auto and ring are not fused variants).
+  ccl::AllReduceVariant all_reduce_variant = ccl::AllReduceVariant::kTwoShot;
+
+  // Throws InvalidArgument naming the field, its value and what is allowed.
+  void validate(int world_size) const;
+  GemmTile tile() const { return GemmTile{block_size_m, block_size_n, block_size_k}; }
+};
+
+// The operands of one rank's GEMM (see the shapes above).
+struct MatmulOperands {
+  Tensor a;
+  Tensor b;                    // K x N, or N x K when b_is_nk
+  Tensor c;                    // this rank's output
+  const void* bias = nullptr;  // N elements of c's type, or null
+  bool b_is_nk = false;
+};
+
+// What one call needs: the workspace signature (compared across ranks by the preamble), the arrays,
+// and the launch split. Computed from the arguments alone (no GPU, no communication), so every rank
+// computes the same plan, and tests and users can size workspaces ahead.
+struct FusedPlan {
+  ccl::OpSignature sig;
+  ccl::WorkspaceNeeds needs;
+  GemmTile tile;      // the GEMM tile (config.tile())
+  int64_t tiles = 0;  // T above
+  int gemm_sms = 0;   // resolved
+  int comm_sms = 0;   // resolved
+};
+
+// The plans. Validate the config and the operands (throwing InvalidArgument naming the op) and size
+// the workspace. device_sms is the device's multiprocessor count (132 on H100/H200 SXM).
+FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms);
+FusedPlan plan_matmul_reduce_scatter(const MatmulOperands& mm, const FusedConfig& config, int world_size,
+                                     int device_sms);
+FusedPlan plan_all_gather_matmul(const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms);
+FusedPlan plan_matmul_all_gather(const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms);
+
+// The check every op makes right before launch: the workspace was prepared (by this op's preamble)
+// and its arrays hold plan.needs; throws InvalidArgument with the capacity messages otherwise.
+void check_fused_workspace(const FusedPlan& plan, const FusedWorkspace& ws);
+
+// ---- the ops and their preambles (collective: every rank calls with the same arguments) ----------
+void matmul_all_reduce_preamble(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws);
+void matmul_all_reduce(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
+                       cudaStream_t stream = nullptr);
+
+void matmul_reduce_scatter_preamble(Context& ctx, const MatmulOperands& mm, const FusedConfig& config,
+                                    FusedWorkspace& ws);
+void matmul_reduce_scatter(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
+                           cudaStream_t stream = nullptr);
+
+void all_gather_matmul_preamble(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws);
+void all_gather_matmul(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
+                       cudaStream_t stream = nullptr);
+
+void matmul_all_gather_preamble(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws);
+void matmul_all_gather(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
+                       cudaStream_t stream = nullptr);
+
+}  // namespace iris::ops

@@ -1,0 +1,48 @@
+// A ccl::WorkspaceHost backed by host memory, for host tests of workspaces and preambles (no GPU):
+// allocations are poisoned (0xAB) so a preamble that forgets to zero shows; live allocations are
+// counted; allgather runs over a thread bootstrap when one is given, else over this rank alone.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "iris/ccl/workspace.hpp"
+#include "iris/runtime/bootstrap.hpp"
+
+namespace iris::test {
+
+class FakeWorkspaceHost final : public ccl::WorkspaceHost {
+ public:
+  explicit FakeWorkspaceHost(std::shared_ptr<Bootstrap> bs = nullptr) : bs_(std::move(bs)) {}
+  int rank() const override { return bs_ ? bs_->rank() : 0; }
+  int world_size() const override { return bs_ ? bs_->world_size() : 1; }
+  void* alloc(size_t bytes) override {
+    ++allocs;
+    ++live;
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    std::memset(p, 0xAB, bytes);
+    return p;
+  }
+  void free(void* p) override {
+    --live;
+    std::free(p);
+  }
+  void zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
+  std::vector<std::string> allgather(std::string_view mine) override {
+    if (bs_) return bs_->allgather(mine);
+    return {std::string(mine)};
+  }
+
+  int allocs = 0;
+  int live = 0;
+
+ private:
+  std::shared_ptr<Bootstrap> bs_;
+};
+
+}  // namespace iris::test

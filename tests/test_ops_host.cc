@@ -1,0 +1,552 @@
+// Host tests of iris::ops: GEMM argument checks and tile choice, FusedConfig validation, the fused ops'
+// workspace plans, and the founding regressions (a workspace prepared with large blocks must never
+// serve small blocks). No GPU: plans are pure functions, and workspaces are prepared on a fake heap in
+// host memory, with a thread bootstrap where ranks must agree.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "iris/ccl/workspace.hpp"
+#include "iris/ops/fused.hpp"
+#include "iris/ops/gemm.hpp"
+#include "iris/runtime/bootstrap.hpp"
+#include "support/fake_workspace_host.hpp"
+
+namespace iris::ops {
+namespace {
+
+using ccl::AllReduceVariant;
+using ccl::OpKind;
+using test::FakeWorkspaceHost;
+
+constexpr int kSms = 132;  // H100/H200 SXM
+
+// Distinct, 256-byte aligned fake device addresses far apart: plans read only the views, never the data.
+void* fake_ptr(int slot) { return reinterpret_cast<void*>((static_cast<uintptr_t>(slot) + 1) << 36); }
+
+Tensor mat(int slot, DType dt, int64_t rows, int64_t cols, int64_t stride = -1) {
+  return Tensor::matrix(fake_ptr(slot), dt, rows, cols, stride);
+}
+
+// One rank's operands: A (a_rows x k), B (k x n, or n x k), C (c_rows x n).
+MatmulOperands operands(int64_t a_rows, int64_t n, int64_t k, int64_t c_rows, DType in = DType::kBFloat16,
+                        DType out = DType::kBFloat16, bool b_is_nk = false) {
+  MatmulOperands mm;
+  mm.a = mat(0, in, a_rows, k);
+  mm.b = b_is_nk ? mat(1, in, n, k) : mat(1, in, k, n);
+  mm.c = mat(2, out, c_rows, n);
+  mm.b_is_nk = b_is_nk;
+  return mm;
+}
+
+FusedConfig blocks(int bm, int bn, AllReduceVariant v = AllReduceVariant::kTwoShot) {
+  FusedConfig c;
+  c.block_size_m = bm;
+  c.block_size_n = bn;
+  c.all_reduce_variant = v;
+  return c;
+}
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no std::invalid_argument thrown)";
+}
+
+const char* kLock16Need64 =
+    "Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend to "
+    "use.";
+
+// ---- GEMM core: tiles and argument checks --------------------------------------------------------
+
+GemmArguments gemm_args(int64_t m, int64_t n, int64_t k, DType in = DType::kBFloat16, DType out = DType::kBFloat16,
+                        bool b_is_nk = false) {
+  GemmArguments g;
+  g.a = mat(0, in, m, k);
+  g.b = b_is_nk ? mat(1, in, n, k) : mat(1, in, k, n);
+  g.c = mat(2, out, m, n);
+  g.b_is_nk = b_is_nk;
+  return g;
+}
+
+TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
+  ASSERT_EQ(kGemmTiles.size(), 2u);
+  EXPECT_EQ(kGemmTiles[0], (GemmTile{128, 256, 64}));
+  EXPECT_EQ(kGemmTiles[1], (GemmTile{128, 128, 64}));
+  EXPECT_TRUE(GemmTile{}.is_auto());
+  // BASELINES.md: ping-pong 128x128 up to 4096 x 8192 outputs, cooperative 128x256 above.
+  EXPECT_EQ(select_gemm_tile(128, 8192, 8192), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(2048, 8192, 4096), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(4096, 8192, 4096), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(8192, 8192, 4096), kGemmTileLarge);
+  EXPECT_EQ(select_gemm_tile(16384, 4096, 4096), kGemmTileLarge);
+  // The small tile has no float32-output instantiation: the automatic choice takes the large one.
+  EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64)), kGemmTileSmall);
+  EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64, DType::kBFloat16, DType::kFloat32)), kGemmTileLarge);
+  auto g = gemm_args(128, 256, 64);
+  g.tile = kGemmTileLarge;
+  EXPECT_EQ(resolved_tile(g), kGemmTileLarge);
+}
+
+TEST(OpsGemmArguments, AcceptsEveryBuiltCombination) {
+  for (DType in : {DType::kBFloat16, DType::kFloat16})
+    for (DType out : {in, DType::kFloat32})
+      for (bool nk : {false, true}) {
+        auto g = gemm_args(1000, 520, 200, in, out, nk);  // no dimension a multiple of the tile
+        EXPECT_EQ(can_implement(g), "") << dtype_name(in) << " -> " << dtype_name(out) << (nk ? " NxK" : " KxN");
+        g.bias = fake_ptr(3);
+        EXPECT_EQ(can_implement(g), "");
+      }
+  EXPECT_EQ(can_implement(gemm_args(1, 8, 8)), "");
+  EXPECT_EQ(can_implement(gemm_args(0, 8, 8)), "") << "an empty output is nothing to do";
+  // Padded rows: strides that are multiples of 16 bytes.
+  auto g = gemm_args(100, 64, 96);
+  g.a = mat(0, DType::kBFloat16, 100, 96, 104);
+  g.c = mat(2, DType::kBFloat16, 100, 64, 72);
+  EXPECT_EQ(can_implement(g), "");
+  // A one-row view may carry any stride: it has no second row.
+  g = gemm_args(1, 64, 96);
+  g.a = Tensor{fake_ptr(0), DType::kBFloat16, 1, 96, 3};
+  EXPECT_EQ(can_implement(g), "");
+}
+
+TEST(OpsGemmArguments, RejectionsNameTheTensorAndTheRule) {
+  auto g = gemm_args(256, 256, 128, DType::kFloat32, DType::kFloat32);
+  EXPECT_EQ(can_implement(g), "gemm: A is float32; the GEMM core takes bfloat16 or float16 inputs.");
+  g = gemm_args(256, 256, 128);
+  g.b.dtype = DType::kFloat16;
+  EXPECT_EQ(can_implement(g), "gemm: B is float16 but A is bfloat16; A and B must have the same type.");
+  g = gemm_args(256, 256, 128, DType::kBFloat16, DType::kFloat16);
+  EXPECT_EQ(can_implement(g), "gemm: C is float16; with bfloat16 inputs C must be bfloat16 or float32.");
+  g = gemm_args(256, 256, 128);
+  g.b = mat(1, DType::kBFloat16, 64, 256);
+  EXPECT_EQ(can_implement(g), "gemm: A is 256x128 but B is 64x256 (stored K x N); B's K must be 128.");
+  g = gemm_args(256, 256, 128, DType::kBFloat16, DType::kBFloat16, true);
+  g.b = mat(1, DType::kBFloat16, 256, 64);
+  EXPECT_EQ(can_implement(g), "gemm: A is 256x128 but B is 256x64 (stored N x K); B's K must be 128.");
+  g = gemm_args(256, 256, 128);
+  g.c = mat(2, DType::kBFloat16, 128, 256);
+  EXPECT_EQ(can_implement(g), "gemm: C is 128x256 but A @ B is 256x256.");
+  g.c = mat(2, DType::kBFloat16, 256, 128);
+  EXPECT_EQ(can_implement(g), "gemm: C has 128 columns but B has N = 256.");
+  EXPECT_EQ(can_implement(gemm_args(256, 256, 100)),
+            "gemm: K = 100 is not a multiple of 8: TMA needs 16-byte aligned rows, so K must be a multiple of 8 for "
+            "16-bit inputs.");
+  EXPECT_EQ(can_implement(gemm_args(256, 250, 128)),
+            "gemm: N = 250 is not a multiple of 8: TMA needs 16-byte aligned rows, so N must be a multiple of 8 for "
+            "16-bit inputs.");
+  EXPECT_EQ(can_implement(gemm_args(256, 256, 0)), "gemm: K is 0 (A is 256x0); the GEMM core needs K >= 1.");
+  g = gemm_args(256, 256, 128);
+  g.a.data = static_cast<char*>(fake_ptr(0)) + 8;
+  EXPECT_EQ(can_implement(g),
+            "gemm: A data 0x1000000008 is not 16-byte aligned (TMA reads and writes 16-byte "
+            "aligned rows).");
+  g = gemm_args(256, 256, 128);
+  g.b = mat(1, DType::kBFloat16, 128, 256, 260);
+  EXPECT_EQ(can_implement(g),
+            "gemm: B row stride 260 elements (520 bytes) is not a multiple of 16 bytes (TMA reads "
+            "and writes 16-byte aligned rows).");
+  g = gemm_args(256, 256, 128);
+  g.c = mat(2, DType::kBFloat16, 256, 256, 200);
+  EXPECT_EQ(can_implement(g), "gemm: C row stride 200 is smaller than its 256 columns.");
+  g = gemm_args(256, 256, 128);
+  g.a.data = nullptr;
+  EXPECT_EQ(can_implement(g), "gemm: A is null but has 32768 elements.");
+  g = gemm_args(256, 256, 128);
+  g.bias = static_cast<char*>(fake_ptr(3)) + 2;
+  EXPECT_EQ(can_implement(g), "gemm: bias 0x4000000002 is not 16-byte aligned.");
+  g = gemm_args(256, 256, 128);
+  g.c.data = g.a.data;
+  EXPECT_EQ(can_implement(g), "gemm: C overlaps A or B; pass a separate output buffer.");
+  g = gemm_args(256, 256, 128);
+  g.sm_count = -1;
+  EXPECT_EQ(can_implement(g), "gemm: sm_count must be 0 (every SM) or positive, got -1.");
+  g = gemm_args(256, 256, 128);
+  g.tile = GemmTile{64, 64, 64};
+  EXPECT_EQ(can_implement(g),
+            "gemm: tile 64x64x64 is not supported; the tiles are 128x256x64, 128x128x64 (or 0x0x0 for the automatic "
+            "choice).");
+  g = gemm_args(256, 256, 128, DType::kBFloat16, DType::kFloat32);
+  g.tile = kGemmTileSmall;
+  EXPECT_EQ(can_implement(g),
+            "gemm: tile 128x128x64 is built for 16-bit outputs only; C is float32: use 128x256x64 or the automatic "
+            "choice.");
+  // gemm() and workspace_size() refuse what can_implement refuses, with the same text, before any CUDA call.
+  g = gemm_args(256, 256, 100);
+  EXPECT_EQ(error_of([&] { gemm(g, nullptr, nullptr); }), can_implement(g));
+  EXPECT_EQ(error_of([&] { (void)workspace_size(g); }), can_implement(g));
+}
+
+TEST(OpsGemmAvailability, WithoutCutlassGemmSaysHowToGetIt) {
+  if (gemm_available()) GTEST_SKIP() << "this build has the GEMM core (CUTLASS headers found)";
+  try {
+    gemm(gemm_args(256, 256, 128), nullptr, nullptr);
+    FAIL() << "gemm ran without a GEMM core";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "gemm: the CUTLASS headers were not found when iris was configured, so this build has no GEMM core. "
+                 "Run `bash scripts/setup.sh` (it unpacks them from the nvidia-cutlass==4.2.0.0 PyPI wheel into "
+                 ".deps/cutlass/include) or configure with -DIRIS_CUTLASS_INCLUDE_DIR=<path to CUTLASS's include "
+                 "folder>, then rebuild.");
+  }
+}
+
+// ---- FusedConfig -----------------------------------------------------------------------------------
+
+TEST(OpsFusedConfig, DefaultsAreTheLargeGemmTileAndValid) {
+  FusedConfig c;
+  EXPECT_EQ(c.tile(), kGemmTileLarge);
+  EXPECT_EQ(c.all_reduce_variant, AllReduceVariant::kTwoShot);
+  EXPECT_NO_THROW(c.validate(1));
+  EXPECT_NO_THROW(c.validate(8));
+  EXPECT_NO_THROW(blocks(64, 64).validate(2));
+  EXPECT_NO_THROW(blocks(256, 16).validate(2));
+  EXPECT_EQ(default_comm_sms(132), 16);
+  EXPECT_EQ(default_comm_sms(4), 1);
+}
+
+TEST(OpsFusedConfig, BadFieldsAreNamed) {
+  auto expect_msg = [](FusedConfig cfg, int world, const std::string& msg) {
+    EXPECT_EQ(error_of([&] { cfg.validate(world); }), msg);
+  };
+  FusedConfig c;
+  expect_msg(c, 0, "world_size must be at least 1, got 0");
+  FusedConfig bad = c;
+  bad.block_size_m = 0;
+  expect_msg(bad, 2, "block_size_m must be positive, got 0");
+  bad = c;
+  bad.block_size_n = -4;
+  expect_msg(bad, 2, "block_size_n must be positive, got -4");
+  bad = c;
+  bad.block_size_k = 0;
+  expect_msg(bad, 2, "block_size_k must be positive, got 0");
+  bad = c;
+  bad.block_size_m = 96;
+  expect_msg(bad, 2, "block_size_m must be 64, 128 or 256 (a Hopper wgmma tile), got 96");
+  bad = c;
+  bad.block_size_n = 24;
+  expect_msg(bad, 2, "block_size_n must be a multiple of 16 up to 256 (a Hopper wgmma tile), got 24");
+  bad = c;
+  bad.block_size_n = 512;
+  expect_msg(bad, 2, "block_size_n must be a multiple of 16 up to 256 (a Hopper wgmma tile), got 512");
+  bad = c;
+  bad.block_size_k = 40;
+  expect_msg(bad, 2, "block_size_k must be a multiple of 16 up to 256 (a Hopper wgmma tile), got 40");
+  bad = c;
+  bad.gemm_sms = -1;
+  expect_msg(bad, 2, "gemm_sms must be 0 (automatic) or positive, got -1");
+  bad = c;
+  bad.comm_sms = -2;
+  expect_msg(bad, 2, "comm_sms must be 0 (automatic) or positive, got -2");
+  bad = c;
+  bad.all_reduce_variant = AllReduceVariant::kRing;
+  expect_msg(bad, 2, "all_reduce_variant must be atomic, spinlock, one_shot or two_shot for the fused ops, got ring");
+  bad.all_reduce_variant = AllReduceVariant::kAuto;
+  expect_msg(bad, 2, "all_reduce_variant must be atomic, spinlock, one_shot or two_shot for the fused ops, got auto");
+}
+
+// ---- plans: tile math, shapes, needs ---------------------------------------------------------------
+
+TEST(OpsFusedPlan, TileMathCountsEdgeTiles) {
+  auto p = plan_matmul_all_reduce(operands(512, 512, 256, 512), blocks(128, 128), 1, kSms);
+  EXPECT_EQ(p.tiles, 16);
+  EXPECT_EQ(p.needs.locks, 16u);
+  EXPECT_EQ(p.tile, (GemmTile{128, 128, 64}));
+  p = plan_matmul_all_reduce(operands(512, 512, 256, 512), blocks(64, 64), 1, kSms);
+  EXPECT_EQ(p.tiles, 64);
+  // 1000 x 520: ceil(1000/128) = 8 by ceil(520/256) = 3.
+  p = plan_matmul_all_reduce(operands(1000, 520, 200, 1000), FusedConfig{}, 1, kSms);
+  EXPECT_EQ(p.tiles, 24);
+  EXPECT_EQ(p.needs.locks, 24u);
+  p = plan_matmul_all_reduce(operands(1, 8, 8, 1), FusedConfig{}, 1, kSms);
+  EXPECT_EQ(p.tiles, 1);
+  p = plan_matmul_all_reduce(operands(0, 8, 8, 0), FusedConfig{}, 1, kSms);
+  EXPECT_EQ(p.tiles, 0);
+  EXPECT_EQ(p.needs.locks, 0u);
+}
+
+TEST(OpsFusedPlan, SignatureAndSmSplit) {
+  auto p = plan_matmul_all_reduce(operands(512, 256, 128, 512, DType::kBFloat16, DType::kFloat32, true),
+                                  blocks(128, 128, AllReduceVariant::kOneShot), 2, kSms);
+  EXPECT_EQ(p.sig.op, OpKind::kMatmulAllReduce);
+  EXPECT_EQ(p.sig.rows, 512);
+  EXPECT_EQ(p.sig.cols, 256);
+  EXPECT_EQ(p.sig.depth, 128);
+  EXPECT_EQ(p.sig.dtype, DType::kFloat32) << "the partial products cross ranks in C's type";
+  EXPECT_EQ(p.sig.world_size, 2);
+  EXPECT_EQ(p.sig.variant, AllReduceVariant::kOneShot);
+  EXPECT_EQ(p.sig.block_size_m, 128);
+  EXPECT_EQ(p.sig.block_size_n, 128);
+  EXPECT_EQ(p.sig.describe(), "matmul_all_reduce 512x256 k 128 float32 world 2 variant one_shot blocks 128x128");
+  EXPECT_EQ(p.comm_sms, 16);
+  EXPECT_EQ(p.gemm_sms, 116);
+  EXPECT_EQ(p.needs.block_state, 2u * 132);
+  FusedConfig c;
+  c.comm_sms = 20;
+  c.gemm_sms = 100;
+  p = plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms);
+  EXPECT_EQ(p.comm_sms, 20);
+  EXPECT_EQ(p.gemm_sms, 100);
+  EXPECT_EQ(p.needs.block_state, 2u * 120);
+  c.gemm_sms = 120;
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
+            "matmul_all_reduce: gemm_sms (120) + comm_sms (20) must leave at least one GEMM SM and fit the device's "
+            "132 SMs.");
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), FusedConfig{}, 2, 0); }),
+            "matmul_all_reduce: device_sms must be positive, got 0.");
+}
+
+TEST(OpsFusedPlan, NeedsByOpAndVariant) {
+  const int w = 2;
+  // matmul_all_reduce: C 512 x 256 bf16, 128x128 blocks: T = 8.
+  auto mar = [&](AllReduceVariant v) {
+    return plan_matmul_all_reduce(operands(512, 256, 128, 512), blocks(128, 128, v), w, kSms).needs;
+  };
+  for (auto v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
+    EXPECT_EQ(mar(v).locks, 8u);
+    EXPECT_EQ(mar(v).flags, 16u);
+    EXPECT_EQ(mar(v).staging_bytes, 512u * 256 * 4);
+  }
+  EXPECT_EQ(mar(AllReduceVariant::kOneShot).flags, 16u);
+  EXPECT_EQ(mar(AllReduceVariant::kOneShot).staging_bytes, 2u * 512 * 256 * 2);
+  EXPECT_EQ(mar(AllReduceVariant::kTwoShot).flags, 24u);
+  EXPECT_EQ(mar(AllReduceVariant::kTwoShot).staging_bytes, 2u * 512 * 256 * 2);
+  // matmul_reduce_scatter: A 512 x 128 per rank, C 256 x 256 per rank; GEMM tiles over 512 x 256.
+  auto p = plan_matmul_reduce_scatter(operands(512, 256, 128, 256), blocks(128, 128), w, kSms);
+  EXPECT_EQ(p.sig.op, OpKind::kMatmulReduceScatter);
+  EXPECT_EQ(p.sig.rows, 512);
+  EXPECT_EQ(p.tiles, 8);
+  EXPECT_EQ(p.needs.locks, 8u);
+  EXPECT_EQ(p.needs.flags, 16u);
+  EXPECT_EQ(p.needs.staging_bytes, 512u * 256 * 2);
+  // all_gather_matmul: A 100 x 64 per rank gathered to 200 x 64, C 200 x 256 fp32; A crosses ranks.
+  p = plan_all_gather_matmul(operands(100, 256, 64, 200, DType::kFloat16, DType::kFloat32), blocks(64, 128), w, kSms);
+  EXPECT_EQ(p.sig.op, OpKind::kAllGatherMatmul);
+  EXPECT_EQ(p.sig.dtype, DType::kFloat16);
+  EXPECT_EQ(p.sig.rows, 200);
+  EXPECT_EQ(p.tiles, 4 * 2);
+  EXPECT_EQ(p.needs.flags, 2u * 2) << "one per source rank and 64-row block of its 100 rows";
+  EXPECT_EQ(p.needs.staging_bytes, 200u * 64 * 2) << "the gathered 200 x 64 fp16 A";
+  // matmul_all_gather: A 100 x 64 per rank; each GEMM computes 100 x 256, C is 200 x 256.
+  p = plan_matmul_all_gather(operands(100, 256, 64, 200), blocks(64, 128), w, kSms);
+  EXPECT_EQ(p.sig.op, OpKind::kMatmulAllGather);
+  EXPECT_EQ(p.sig.rows, 200);
+  EXPECT_EQ(p.tiles, 2 * 2);
+  EXPECT_EQ(p.needs.locks, 4u);
+  EXPECT_EQ(p.needs.flags, 8u);
+  EXPECT_EQ(p.needs.staging_bytes, 200u * 256 * 2);
+}
+
+TEST(OpsFusedPlan, OpShapesAreChecked) {
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 256), FusedConfig{}, 2, kSms); }),
+            "matmul_all_reduce: C is 256x256 but must be 512x256 (M x N, M = the rows of A).");
+  EXPECT_EQ(error_of([&] { plan_matmul_reduce_scatter(operands(510, 256, 128, 255), FusedConfig{}, 4, kSms); }),
+            "matmul_reduce_scatter: M = 510 (the rows of A) is not a multiple of the world size 4; each rank receives "
+            "M / world_size rows.");
+  EXPECT_EQ(error_of([&] { plan_matmul_reduce_scatter(operands(512, 256, 128, 512), FusedConfig{}, 2, kSms); }),
+            "matmul_reduce_scatter: C is 512x256 but must be 256x256 (M / world_size x N: rank r receives rows "
+            "[r*256, (r+1)*256) of the 512x256 product).");
+  EXPECT_EQ(error_of([&] { plan_all_gather_matmul(operands(100, 256, 64, 100), FusedConfig{}, 2, kSms); }),
+            "all_gather_matmul: C is 100x256 but must be 200x256 (world_size * M_rank x N: the gathered rows of every "
+            "rank's 100-row A).");
+  EXPECT_EQ(error_of([&] { plan_matmul_all_gather(operands(100, 256, 64, 100), FusedConfig{}, 2, kSms); }),
+            "matmul_all_gather: C is 100x256 but must be 200x256 (world_size * M_rank x N: every rank's 100 rows of A "
+            "@ B, by rank).");
+  // GEMM operand rules, named after the op.
+  EXPECT_EQ(error_of([&] { plan_matmul_reduce_scatter(operands(512, 256, 100, 256), FusedConfig{}, 2, kSms); }),
+            "matmul_reduce_scatter: K = 100 is not a multiple of 8: TMA needs 16-byte aligned rows, so K must be a "
+            "multiple of 8 for 16-bit inputs.");
+  EXPECT_EQ(error_of([&] {
+              plan_all_gather_matmul(operands(100, 256, 64, 200, DType::kFloat32, DType::kFloat32), FusedConfig{}, 2,
+                                     kSms);
+            }),
+            "all_gather_matmul: A is float32; the GEMM core takes bfloat16 or float16 inputs.");
+  // The config first.
+  EXPECT_EQ(error_of([&] { plan_matmul_all_gather(operands(100, 256, 64, 100), blocks(0, 128), 2, kSms); }),
+            "block_size_m must be positive, got 0");
+}
+
+// ---- workspaces: the founding regressions ---------------------------------------------------------
+
+// A workspace prepared with 128x128 blocks for a 512x512 output (16 tiles) must refuse 64x64 blocks
+// (64 tiles) in the preamble and at launch: Iris compared no block sizes and the kernel wrote lock
+// entries past the array into the next heap object.
+TEST(OpsFusedWorkspace, test_matmul_reduce_scatter_lock_too_small) {
+  FakeWorkspaceHost host;
+  FusedWorkspace ws;
+  const auto mm = operands(512, 512, 256, 512);  // world 1: this rank receives all 512 rows
+  const auto big = plan_matmul_reduce_scatter(mm, blocks(128, 128), 1, kSms);
+  ws.prepare(host, big.sig, big.needs);  // the preamble's collective part, on the fake heap
+  EXPECT_EQ(ws.lock_capacity(), 16u);
+  for (size_t i = 0; i < ws.lock_capacity(); ++i) ASSERT_EQ(ws.locks()[i], 0u) << "locks start zeroed";
+  const int allocs = host.allocs;
+  const auto small = plan_matmul_reduce_scatter(mm, blocks(64, 64), 1, kSms);
+  EXPECT_EQ(error_of([&] { ws.prepare(host, small.sig, small.needs); }), kLock16Need64);
+  EXPECT_EQ(host.allocs, allocs) << "a rejected preamble allocates nothing";
+  EXPECT_TRUE(ws.matches(big.sig)) << "and leaves the workspace as it was";
+  // The launch-time check, whether or not the preamble ran.
+  EXPECT_EQ(error_of([&] { check_fused_workspace(small, ws); }), kLock16Need64);
+  EXPECT_NO_THROW(check_fused_workspace(big, ws));
+  ws.release(host);
+  EXPECT_EQ(host.live, 0);
+}
+
+TEST(OpsFusedWorkspace, test_matmul_all_reduce_lock_too_small) {
+  for (auto v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kOneShot,
+                 AllReduceVariant::kTwoShot}) {
+    SCOPED_TRACE(ccl::variant_name(v));
+    FakeWorkspaceHost host;
+    FusedWorkspace ws;
+    const auto mm = operands(512, 512, 256, 512);
+    const auto big = plan_matmul_all_reduce(mm, blocks(128, 128, v), 1, kSms);
+    ws.prepare(host, big.sig, big.needs);
+    EXPECT_EQ(ws.lock_capacity(), 16u);
+    const auto small = plan_matmul_all_reduce(mm, blocks(64, 64, v), 1, kSms);
+    EXPECT_EQ(error_of([&] { ws.prepare(host, small.sig, small.needs); }), kLock16Need64);
+    EXPECT_EQ(error_of([&] { check_fused_workspace(small, ws); }), kLock16Need64);
+    ws.release(host);
+    EXPECT_EQ(host.live, 0);
+  }
+}
+
+TEST(OpsFusedWorkspace, LockTooSmallForEveryOp) {
+  // Outputs of 512x512 tiles in every op (world 1), prepared at 128x128, launched at 64x64.
+  using PlanFn = FusedPlan (*)(const MatmulOperands&, const FusedConfig&, int, int);
+  for (PlanFn plan :
+       {plan_matmul_all_reduce, plan_matmul_reduce_scatter, plan_all_gather_matmul, plan_matmul_all_gather}) {
+    FakeWorkspaceHost host;
+    FusedWorkspace ws;
+    const auto mm = operands(512, 512, 256, 512);
+    const auto big = plan(mm, blocks(128, 128), 1, kSms);
+    SCOPED_TRACE(ccl::op_name(big.sig.op));
+    ws.prepare(host, big.sig, big.needs);
+    const auto small = plan(mm, blocks(64, 64), 1, kSms);
+    EXPECT_EQ(error_of([&] { ws.prepare(host, small.sig, small.needs); }), kLock16Need64);
+    EXPECT_EQ(error_of([&] { check_fused_workspace(small, ws); }), kLock16Need64);
+    ws.release(host);
+  }
+}
+
+TEST(OpsFusedWorkspace, FlagsAndBlockStateTooSmall) {
+  FakeWorkspaceHost host;
+  FusedWorkspace ws;
+  const auto mm = operands(512, 512, 256, 512);
+  // Prepared with comm_sms 16 (132 blocks); launched with the same tiles but 200 SMs' worth of blocks.
+  FusedConfig c = blocks(128, 128);
+  const auto p = plan_matmul_reduce_scatter(mm, c, 1, kSms);
+  ws.prepare(host, p.sig, p.needs);
+  auto wider = plan_matmul_reduce_scatter(mm, c, 1, 200);
+  EXPECT_EQ(error_of([&] { check_fused_workspace(wider, ws); }),
+            "Block state array too small: have 264 but need 400. Pre-allocate workspace with the largest comm_sms you "
+            "intend to use.");
+  // A variant whose flags outgrow the array, with the locks already large enough.
+  ws.release(host);
+  const auto atomic = plan_matmul_all_reduce(mm, blocks(128, 128, AllReduceVariant::kAtomic), 1, kSms);  // 32 flags
+  ws.prepare(host, atomic.sig, atomic.needs);
+  EXPECT_EQ(ws.flag_capacity(), 32u);
+  auto two_shot = plan_matmul_all_reduce(operands(512, 512, 256, 512), blocks(128, 128), 2, kSms);  // 3 * 16 flags
+  EXPECT_EQ(error_of([&] { ws.check_capacity(two_shot.needs); }),
+            "Flags array too small: have 32 but need 48. Pre-allocate workspace with the smallest block sizes you "
+            "intend to use.");
+  ws.release(host);
+  EXPECT_EQ(host.live, 0);
+}
+
+TEST(OpsFusedWorkspace, MatchesIsFalseWhenOnlyBlockSizesDiffer) {
+  FakeWorkspaceHost host;
+  FusedWorkspace ws;
+  const auto mm = operands(512, 512, 256, 512);
+  const auto p = plan_matmul_all_reduce(mm, blocks(128, 128), 1, kSms);
+  EXPECT_FALSE(ws.matches(p.sig)) << "an unprepared workspace matches nothing";
+  ws.prepare(host, p.sig, p.needs);
+  EXPECT_TRUE(ws.matches(p.sig));
+  EXPECT_TRUE(ws.matches(plan_matmul_all_reduce(mm, blocks(128, 128), 1, kSms).sig));
+  EXPECT_FALSE(ws.matches(plan_matmul_all_reduce(mm, blocks(64, 128), 1, kSms).sig)) << "block_size_m alone differs";
+  EXPECT_FALSE(ws.matches(plan_matmul_all_reduce(mm, blocks(128, 64), 1, kSms).sig)) << "block_size_n alone differs";
+  EXPECT_FALSE(ws.matches(plan_matmul_all_reduce(mm, blocks(128, 128, AllReduceVariant::kOneShot), 1, kSms).sig));
+  EXPECT_FALSE(ws.matches(plan_matmul_all_reduce(operands(512, 512, 128, 512), blocks(128, 128), 1, kSms).sig))
+      << "K alone differs";
+  EXPECT_FALSE(ws.matches(plan_matmul_reduce_scatter(mm, blocks(128, 128), 1, kSms).sig)) << "another op";
+  // block_size_k is the GEMM's pipeline depth, not part of the workspace.
+  FusedConfig deeper = blocks(128, 128);
+  deeper.block_size_k = 128;
+  EXPECT_TRUE(ws.matches(plan_matmul_all_reduce(mm, deeper, 1, kSms).sig));
+  ws.release(host);
+}
+
+TEST(OpsFusedWorkspace, LargerWorkspaceIsKept) {
+  FakeWorkspaceHost host;
+  FusedWorkspace ws;
+  const auto mm = operands(512, 512, 256, 256);
+  const auto small_blocks = plan_matmul_reduce_scatter(mm, blocks(64, 64), 2, kSms);
+  ws.prepare(host, small_blocks.sig, small_blocks.needs);
+  uint32_t* locks = ws.locks();
+  uint64_t* flags = ws.flags();
+  void* staging = ws.staging();
+  const int allocs = host.allocs;
+  const auto big_blocks = plan_matmul_reduce_scatter(mm, blocks(128, 128), 2, kSms);
+  ws.prepare(host, big_blocks.sig, big_blocks.needs);
+  EXPECT_EQ(host.allocs, allocs) << "nothing reallocated";
+  EXPECT_EQ(ws.locks(), locks);
+  EXPECT_EQ(ws.flags(), flags);
+  EXPECT_EQ(ws.staging(), staging);
+  EXPECT_EQ(ws.lock_capacity(), 64u);
+  EXPECT_TRUE(ws.matches(big_blocks.sig));
+  EXPECT_FALSE(ws.matches(small_blocks.sig));
+  EXPECT_NO_THROW(check_fused_workspace(big_blocks, ws));
+  EXPECT_NO_THROW(check_fused_workspace(small_blocks, ws)) << "the arrays still hold the 64x64 plan";
+  ws.release(host);
+  EXPECT_EQ(host.live, 0);
+}
+
+TEST(OpsFusedWorkspace, LaunchRequiresThisOpsPreamble) {
+  FakeWorkspaceHost host;
+  FusedWorkspace ws;
+  const auto mm = operands(512, 512, 256, 512);
+  const auto rs = plan_matmul_reduce_scatter(mm, blocks(128, 128), 1, kSms);
+  EXPECT_EQ(error_of([&] { check_fused_workspace(rs, ws); }),
+            "matmul_reduce_scatter: the workspace was never prepared; call matmul_reduce_scatter_preamble with the "
+            "same arguments and this workspace first (on every rank).");
+  const auto ar = plan_matmul_all_reduce(mm, blocks(128, 128), 1, kSms);
+  ws.prepare(host, ar.sig, ar.needs);
+  EXPECT_EQ(error_of([&] { check_fused_workspace(rs, ws); }),
+            "matmul_reduce_scatter: the workspace was prepared for matmul_all_reduce; call "
+            "matmul_reduce_scatter_preamble with a workspace of its own (one workspace per collective).");
+  ws.release(host);
+}
+
+TEST(OpsFusedWorkspace, RanksThatDisagreeOnKAllRaiseTogether) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  std::vector<std::string> errors(2);
+  std::vector<int> allocs(2, -1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeWorkspaceHost host(bootstraps[r]);
+      FusedWorkspace ws;
+      const auto p = plan_all_gather_matmul(operands(256, 512, r == 0 ? 128 : 64, 512), blocks(128, 128), 2, kSms);
+      errors[r] = error_of([&] { ws.prepare(host, p.sig, p.needs); });
+      allocs[r] = host.allocs;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0],
+            "Collective parameters differ across ranks: rank 0 has all_gather_matmul 512x512 k 128 bfloat16 world 2 "
+            "blocks 128x128 but rank 1 has all_gather_matmul 512x512 k 64 bfloat16 world 2 blocks 128x128. Every rank "
+            "must call with the same shapes and config.");
+  EXPECT_EQ(errors[1],
+            "Collective parameters differ across ranks: rank 1 has all_gather_matmul 512x512 k 64 bfloat16 world 2 "
+            "blocks 128x128 but rank 0 has all_gather_matmul 512x512 k 128 bfloat16 world 2 blocks 128x128. Every rank "
+            "must call with the same shapes and config.");
+  EXPECT_EQ(allocs[0], 0) << "nothing allocated on a disagreement";
+  EXPECT_EQ(allocs[1], 0);
+}
+
+}  // namespace
+}  // namespace iris::ops
