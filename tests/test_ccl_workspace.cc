@@ -10,38 +10,13 @@
 #include "iris/ccl/config.hpp"
 #include "iris/ccl/workspace.hpp"
 #include "iris/runtime/bootstrap.hpp"
+#include "support/fake_workspace_host.hpp"
 
 namespace iris::ccl {
 namespace {
 
-// Host memory standing in for the symmetric heap; counts live allocations.
-class FakeHost final : public WorkspaceHost {
- public:
-  explicit FakeHost(std::shared_ptr<Bootstrap> bs = nullptr) : bs_(std::move(bs)) {}
-  int rank() const override { return bs_ ? bs_->rank() : 0; }
-  int world_size() const override { return bs_ ? bs_->world_size() : 1; }
-  void* alloc(size_t bytes) override {
-    ++allocs;
-    live++;
-    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-    std::memset(p, 0xAB, bytes);  // poisoned: prepare must zero
-    return p;
-  }
-  void free(void* p) override {
-    live--;
-    std::free(p);
-  }
-  void zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
-  std::vector<std::string> allgather(std::string_view mine) override {
-    if (bs_) return bs_->allgather(mine);
-    return {std::string(mine)};
-  }
-  int allocs = 0;
-  int live = 0;
-
- private:
-  std::shared_ptr<Bootstrap> bs_;
-};
+// Host memory standing in for the symmetric heap (shared with the ops' host tests).
+using FakeHost = test::FakeWorkspaceHost;
 
 OpSignature spinlock_sig(int64_t m, int64_t n, int bm, int bn) {
   OpSignature s;
