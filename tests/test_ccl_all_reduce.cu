@@ -34,9 +34,10 @@ const Shape kAwkward[] = {{1, 1, 32, 64}, {1, 7, 32, 64}, {1000, 333, 32, 64}, {
 const Shape kLarge = {8192, 8192, 32, 64};
 const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32};
 
-ContextOptions big_heap() {
+ContextOptions big_heap(int world) {
   ContextOptions o;
-  o.heap_size = size_t{2} << 30;  // 8192 x 8192 fp32 in + out + staging
+  // 8192 x 8192 fp32 in + out, plus staging that grows with the ranks (one_shot: a slot per rank and parity).
+  o.heap_size = (size_t{1} << 30) + static_cast<size_t>(world) * (size_t{512} << 20);
   o.device_timeout = std::chrono::milliseconds(20000);
   return o;
 }
@@ -142,7 +143,7 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant) {
                "bf16 8192x8192");
     ccl::ContextWorkspaceHost host(ctx);
     ws.release(host);
-  }, big_heap());
+  }, big_heap(setup.world));
 }
 
 TEST_P(AllReduce, AutoMatchesFp64Reference) {
@@ -231,7 +232,7 @@ TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
       ctx.free(out);
       ctx.free(in);
     }
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 // 100 calls with one workspace: the arrays are not reallocated and every result is right.
@@ -268,7 +269,7 @@ TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
       out.release();
       in.release();
     }
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 // ---- the founding regressions (names as in Iris) ----------------------------------------------------
@@ -312,7 +313,7 @@ TEST_P(AllReduce, test_all_reduce_spinlock_lock_too_small) {
     expect_too_small_after_large_blocks(ctx, AllReduceVariant::kSpinlock,
                                         "Lock array too small: have 16 but need 64. Pre-allocate workspace with the "
                                         "smallest block sizes you intend to use.");
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 TEST_P(AllReduce, test_all_reduce_ring_flags_too_small) {
@@ -322,7 +323,7 @@ TEST_P(AllReduce, test_all_reduce_ring_flags_too_small) {
     expect_too_small_after_large_blocks(ctx, AllReduceVariant::kRing,
                                         "Flags array too small: have 32 but need 128. Pre-allocate workspace with the "
                                         "smallest block sizes you intend to use.");
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 TEST_P(AllReduce, LargerWorkspaceIsReusedForLargerBlocksAndMatchesIsFalse) {
@@ -354,7 +355,7 @@ TEST_P(AllReduce, LargerWorkspaceIsReusedForLargerBlocksAndMatchesIsFalse) {
       out.release();
       in.release();
     }
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 TEST_P(AllReduce, UnpreparedWorkspaceIsRejected) {
@@ -374,7 +375,7 @@ TEST_P(AllReduce, UnpreparedWorkspaceIsRejected) {
     wrong.cols = 5;
     EXPECT_THROW(ccl::all_reduce_preamble(ctx, wrong, in.view, Config{}, ws), std::invalid_argument);
     in.release();
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 TEST_P(AllReduce, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
@@ -395,7 +396,7 @@ TEST_P(AllReduce, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
     EXPECT_FALSE(ws.prepared());
     ctx.barrier();
     in.release();
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, AllReduce, ::testing::ValuesIn(test::all_rank_setups()), test::rank_setup_name);

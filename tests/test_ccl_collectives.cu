@@ -35,9 +35,10 @@ struct Shape {
 };
 const Shape kShapes[] = {{1, 1}, {1, 7}, {16, 64}, {1, 2048}, {1, 2049}, {1000, 333}, {3, 100003}};
 
-ContextOptions big_heap() {
+ContextOptions big_heap(int world) {
   ContextOptions o;
-  o.heap_size = size_t{2} << 30;  // 8192 x 8192 fp32/bf16 in + out + staging
+  // 8192 x 8192 fp32/bf16 in + out, plus staging that grows with the ranks.
+  o.heap_size = (size_t{1} << 30) + static_cast<size_t>(world) * (size_t{512} << 20);
   o.device_timeout = std::chrono::milliseconds(20000);
   return o;
 }
@@ -289,7 +290,7 @@ TEST_P(Collective, AllGatherMatchesInputs) {
   test::run_ranks(GetParam(), [](Context& ctx) {
     for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
                                  uint64_t seed) { check_all_gather(ctx, cfg, ws, dt, s.m, s.n, mode, seed); });
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 TEST_P(Collective, ReduceScatterMatchesRankOrderReference) {
@@ -303,7 +304,7 @@ TEST_P(Collective, ReduceScatterMatchesRankOrderReference) {
         check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, mode, seed + 2000);
       }
     });
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 TEST_P(Collective, AllToAllMatchesInputs) {
@@ -311,7 +312,7 @@ TEST_P(Collective, AllToAllMatchesInputs) {
   test::run_ranks(GetParam(), [](Context& ctx) {
     for_each_case(ctx, false, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
                                   uint64_t seed) { check_all_to_all(ctx, cfg, ws, dt, s.m, s.n, mode, seed); });
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 TEST_P(Collective, BroadcastFromFirstAndLastRankMatchesRoot) {
@@ -323,7 +324,7 @@ TEST_P(Collective, BroadcastFromFirstAndLastRankMatchesRoot) {
       check_broadcast(ctx, cfg, ws, dt, s.m, s.n, mode, 0, seed);
       check_broadcast(ctx, cfg, ws, dt, s.m, s.n, mode, last, seed + 1000, true, /*empty_in_elsewhere=*/!mode.on_heap);
     });
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 // 8192 x 8192 in total, bf16: one rank's block is 8192/W rows (broadcast: the whole tensor).
@@ -342,7 +343,7 @@ TEST_P(Collective, LargeBf16) {
     release(ctx, a2a);
     check_broadcast(ctx, cfg, bc, DType::kBFloat16, n, n, heap, ctx.world_size() - 1, 14);
     release(ctx, bc);
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 // One workspace per op, prepared for the largest shape, then 40 calls alternating smaller shapes (and,
@@ -375,7 +376,7 @@ TEST_P(Collective, OneWorkspaceServesChangingShapesAndRoots) {
     EXPECT_EQ(ctx.allocation_count(), heap_ops + 40 * 4 * 4) << "a call allocated on the heap";
     EXPECT_EQ(ag.calls(), 41u);
     for (Workspace* ws : {&ag, &rs, &a2a, &bc}) release(ctx, *ws);
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 // ---- CUDA graphs -----------------------------------------------------------------------------------------
@@ -487,7 +488,7 @@ TEST_P(Collective, GraphReplaysWithChangingInputsStayCorrect) {
       ctx.free(out);
       ctx.free(in);
     }
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 __global__ void fill_call_input(__nv_bfloat16* p, int64_t n, int rank, int k) {
@@ -589,7 +590,7 @@ TEST_P(Collective, BackToBackCallsWithSkewedRanksStayCorrect) {
       ctx.free(out);
       ctx.free(in);
     }
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 // ---- workspace capacity, mismatches, misuse ----------------------------------------------------------------
@@ -682,7 +683,7 @@ TEST_P(Collective, WorkspaceTooSmallForStagingIsRejected) {
                            std::to_string(slots * 4096) +
                            ". Pre-allocate workspace with the largest tensor you intend to use.");
     }
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 TEST_P(Collective, WorkspaceTooSmallForFlagsIsRejected) {
@@ -698,7 +699,7 @@ TEST_P(Collective, WorkspaceTooSmallForFlagsIsRejected) {
                            std::to_string(per_chunk * 32) +
                            ". Pre-allocate workspace with the smallest block sizes you intend to use.");
     }
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 TEST_P(Collective, UnpreparedOrForeignWorkspaceIsRejected) {
@@ -735,7 +736,7 @@ TEST_P(Collective, UnpreparedOrForeignWorkspaceIsRejected) {
         t->in.release();
       }
     }
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 // Rank 1 passes another (self-consistent) shape: the preamble raises on every rank. Then rank 1 passes
@@ -780,7 +781,7 @@ TEST_P(Collective, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
       c.out.release();
       c.in.release();
     }
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 TEST_P(Collective, OverlappingBuffersAreRejected) {
@@ -802,7 +803,7 @@ TEST_P(Collective, OverlappingBuffersAreRejected) {
     }
     ctx.barrier();
     buf.release();
-  }, big_heap());
+  }, big_heap(GetParam().world));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Collective, ::testing::ValuesIn(test::all_rank_setups()), test::rank_setup_name);
