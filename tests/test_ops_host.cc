@@ -81,12 +81,15 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   EXPECT_EQ(kGemmTiles[0], (GemmTile{128, 256, 64}));
   EXPECT_EQ(kGemmTiles[1], (GemmTile{128, 128, 64}));
   EXPECT_TRUE(GemmTile{}.is_auto());
-  // BASELINES.md: ping-pong 128x128 up to 4096 x 8192 outputs, cooperative 128x256 above.
+  // gemm_bench on one H200: ping-pong 128x128 up to 4096 x 8192 outputs; above, cooperative 128x256
+  // except for 16384 x 4096 with B as K x N.
   EXPECT_EQ(select_gemm_tile(128, 8192, 8192), kGemmTileSmall);
   EXPECT_EQ(select_gemm_tile(2048, 8192, 4096), kGemmTileSmall);
   EXPECT_EQ(select_gemm_tile(4096, 8192, 4096), kGemmTileSmall);
   EXPECT_EQ(select_gemm_tile(8192, 8192, 4096), kGemmTileLarge);
-  EXPECT_EQ(select_gemm_tile(16384, 4096, 4096), kGemmTileLarge);
+  EXPECT_EQ(select_gemm_tile(8192, 8192, 4096, /*b_is_nk=*/true), kGemmTileLarge);
+  EXPECT_EQ(select_gemm_tile(16384, 4096, 4096), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(16384, 4096, 4096, /*b_is_nk=*/true), kGemmTileLarge);
   // The small tile has no float32-output instantiation: the automatic choice takes the large one.
   EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64)), kGemmTileSmall);
   EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64, DType::kBFloat16, DType::kFloat32)), kGemmTileLarge);
@@ -314,25 +317,28 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
     EXPECT_EQ(mar(v).flags, 16u);
     EXPECT_EQ(mar(v).staging_bytes, 512u * 256 * 4);
   }
-  EXPECT_EQ(mar(AllReduceVariant::kOneShot).flags, 16u);
+  // one_shot: ready by source + data by (source, band of 4); one 512 x 256 slot per rank.
+  EXPECT_EQ(mar(AllReduceVariant::kOneShot).flags, 2u + 2 * 4);
   EXPECT_EQ(mar(AllReduceVariant::kOneShot).staging_bytes, 2u * 512 * 256 * 2);
-  EXPECT_EQ(mar(AllReduceVariant::kTwoShot).flags, 24u);
-  EXPECT_EQ(mar(AllReduceVariant::kTwoShot).staging_bytes, 2u * 512 * 256 * 2);
+  // two_shot: ready, data and reduced by source; 2W + 1 bands of 256 x 256.
+  EXPECT_EQ(mar(AllReduceVariant::kTwoShot).flags, 3u * 2);
+  EXPECT_EQ(mar(AllReduceVariant::kTwoShot).staging_bytes, 5u * 256 * 256 * 2);
+  for (auto v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot}) EXPECT_EQ(mar(v).locks, 8u);
   // matmul_reduce_scatter: A 512 x 128 per rank, C 256 x 256 per rank; GEMM tiles over 512 x 256.
   auto p = plan_matmul_reduce_scatter(operands(512, 256, 128, 256), blocks(128, 128), w, kSms);
   EXPECT_EQ(p.sig.op, OpKind::kMatmulReduceScatter);
   EXPECT_EQ(p.sig.rows, 512);
   EXPECT_EQ(p.tiles, 8);
   EXPECT_EQ(p.needs.locks, 8u);
-  EXPECT_EQ(p.needs.flags, 16u);
-  EXPECT_EQ(p.needs.staging_bytes, 512u * 256 * 2);
+  EXPECT_EQ(p.needs.flags, 2u * 2) << "ready and data by source rank";
+  EXPECT_EQ(p.needs.staging_bytes, 2u * 2 * 256 * 256 * 2) << "W partial bands and W receive slots of 256 x 256";
   // all_gather_matmul: A 100 x 64 per rank gathered to 200 x 64, C 200 x 256 fp32; A crosses ranks.
   p = plan_all_gather_matmul(operands(100, 256, 64, 200, DType::kFloat16, DType::kFloat32), blocks(64, 128), w, kSms);
   EXPECT_EQ(p.sig.op, OpKind::kAllGatherMatmul);
   EXPECT_EQ(p.sig.dtype, DType::kFloat16);
   EXPECT_EQ(p.sig.rows, 200);
   EXPECT_EQ(p.tiles, 4 * 2);
-  EXPECT_EQ(p.needs.flags, 2u * 2) << "one per source rank and 64-row block of its 100 rows";
+  EXPECT_EQ(p.needs.flags, 2u * 2) << "ready and data by source rank";
   EXPECT_EQ(p.needs.staging_bytes, 200u * 64 * 2) << "the gathered 200 x 64 fp16 A";
   // matmul_all_gather: A 100 x 64 per rank; each GEMM computes 100 x 256, C is 200 x 256.
   p = plan_matmul_all_gather(operands(100, 256, 64, 200), blocks(64, 128), w, kSms);
@@ -340,8 +346,8 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   EXPECT_EQ(p.sig.rows, 200);
   EXPECT_EQ(p.tiles, 2 * 2);
   EXPECT_EQ(p.needs.locks, 4u);
-  EXPECT_EQ(p.needs.flags, 8u);
-  EXPECT_EQ(p.needs.staging_bytes, 200u * 256 * 2);
+  EXPECT_EQ(p.needs.flags, 2u * (1 + 4)) << "ready by source, data by (source, band of 4)";
+  EXPECT_EQ(p.needs.staging_bytes, 200u * 256 * 2) << "one 100 x 256 slot per rank";
 }
 
 TEST(OpsFusedPlan, OpShapesAreChecked) {
@@ -451,9 +457,11 @@ TEST(OpsFusedWorkspace, FlagsAndBlockStateTooSmall) {
   const auto atomic = plan_matmul_all_reduce(mm, blocks(128, 128, AllReduceVariant::kAtomic), 1, kSms);  // 32 flags
   ws.prepare(host, atomic.sig, atomic.needs);
   EXPECT_EQ(ws.flag_capacity(), 32u);
-  auto two_shot = plan_matmul_all_reduce(operands(512, 512, 256, 512), blocks(128, 128), 2, kSms);  // 3 * 16 flags
-  EXPECT_EQ(error_of([&] { ws.check_capacity(two_shot.needs); }),
-            "Flags array too small: have 32 but need 48. Pre-allocate workspace with the smallest block sizes you "
+  auto one_shot =
+      plan_matmul_all_reduce(operands(512, 512, 256, 512), blocks(128, 128, AllReduceVariant::kOneShot), 8, kSms);
+  EXPECT_EQ(one_shot.needs.flags, 8u * 5) << "8 ready + 8 x 4 data flags";
+  EXPECT_EQ(error_of([&] { ws.check_capacity(one_shot.needs); }),
+            "Flags array too small: have 32 but need 40. Pre-allocate workspace with the smallest block sizes you "
             "intend to use.");
   ws.release(host);
   EXPECT_EQ(host.live, 0);

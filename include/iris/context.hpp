@@ -67,6 +67,10 @@ class Context {
   int device() const { return device_; }
   // A non-blocking stream owned by the context, on device().
   cudaStream_t stream() const { return stream_; }
+  // A second non-blocking stream on device(), at the highest priority, created on first use: ops that
+  // overlap communication with computation (iris::ops) fork onto it from the caller's stream with events
+  // and join back before they return, so it never outlives a call and is capturable in CUDA graphs.
+  cudaStream_t side_stream();
   Bootstrap& bootstrap() { return *bootstrap_; }
 
   // ---- heap ------------------------------------------------------------------------------------
@@ -144,6 +148,7 @@ class Context {
   int world_size_ = 1;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;
   size_t heap_size_ = 0;
   std::chrono::milliseconds device_timeout_{10000};
   std::unique_ptr<SymmetricHeap> heap_;

@@ -1,12 +1,14 @@
-// Fused GEMM + communication ops: configs, plans (validation and workspace sizing, pure), preambles
-// and the launch-time checks. The fused kernels are not written yet: each op ends in a clear error.
+// Fused GEMM + communication ops: configs, plans (validation and workspace sizing, pure), preambles,
+// the launch-time checks, and the band pipelines that overlap each op's GEMM with its communication.
 #include "iris/ops/fused.hpp"
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "ccl/ccl_host.hpp"
 #include "iris/core/error.hpp"
+#include "ops/fused_kernels.hpp"
 #include "ops/gemm_check.hpp"
 
 namespace iris::ops {
@@ -19,6 +21,10 @@ using iris::detail::str_cat;
 
 // Block-state words per launched block: its epoch and its arrival word.
 constexpr size_t kBlockStateWords = 2;
+// Bands of output rows that matmul_all_reduce one_shot and matmul_all_gather cut their GEMM into, so
+// the push of one band overlaps the GEMM of the next.
+constexpr int kOneShotBands = 4;
+constexpr int kAllGatherBands = 4;
 
 const char* preamble_name(OpKind op) {
   switch (op) {
@@ -123,17 +129,17 @@ FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& co
   const size_t esz = mm.c.element_size();
   switch (config.all_reduce_variant) {
     case AllReduceVariant::kAtomic:
-    case AllReduceVariant::kSpinlock:
+    case AllReduceVariant::kSpinlock:  // sized for the planned kernels; the op says they are not implemented
       p.needs.flags = 2 * t;
       p.needs.staging_bytes = align256(mn * sizeof(float));
       break;
-    case AllReduceVariant::kOneShot:
-      p.needs.flags = w * t;
-      p.needs.staging_bytes = align256(w * mn * esz);
+    case AllReduceVariant::kOneShot:  // ready by source, data by (source, band); W slots of M x N
+      p.needs.flags = w + w * kOneShotBands;
+      p.needs.staging_bytes = w * align256(mn * esz);
       break;
-    case AllReduceVariant::kTwoShot:
-      p.needs.flags = (w + 1) * t;
-      p.needs.staging_bytes = 2 * align256(mn * esz);
+    case AllReduceVariant::kTwoShot:  // ready, data, reduced by source; W partial bands, W slots, 1 reduced band
+      p.needs.flags = 3 * w;
+      p.needs.staging_bytes = (2 * w + 1) * align256(static_cast<size_t>(ceil_div(m, world_size) * n) * esz);
       break;
     default:
       IRIS_ASSERT(false, "FusedConfig::validate admits only the fused variants");
@@ -157,8 +163,9 @@ FusedPlan plan_matmul_reduce_scatter(const MatmulOperands& mm, const FusedConfig
   FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
   size_tiles(p, m, n);  // each rank's GEMM computes the whole M x N partial product
   p.sig.dtype = mm.c.dtype;
-  p.needs.flags = static_cast<size_t>(world_size) * static_cast<size_t>(p.tiles);
-  p.needs.staging_bytes = align256(static_cast<size_t>(m * n) * mm.c.element_size());
+  // Ready and data by source; W partial bands and W receive slots of M/W x N.
+  p.needs.flags = 2 * static_cast<size_t>(world_size);
+  p.needs.staging_bytes = 2 * static_cast<size_t>(world_size) * align256(static_cast<size_t>(rows * n) * mm.c.element_size());
   return p;
 }
 
@@ -174,8 +181,9 @@ FusedPlan plan_all_gather_matmul(const MatmulOperands& mm, const FusedConfig& co
   FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
   size_tiles(p, m, n);
   p.sig.dtype = mm.a.dtype;  // A crosses ranks
-  p.needs.flags = static_cast<size_t>(world_size) * static_cast<size_t>(ceil_div(m_rank, config.block_size_m));
-  p.needs.staging_bytes = align256(static_cast<size_t>(m * k) * mm.a.element_size());
+  // Ready and data by source; W slots of M_rank x K (A gathered).
+  p.needs.flags = 2 * static_cast<size_t>(world_size);
+  p.needs.staging_bytes = static_cast<size_t>(world_size) * align256(static_cast<size_t>(m_rank * k) * mm.a.element_size());
   return p;
 }
 
@@ -191,8 +199,9 @@ FusedPlan plan_matmul_all_gather(const MatmulOperands& mm, const FusedConfig& co
   size_tiles(p, m_rank, n);  // each rank's GEMM computes its own M/W x N block
   p.sig.rows = m;            // the signature names the gathered output
   p.sig.dtype = mm.c.dtype;
-  p.needs.flags = static_cast<size_t>(world_size) * static_cast<size_t>(p.tiles);
-  p.needs.staging_bytes = align256(static_cast<size_t>(m * n) * mm.c.element_size());
+  // Ready by source, data by (source, band); W slots of M_rank x N.
+  p.needs.flags = static_cast<size_t>(world_size) * (1 + kAllGatherBands);
+  p.needs.staging_bytes = static_cast<size_t>(world_size) * align256(static_cast<size_t>(m_rank * n) * mm.c.element_size());
   return p;
 }
 
@@ -211,14 +220,349 @@ void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedCo
                                   [&] { return plan(mm, config, ctx.world_size(), ccl::detail::sm_count(ctx)); });
 }
 
+// ---- the band pipeline ---------------------------------------------------------------------------------
+//
+// Each call forks the context's side stream off the caller's stream and joins it back before returning:
+// GEMMs run on the caller's stream with gemm_sms SMs, communication (copies to peers, flag waits) on the
+// side stream with comm_sms blocks, so the transfer of one band of output rows overlaps the GEMM of the
+// next. Events order the two streams; flags (fused_kernels.hpp) order the ranks.
+
+Tensor rows_of(const Tensor& t, int64_t row0, int64_t rows) {
+  return Tensor::matrix(static_cast<char*>(t.data) + row0 * t.stride * static_cast<int64_t>(t.element_size()), t.dtype,
+                        rows, t.cols, t.stride);
+}
+
+class Pipeline {
+ public:
+  Pipeline(Context& ctx, const FusedPlan& plan, FusedWorkspace& ws, cudaStream_t stream)
+      : ctx_(ctx), plan_(plan), main_(ccl::detail::pick_stream(ctx, stream)), side_(ctx.side_stream()) {
+    sync_.ctx = ctx.device_context();
+    sync_.state = ws.block_state();
+    sync_.flags = ws.flags();
+    staging_ = static_cast<char*>(ws.staging());
+  }
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+  ~Pipeline() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+
+  int rank() const { return ctx_.rank(); }
+  int world() const { return ctx_.world_size(); }
+  cudaStream_t main() const { return main_; }
+  cudaStream_t side() const { return side_; }
+  char* staging(size_t byte_offset) const { return staging_ + byte_offset; }
+  template <typename T>
+  T* on(T* local, int to) const {
+    return to == rank() ? local : ctx_.translate(local, to);
+  }
+
+  // Flags: [0, W) ready (by source rank), then data and reduced words per op.
+  void begin() { detail::launch_fused_begin(sync_, 0, main_); }
+  void wait(cudaStream_t s, int first, int count, int stride, int skip, detail::FusedWait what) {
+    detail::launch_fused_wait(sync_, first, count, stride, skip, what, s);
+  }
+  void signal(cudaStream_t s, int index, int to) { detail::launch_fused_signal(sync_, index, to, s); }
+  // Everything enqueued on `from` so far happens before what is enqueued on `to` from now on.
+  void order(cudaStream_t from, cudaStream_t to) {
+    cudaEvent_t e;
+    IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_.push_back(e);
+    IRIS_CUDA_CHECK(cudaEventRecord(e, from));
+    IRIS_CUDA_CHECK(cudaStreamWaitEvent(to, e, 0));
+  }
+  void fork() { order(main_, side_); }
+  void join() { order(side_, main_); }
+
+  // C rows = A rows @ B (+ bias) on the caller's stream.
+  void gemm(const MatmulOperands& mm, const Tensor& a, const Tensor& c, bool with_bias, int sms) {
+    if (a.rows == 0) return;
+    GemmArguments g;
+    g.a = a;
+    g.b = mm.b;
+    g.b_is_nk = mm.b_is_nk;
+    g.c = c;
+    g.bias = with_bias ? mm.bias : nullptr;
+    g.tile = plan_.tile;
+    g.sm_count = sms;
+    ops::gemm(g, nullptr, main_);
+  }
+  void copy(cudaStream_t s, const Tensor& from, void* to, int64_t to_stride_elems, int blocks) {
+    detail::Copy2D c;
+    c.src = from.data;
+    c.dst = to;
+    c.rows = from.rows;
+    const int64_t esz = static_cast<int64_t>(from.element_size());
+    c.row_bytes = from.cols * esz;
+    c.src_pitch = from.stride * esz;
+    c.dst_pitch = to_stride_elems * esz;
+    detail::launch_copy_2d(c, blocks, s);
+  }
+
+ private:
+  Context& ctx_;
+  const FusedPlan& plan_;
+  cudaStream_t main_;
+  cudaStream_t side_;
+  detail::FusedSync sync_;
+  char* staging_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+};
+
+// Rows of band b when `total` rows are cut into `bands` bands of ceil(total / bands) rows.
+struct Band {
+  int64_t row0 = 0;
+  int64_t rows = 0;
+};
+Band band(int64_t total, int bands, int b) {
+  const int64_t per = ceil_div(total, bands);
+  const int64_t r0 = std::min<int64_t>(total, per * b);
+  return {r0, std::min<int64_t>(total, r0 + per) - r0};
+}
+
+int device_sms(const FusedPlan& p) { return p.gemm_sms + p.comm_sms; }
+
+// One rank: every op is its GEMM on the caller's stream.
+void run_single_rank(const MatmulOperands& mm, const FusedPlan& plan, cudaStream_t stream) {
+  GemmArguments g;
+  g.a = mm.a;
+  g.b = mm.b;
+  g.b_is_nk = mm.b_is_nk;
+  g.c = mm.c;
+  g.bias = mm.bias;
+  g.tile = plan.tile;
+  ops::gemm(g, nullptr, stream);
+}
+
+// matmul_reduce_scatter, and the reduce-scatter half of matmul_all_reduce two_shot. Bands of rows are
+// owned by ranks (band t: rows of rank t's output). For each peer t in ring order, the GEMM computes
+// band t of this rank's partial product into local staging P, and the side stream pushes it into rank
+// t's receive slot for this rank (after t's ready flag) and signals t. The own band's GEMM writes
+// straight into the own receive slot and overlaps the last push. Then the owner waits for its W - 1
+// partials and reduces the W slots in rank order (deterministic). Bias rides on rank 0's partials, so it
+// is added once. Staging: P (W bands) then recv (W slots), each band `band_rows` x N of C's type.
+// Flags: [0, W) ready, [W, 2W) data by source.
+void reduce_scatter_bands(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int64_t band_rows,
+                          int64_t m, const Tensor& out, void* out2) {
+  const int me = pl.rank(), w = pl.world();
+  const int64_t n = mm.c.cols;
+  const DType ct = mm.c.dtype;
+  const size_t esz = dtype_size(ct);
+  const size_t band_bytes = align256(static_cast<size_t>(band_rows * n) * esz);
+  char* p_base = pl.staging(0);
+  char* recv = pl.staging(static_cast<size_t>(w) * band_bytes);
+  auto a_rows = [&](int t) {
+    const int64_t r0 = std::min<int64_t>(m, band_rows * t);
+    return rows_of(mm.a, r0, std::min<int64_t>(m, r0 + band_rows) - r0);
+  };
+  auto staged = [&](char* base, int64_t rows) { return Tensor::matrix(base, ct, rows, n, n); };
+  pl.begin();
+  for (int j = 1; j < w; ++j) {
+    const int t = (me + j) % w;
+    const Tensor a = a_rows(t);
+    const Tensor p = staged(p_base + t * band_bytes, a.rows);
+    pl.gemm(mm, a, p, me == 0, plan.gemm_sms);
+    pl.fork();
+    pl.wait(pl.side(), t, 1, 1, -1, detail::FusedWait::kReady);
+    pl.copy(pl.side(), p, pl.on(recv + me * band_bytes, t), n, plan.comm_sms);
+    pl.signal(pl.side(), w + me, t);
+  }
+  const Tensor a_me = a_rows(me);
+  pl.gemm(mm, a_me, staged(recv + me * band_bytes, a_me.rows), me == 0, plan.gemm_sms);
+  pl.wait(pl.main(), w, w, 1, me, detail::FusedWait::kData);
+  detail::ReduceSlots r;
+  r.slots = recv;
+  r.slot_elems = static_cast<int64_t>(band_bytes / esz);
+  r.world = w;
+  r.rows = a_me.rows;
+  r.cols = n;
+  r.out = out.data;
+  r.out_stride = out.stride;
+  r.out2 = out2;
+  detail::launch_reduce_slots(r, ct, device_sms(plan), pl.main());
+  pl.join();
+}
+
+void run_matmul_reduce_scatter(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+  const int64_t m = mm.a.rows;
+  reduce_scatter_bands(pl, mm, plan, m / pl.world(), m, mm.c, nullptr);
+}
+
+// two_shot: reduce-scatter by bands (above), the owner also keeps its reduced band in staging (`red`)
+// and signals; every rank then pulls each peer's reduced band into its C. Flags: [2W, 3W) reduced.
+void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+  const int me = pl.rank(), w = pl.world();
+  const int64_t m = mm.a.rows, n = mm.c.cols;
+  const int64_t band_rows = ceil_div(m, w);
+  const size_t esz = mm.c.element_size();
+  const size_t band_bytes = align256(static_cast<size_t>(band_rows * n) * esz);
+  char* red = pl.staging(2 * static_cast<size_t>(w) * band_bytes);
+  const Band mine = band(m, w, me);
+  reduce_scatter_bands(pl, mm, plan, band_rows, m, rows_of(mm.c, mine.row0, mine.rows), red);
+  pl.signal(pl.main(), 2 * w + me, -1);
+  for (int j = 1; j < w; ++j) {
+    const int s = (me + j) % w;
+    const Band b = band(m, w, s);
+    pl.wait(pl.main(), 2 * w + s, 1, 1, -1, detail::FusedWait::kReduced);
+    const Tensor from = Tensor::matrix(pl.on(red, s), mm.c.dtype, b.rows, n, n);
+    pl.copy(pl.main(), from, rows_of(mm.c, b.row0, b.rows).data, mm.c.stride, device_sms(plan));
+  }
+}
+
+// one_shot: the GEMM computes the whole partial product into this rank's receive slot, band by band;
+// after each band the side stream pushes it into the same slot of every peer and signals. Each rank then
+// reduces all W slots in rank order into C: every rank gets bitwise-identical results. Staging: W slots
+// of M x N. Flags: [0, W) ready, [W, W + W * kOneShotBands) data by (source, band).
+
+void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+  const int me = pl.rank(), w = pl.world();
+  const int64_t m = mm.a.rows, n = mm.c.cols;
+  const DType ct = mm.c.dtype;
+  const size_t esz = dtype_size(ct);
+  const size_t slot_bytes = align256(static_cast<size_t>(m * n) * esz);
+  char* mine = pl.staging(me * slot_bytes);
+  pl.begin();
+  for (int b = 0; b < kOneShotBands; ++b) {
+    const Band rows = band(m, kOneShotBands, b);
+    if (rows.rows == 0) continue;
+    const Tensor part = Tensor::matrix(mine + rows.row0 * n * esz, ct, rows.rows, n, n);
+    pl.gemm(mm, rows_of(mm.a, rows.row0, rows.rows), part, me == 0, plan.gemm_sms);
+    pl.fork();
+    for (int j = 1; j < w; ++j) {
+      const int t = (me + j) % w;
+      if (b == 0) pl.wait(pl.side(), t, 1, 1, -1, detail::FusedWait::kReady);
+      pl.copy(pl.side(), part, pl.on(static_cast<char*>(part.data), t), n, plan.comm_sms);
+      pl.signal(pl.side(), w + me * kOneShotBands + b, t);
+    }
+  }
+  // Bands with no rows are never signalled: wait only for the ones that exist.
+  int bands = 0;
+  while (bands < kOneShotBands && band(m, kOneShotBands, bands).rows > 0) ++bands;
+  for (int s = 0; s < w; ++s)
+    if (s != me) pl.wait(pl.main(), w + s * kOneShotBands, bands, 1, -1, detail::FusedWait::kData);
+  detail::ReduceSlots r;
+  r.slots = pl.staging(0);
+  r.slot_elems = static_cast<int64_t>(slot_bytes / esz);
+  r.world = w;
+  r.rows = m;
+  r.cols = n;
+  r.out = mm.c.data;
+  r.out_stride = mm.c.stride;
+  detail::launch_reduce_slots(r, ct, device_sms(plan), pl.main());
+  pl.join();
+}
+
+// all_gather_matmul: the side stream pushes this rank's A into slot `rank` of every peer's gather buffer
+// (after the peer's ready flag) and signals it, while the GEMM computes the rows of C that need only the
+// local A. Then, in the order peers' rows arrive, the GEMM computes each peer's rows from the gather
+// buffer. Staging: W slots of M_rank x K of A's type. Flags: [0, W) ready, [W, 2W) data by source.
+void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+  const int me = pl.rank(), w = pl.world();
+  const int64_t mr = mm.a.rows, k = mm.a.cols;
+  const size_t slot_bytes = align256(static_cast<size_t>(mr * k) * mm.a.element_size());
+  pl.begin();
+  pl.fork();
+  for (int j = 1; j < w; ++j) {
+    const int t = (me + j) % w;
+    pl.wait(pl.side(), t, 1, 1, -1, detail::FusedWait::kReady);
+    pl.copy(pl.side(), mm.a, pl.on(pl.staging(me * slot_bytes), t), k, plan.comm_sms);
+    pl.signal(pl.side(), w + me, t);
+  }
+  pl.gemm(mm, mm.a, rows_of(mm.c, me * mr, mr), true, plan.gemm_sms);
+  for (int j = 1; j < w; ++j) {
+    const int s = (me - j + w) % w;  // peer s pushes to us at its step j
+    pl.wait(pl.main(), w + s, 1, 1, -1, detail::FusedWait::kData);
+    const Tensor a = Tensor::matrix(pl.staging(s * slot_bytes), mm.a.dtype, mr, k, k);
+    pl.gemm(mm, a, rows_of(mm.c, s * mr, mr), true, plan.gemm_sms);
+  }
+  pl.join();
+}
+
+// matmul_all_gather: the GEMM computes this rank's M_rank rows band by band into slot `rank` of the
+// staging; after each band the side stream copies it into C and pushes it into slot `rank` of every
+// peer (after the peer's ready flag), then signals. Each rank copies the peers' slots into C as their
+// bands arrive. Staging: W slots of M_rank x N of C's type. Flags: [0, W) ready, then data by (source,
+// band).
+
+void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+  const int me = pl.rank(), w = pl.world();
+  const int64_t mr = mm.a.rows, n = mm.c.cols;
+  const DType ct = mm.c.dtype;
+  const size_t esz = dtype_size(ct);
+  const size_t slot_bytes = align256(static_cast<size_t>(mr * n) * esz);
+  char* mine = pl.staging(me * slot_bytes);
+  int bands = 0;
+  pl.begin();
+  for (int b = 0; b < kAllGatherBands; ++b) {
+    const Band rows = band(mr, kAllGatherBands, b);
+    if (rows.rows == 0) continue;
+    ++bands;
+    const Tensor part = Tensor::matrix(mine + rows.row0 * n * esz, ct, rows.rows, n, n);
+    pl.gemm(mm, rows_of(mm.a, rows.row0, rows.rows), part, true, plan.gemm_sms);
+    pl.fork();
+    pl.copy(pl.side(), part, rows_of(mm.c, me * mr + rows.row0, rows.rows).data, mm.c.stride, plan.comm_sms);
+    for (int j = 1; j < w; ++j) {
+      const int t = (me + j) % w;
+      if (b == 0) pl.wait(pl.side(), t, 1, 1, -1, detail::FusedWait::kReady);
+      pl.copy(pl.side(), part, pl.on(static_cast<char*>(part.data), t), n, plan.comm_sms);
+      pl.signal(pl.side(), w + me * kAllGatherBands + b, t);
+    }
+  }
+  for (int j = 1; j < w; ++j) {
+    const int s = (me - j + w) % w;
+    pl.wait(pl.main(), w + s * kAllGatherBands, bands, 1, -1, detail::FusedWait::kData);
+    const Tensor from = Tensor::matrix(pl.staging(s * slot_bytes), ct, mr, n, n);
+    pl.copy(pl.main(), from, rows_of(mm.c, s * mr, mr).data, mm.c.stride, device_sms(plan));
+  }
+  pl.join();
+}
+
+void check_tile(const FusedPlan& p) {
+  const bool ok = std::find(kGemmTiles.begin(), kGemmTiles.end(), p.tile) != kGemmTiles.end();
+  std::string supported;
+  for (const GemmTile& t : kGemmTiles) supported += str_cat(supported.empty() ? "" : ", ", t.m, "x", t.n, "x", t.k);
+  IRIS_CHECK_ARG(ok, ccl::op_name(p.sig.op), ": block_size_m x block_size_n x block_size_k = ", p.tile.m, "x", p.tile.n,
+                 "x", p.tile.k, " is not a tile of the GEMM core; the fused kernels run ", supported, ".");
+}
+
 void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
             cudaStream_t stream) {
   const FusedPlan p = plan(mm, config, ctx.world_size(), ccl::detail::sm_count(ctx));
   check_fused_workspace(p, ws);
-  (void)stream;
-  // Nothing to compute for an empty output; otherwise the kernel that does not exist yet.
+  check_tile(p);
   if (mm.c.numel() == 0) return;
-  throw Error(str_cat(ccl::op_name(p.sig.op), ": the fused kernel is not implemented yet"));
+  const char* name = ccl::op_name(p.sig.op);
+  if (p.sig.op == OpKind::kMatmulAllReduce &&
+      (config.all_reduce_variant == AllReduceVariant::kAtomic ||
+       config.all_reduce_variant == AllReduceVariant::kSpinlock))
+    throw Error(str_cat(name, ": variant ", ccl::variant_name(config.all_reduce_variant),
+                        " is not implemented for the fused op yet; use one_shot or two_shot"));
+  if (ctx.world_size() == 1) {
+    run_single_rank(mm, p, ccl::detail::pick_stream(ctx, stream));
+    ws.count_call();
+    return;
+  }
+  Pipeline pl(ctx, p, ws, stream);
+  switch (p.sig.op) {
+    case OpKind::kMatmulAllReduce:
+      if (config.all_reduce_variant == AllReduceVariant::kOneShot)
+        run_matmul_all_reduce_one_shot(pl, mm, p);
+      else
+        run_matmul_all_reduce_two_shot(pl, mm, p);
+      break;
+    case OpKind::kMatmulReduceScatter:
+      run_matmul_reduce_scatter(pl, mm, p);
+      break;
+    case OpKind::kAllGatherMatmul:
+      run_all_gather_matmul(pl, mm, p);
+      break;
+    case OpKind::kMatmulAllGather:
+      run_matmul_all_gather(pl, mm, p);
+      break;
+    default:
+      IRIS_ASSERT(false, "not a fused op");
+  }
+  ws.count_call();
 }
 
 }  // namespace

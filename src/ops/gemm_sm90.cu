@@ -66,7 +66,7 @@ GemmTile resolve(const GemmArguments& g) {
   const int64_t n = g.b_is_nk ? g.b.rows : g.b.cols;
   // The small tile is built for 16-bit outputs only (gemm_sm90_kernel.hpp).
   if (g.c.dtype == DType::kFloat32) return kGemmTileLarge;
-  return select_gemm_tile(g.a.rows, n, g.a.cols);
+  return select_gemm_tile(g.a.rows, n, g.a.cols, g.b_is_nk);
 }
 
 #if defined(IRIS_HAVE_CUTLASS)
@@ -167,9 +167,10 @@ GemmProblem make_problem(const GemmArguments& g) {
 
 }  // namespace
 
-GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k) {
+GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk) {
   (void)k;
-  return m * n <= (int64_t{1} << 25) ? kGemmTileSmall : kGemmTileLarge;
+  if (m * n <= (int64_t{1} << 25)) return kGemmTileSmall;
+  return b_is_nk || n >= 8192 ? kGemmTileLarge : kGemmTileSmall;
 }
 
 GemmTile resolved_tile(const GemmArguments& args) { return resolve(args); }

@@ -200,6 +200,16 @@ Context::~Context() {
   allocator_.reset();
   if (error_record_ != nullptr) cudaFreeHost(error_record_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
+}
+
+cudaStream_t Context::side_stream() {
+  if (side_stream_ == nullptr) {
+    int least = 0, greatest = 0;
+    IRIS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    IRIS_CUDA_CHECK(cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking, greatest));
+  }
+  return side_stream_;
 }
 
 char* Context::heap_base(int r) const {

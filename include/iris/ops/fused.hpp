@@ -1,6 +1,6 @@
 // iris::ops fused GEMM + communication ops: the host layer (configs, workspace plans, preambles,
-// validation). Each op overlaps a Hopper GEMM (the core of iris/ops/gemm.hpp) with the communication
-// of its output (or input) tile by tile.
+// validation) and the ops. Each op overlaps a Hopper GEMM (the core of iris/ops/gemm.hpp) with the
+// communication of its output (or input), band by band.
 //
 //   iris::ops::MatmulOperands mm{.a = a, .b = w, .c = c, .b_is_nk = true};
 //   iris::ops::FusedConfig config;                       // tiles, SM split, variant
@@ -8,9 +8,25 @@
 //   iris::ops::matmul_all_reduce_preamble(ctx, mm, config, ws);   // collective, once (allocates)
 //   iris::ops::matmul_all_reduce(ctx, mm, config, ws, stream);    // stream-ordered
 //
-// STATUS: the fused kernels are not written yet. Every op validates its arguments, checks the
-// workspace as a launch would, and then throws iris::Error("<op>: the fused kernel is not implemented
-// yet"): visibly unfinished, never a silent wrong answer. The preambles are complete.
+// How they overlap (the band pipeline, src/ops/fused.cc). Each call forks the context's side stream
+// (Context::side_stream) off the caller's stream with events and joins it back before returning. The
+// GEMM core runs on the caller's stream on gemm_sms SMs, one band of output rows at a time; the
+// communication of a finished band (copy kernels of comm_sms blocks that push it into peers' staging,
+// then a release flag) runs on the side stream while the GEMM computes the next band. Ranks order
+// their writes with epoch-valued flags: a rank writes into a peer's staging only after the peer said
+// "ready" for the call, so no barrier, no re-zeroing, and CUDA-graph replays work. The overlap is by
+// band (W bands, or 4), not yet by single tile inside one persistent kernel: the lock array is sized
+// per tile as below and checked, but the band pipelines do not index it.
+//   matmul_all_reduce one_shot   GEMM in 4 bands; each band pushed to every peer; each rank reduces
+//                                the W partial products in rank order (bitwise-identical results).
+//   matmul_all_reduce two_shot   reduce-scatter by rank bands (as below), then every rank copies the
+//                                owners' reduced bands.  atomic and spinlock: not implemented (throw).
+//   matmul_reduce_scatter        GEMM of each peer's band, pushed to it while the next band computes;
+//                                the own band last; the owner reduces the W partials in rank order.
+//   all_gather_matmul            A pushed to every peer while the GEMM computes the local rows; then
+//                                the GEMM of each peer's rows as they arrive.
+//   matmul_all_gather            GEMM in 4 bands; each band copied into C and pushed to every peer.
+// With one rank every op is its GEMM. A workspace serves one stream at a time.
 //
 // Shapes (W = world size; every rank passes the same shapes, dtypes and config):
 //   matmul_all_reduce      C (M x N)   = sum over r of A_r (M x K) @ B_r (K x N)
@@ -26,23 +42,22 @@
 // Workspace (an iris::ccl::Workspace: see iris/ccl/workspace.hpp for prepare, matches and the
 // capacity errors). T = ceil(rows / block_size_m) * ceil(cols / block_size_n) over the output tile
 // grid each rank's GEMM computes: M x N (matmul_all_reduce, matmul_reduce_scatter, all_gather_matmul)
-// or M/W x N (matmul_all_gather). Every op has one lock word per tile (the tile's hand-off word
-// between the GEMM and the communication) and two block-state words per launched block (gemm_sms +
-// comm_sms). Flags (64-bit, generation-valued) and staging by op and variant:
-//   matmul_all_reduce atomic, spinlock   flags 2T (arrivals, readers done)  staging M*N float32 accumulators
-//   matmul_all_reduce one_shot           flags W*T (one per source)         staging W*M*N of C's type
-//   matmul_all_reduce two_shot           flags (W+1)*T                      staging 2*M*N of C's type
-//   matmul_reduce_scatter                flags W*T                          staging M*N of C's type
-//   all_gather_matmul                    flags W*ceil(M/W / block_size_m)   staging M*K of A's type
-//   matmul_all_gather                    flags W*T                          staging M*N of C's type
-// Provisional: sized for the kernels' planned designs; each kernel, when it lands, fixes its row here
-// (in src/ops/fused.cc), and whatever the numbers, the capacity checks keep every launch inside its
-// arrays. The workspace signature holds the shape, K, world size, block sizes, the all_reduce variant,
-// and the type that crosses ranks (C's; A's for all_gather_matmul). The preamble allocates what
-// is missing, keeps larger arrays and rejects smaller ones, e.g. a workspace prepared with 128x128
-// blocks for a 512x512 output (16 locks) used with 64x64 blocks (64 tiles):
+// or M/W x N (matmul_all_gather). Every op has one lock word per tile and two block-state words per
+// block (gemm_sms + comm_sms; word 0 holds the call's epoch). Flags (64-bit, epoch-valued) and staging:
+//   matmul_all_reduce one_shot           flags W + 4W (ready; data by source and band)  staging W slots of M x N
+//   matmul_all_reduce two_shot           flags 3W (ready, data, reduced)  staging 2W + 1 bands of ceil(M/W) x N
+//   matmul_all_reduce atomic, spinlock   flags 2T                         staging M x N float32 (not implemented)
+//   matmul_reduce_scatter                flags 2W (ready, data)           staging 2W bands of M/W x N
+//   all_gather_matmul                    flags 2W (ready, data)           staging W slots of M_rank x K of A's type
+//   matmul_all_gather                    flags 5W (ready; data by band)   staging W slots of M_rank x N
+// Staging holds C's type unless said otherwise; every slot and band starts on 256 bytes. The workspace
+// signature holds the shape, K, world size, block sizes, the all_reduce variant, and the type that
+// crosses ranks (C's; A's for all_gather_matmul). The preamble allocates what is missing, keeps larger
+// arrays and rejects smaller ones, e.g. a workspace prepared with 128x128 blocks for a 512x512 output
+// (16 locks) used with 64x64 blocks (64 tiles):
 //   Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend to use.
-// The ops check capacity again right before launch, whether or not the preamble ran.
+// The ops check capacity again right before launch, whether or not the preamble ran, and then that the
+// block sizes are a tile of the GEMM core (kGemmTiles).
 #pragma once
 
 #include <cuda_runtime_api.h>

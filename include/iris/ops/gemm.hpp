@@ -53,10 +53,12 @@ inline constexpr GemmTile kGemmTileSmall{128, 128, 64};
 inline constexpr std::array<GemmTile, 2> kGemmTiles{kGemmTileLarge, kGemmTileSmall};
 
 // The tile an automatic choice (GemmArguments::tile left at {0, 0, 0}) takes for an M x N x K problem:
-// kGemmTileSmall while the output has at most 2^25 elements (4096 x 8192), kGemmTileLarge above. From
-// the measurements in BASELINES.md (CUTLASS against cuBLAS on one H200, bf16): ping-pong 128x128 wins
-// at 128/2048/4096 x 8192, cooperative 128x256 at 8192 x 8192 and 16384 x 4096.
-GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k);
+// kGemmTileSmall while the output has at most 2^25 elements (4096 x 8192); above, kGemmTileLarge when B
+// is N x K or N >= 8192, else kGemmTileSmall. Measured with bench/gemm_bench on one H200 (bf16,
+// 2026-11-29, iris / cuBLAS): 128x128 wins at 128/2048/4096 x 8192 (0.66-1.09 against 0.35-1.05) and
+// at 16384 x 4096 with B as K x N (0.996 against 0.977); 128x256 at 8192 x 8192 (0.86 / 0.985 against
+// 0.78 / 0.89) and at 16384 x 4096 with B as N x K (1.03 against 0.97).
+GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk = false);
 
 struct GemmArguments {
   Tensor a;                    // M x K, bfloat16 or float16
