@@ -155,7 +155,7 @@ class Context {
   std::unique_ptr<HeapAllocator> allocator_;
   DeviceErrorRecord* error_record_ = nullptr;  // pinned, mapped host memory
   DeviceContext device_ctx_{};
-  std::vector<void*> nvtx_heaps_;  // nvtxMemHeapHandle_t of each registered heap slot
+  void* nvtx_heap_ = nullptr;  // nvtxMemHeapHandle_t of this process's heap window (shared in threads mode)
 };
 
 // Number of CUDA devices visible to this process (0 when there is no driver or no device).

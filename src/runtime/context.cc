@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "iris/core/cuda_check.hpp"
@@ -63,6 +65,53 @@ T pod_from(const std::string& s) {
 nvtxDomainHandle_t nvtx_domain() {
   static nvtxDomainHandle_t domain = nvtxDomainCreateA("iris");
   return domain;
+}
+
+// One NVTX heap per heap window of the process (the reservation that holds every rank's slot), shared
+// by the contexts of a threads-mode group. With a heap per slot (the first design), compute-sanitizer
+// on 4 x H200 accepted only the first registration of a test and refused the other slots' and every
+// later one ("One or more of the parameters is invalid"; the unregister of the accepted one failed
+// too), so it never saw a heap object. The working guess: it takes the whole reservation for one
+// allocation, which holds one heap, and wants the heap's regions dropped (reset) before unregister.
+struct NvtxWindow {
+  nvtxMemHeapHandle_t heap = nullptr;
+  int users = 0;
+};
+std::mutex& nvtx_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<const char*, NvtxWindow>& nvtx_windows() {
+  static std::map<const char*, NvtxWindow> windows;
+  return windows;
+}
+
+nvtxMemHeapHandle_t nvtx_window_acquire(char* base, size_t bytes) {
+  std::lock_guard<std::mutex> lock(nvtx_mutex());
+  NvtxWindow& w = nvtx_windows()[base];
+  if (w.users++ == 0) {
+    nvtxMemVirtualRangeDesc_t range{};
+    range.ptr = base;
+    range.size = bytes;
+    nvtxMemHeapDesc_t desc{};
+    desc.extCompatID = NVTX_EXT_COMPATID_MEM;
+    desc.structSize = sizeof(desc);
+    desc.usage = NVTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR;
+    desc.type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+    desc.typeSpecificDescSize = sizeof(range);
+    desc.typeSpecificDesc = &range;
+    w.heap = nvtxMemHeapRegister(nvtx_domain(), &desc);
+  }
+  return w.heap;
+}
+
+void nvtx_window_release(char* base) {
+  std::lock_guard<std::mutex> lock(nvtx_mutex());
+  auto it = nvtx_windows().find(base);
+  if (it == nvtx_windows().end() || --it->second.users > 0) return;
+  nvtxMemHeapReset(nvtx_domain(), it->second.heap);  // drops the regions of every rank of the window
+  nvtxMemHeapUnregister(nvtx_domain(), it->second.heap);
+  nvtx_windows().erase(it);
 }
 
 }  // namespace
@@ -163,19 +212,7 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
 
   // Let memory checkers see every heap object as its own allocation (the heap is one device
   // allocation, so without this a write running past one object into the next is invisible).
-  for (int r : heap_->registered_slots()) {
-    nvtxMemVirtualRangeDesc_t range{};
-    range.ptr = heap_->slot(r);
-    range.size = heap_size_;
-    nvtxMemHeapDesc_t desc{};
-    desc.extCompatID = NVTX_EXT_COMPATID_MEM;
-    desc.structSize = sizeof(desc);
-    desc.usage = NVTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR;
-    desc.type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
-    desc.typeSpecificDescSize = sizeof(range);
-    desc.typeSpecificDesc = &range;
-    nvtx_heaps_.push_back(static_cast<void*>(nvtxMemHeapRegister(nvtx_domain(), &desc)));
-  }
+  nvtx_heap_ = static_cast<void*>(nvtx_window_acquire(heap_->base(), heap_size_ * static_cast<size_t>(world_size_)));
 
   device_ctx_.heap_base = heap_->base();
   device_ctx_.heap_size = heap_size_;
@@ -195,7 +232,7 @@ Context::~Context() {
   if (std::uncaught_exceptions() > 0)
     bootstrap_->abort(detail::str_cat("rank ", rank_, " destroyed its context while unwinding an exception"));
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  for (auto h : nvtx_heaps_) nvtxMemHeapUnregister(nvtx_domain(), static_cast<nvtxMemHeapHandle_t>(h));
+  nvtx_window_release(heap_->base());
   heap_.reset();  // collective
   allocator_.reset();
   if (error_record_ != nullptr) cudaFreeHost(error_record_);
@@ -239,8 +276,7 @@ void* Context::translate_bytes(void* ptr, int to) const {
 void* Context::alloc(size_t bytes, size_t alignment) {
   size_t offset = allocator_->allocate(bytes, alignment);
   char* ptr = heap_->slot(rank_) + offset;
-  for (size_t i = 0; i < nvtx_heaps_.size(); ++i) {
-    int slot = heap_->registered_slots()[i];
+  for (int slot : heap_->registered_slots()) {
     nvtxMemVirtualRangeDesc_t region{};
     region.ptr = heap_->slot(slot) + offset;
     region.size = bytes == 0 ? 1 : bytes;  // exactly what was asked: padding stays out of bounds
@@ -248,7 +284,7 @@ void* Context::alloc(size_t bytes, size_t alignment) {
     batch.extCompatID = NVTX_EXT_COMPATID_MEM;
     batch.structSize = sizeof(batch);
     batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
-    batch.heap = static_cast<nvtxMemHeapHandle_t>(nvtx_heaps_[i]);
+    batch.heap = static_cast<nvtxMemHeapHandle_t>(nvtx_heap_);
     batch.regionCount = 1;
     batch.regionDescElementSize = sizeof(region);
     batch.regionDescElements = &region;
@@ -261,8 +297,7 @@ void Context::free(void* ptr) {
   if (ptr == nullptr) return;
   size_t offset = offset_of(ptr);
   allocator_->release(offset);
-  for (size_t i = 0; i < nvtx_heaps_.size(); ++i) {
-    int slot = heap_->registered_slots()[i];
+  for (int slot : heap_->registered_slots()) {
     nvtxMemRegionRef_t ref{};
     ref.pointer = heap_->slot(slot) + offset;
     nvtxMemRegionsUnregisterBatch_t batch{};
