@@ -288,10 +288,15 @@ TEST(OpsFusedPlan, SignatureAndSmSplit) {
   EXPECT_EQ(p.sig.block_size_m, 128);
   EXPECT_EQ(p.sig.block_size_n, 128);
   EXPECT_EQ(p.sig.describe(), "matmul_all_reduce 512x256 k 128 float32 world 2 variant one_shot blocks 128x128");
+  // Copy engines move the data by default: the GEMM keeps every SM.
   EXPECT_EQ(p.comm_sms, 16);
+  EXPECT_EQ(p.gemm_sms, 132);
+  EXPECT_EQ(p.needs.block_state, 2u * 148);
+  FusedConfig c;
+  c.copy_engine = false;  // copy kernels beside the GEMM: the two split the SMs
+  p = plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms);
   EXPECT_EQ(p.gemm_sms, 116);
   EXPECT_EQ(p.needs.block_state, 2u * 132);
-  FusedConfig c;
   c.comm_sms = 20;
   c.gemm_sms = 100;
   p = plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms);
@@ -301,7 +306,12 @@ TEST(OpsFusedPlan, SignatureAndSmSplit) {
   c.gemm_sms = 120;
   EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
             "matmul_all_reduce: gemm_sms (120) + comm_sms (20) must leave at least one GEMM SM and fit the device's "
-            "132 SMs.");
+            "132 SMs (copy_engine is false: the copy kernels run beside the GEMM).");
+  c.copy_engine = true;
+  EXPECT_NO_THROW(plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms));
+  c.gemm_sms = 133;
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
+            "matmul_all_reduce: gemm_sms (133) and comm_sms (20) must each fit the device's 132 SMs.");
   EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), FusedConfig{}, 2, 0); }),
             "matmul_all_reduce: device_sms must be positive, got 0.");
 }
@@ -444,13 +454,13 @@ TEST(OpsFusedWorkspace, FlagsAndBlockStateTooSmall) {
   FakeWorkspaceHost host;
   FusedWorkspace ws;
   const auto mm = operands(512, 512, 256, 512);
-  // Prepared with comm_sms 16 (132 blocks); launched with the same tiles but 200 SMs' worth of blocks.
+  // Prepared for 132 SMs (GEMM 132 + comm 16 blocks); launched with the same tiles on 200 SMs (200 + 25).
   FusedConfig c = blocks(128, 128);
   const auto p = plan_matmul_reduce_scatter(mm, c, 1, kSms);
   ws.prepare(host, p.sig, p.needs);
   auto wider = plan_matmul_reduce_scatter(mm, c, 1, 200);
   EXPECT_EQ(error_of([&] { check_fused_workspace(wider, ws); }),
-            "Block state array too small: have 264 but need 400. Pre-allocate workspace with the largest comm_sms you "
+            "Block state array too small: have 296 but need 450. Pre-allocate workspace with the largest comm_sms you "
             "intend to use.");
   // A variant whose flags outgrow the array, with the locks already large enough.
   ws.release(host);

@@ -64,10 +64,17 @@ FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& con
   FusedPlan p;
   p.tile = config.tile();
   p.comm_sms = config.comm_sms > 0 ? config.comm_sms : default_comm_sms(device_sms);
-  p.gemm_sms = config.gemm_sms > 0 ? config.gemm_sms : device_sms - p.comm_sms;
-  IRIS_CHECK_ARG(p.gemm_sms >= 1 && p.gemm_sms + p.comm_sms <= device_sms, ccl::op_name(op), ": gemm_sms (", p.gemm_sms,
-                 ") + comm_sms (", p.comm_sms, ") must leave at least one GEMM SM and fit the device's ", device_sms,
-                 " SMs.");
+  if (config.copy_engine) {
+    // The copies run on the copy engines: the GEMM may take every SM.
+    p.gemm_sms = config.gemm_sms > 0 ? config.gemm_sms : device_sms;
+    IRIS_CHECK_ARG(p.gemm_sms <= device_sms && p.comm_sms <= device_sms, ccl::op_name(op), ": gemm_sms (", p.gemm_sms,
+                   ") and comm_sms (", p.comm_sms, ") must each fit the device's ", device_sms, " SMs.");
+  } else {
+    p.gemm_sms = config.gemm_sms > 0 ? config.gemm_sms : device_sms - p.comm_sms;
+    IRIS_CHECK_ARG(p.gemm_sms >= 1 && p.gemm_sms + p.comm_sms <= device_sms, ccl::op_name(op), ": gemm_sms (",
+                   p.gemm_sms, ") + comm_sms (", p.comm_sms, ") must leave at least one GEMM SM and fit the device's ",
+                   device_sms, " SMs (copy_engine is false: the copy kernels run beside the GEMM).");
+  }
   p.sig.op = op;
   p.sig.world_size = world_size;
   p.sig.block_size_m = config.block_size_m;
@@ -234,8 +241,12 @@ Tensor rows_of(const Tensor& t, int64_t row0, int64_t rows) {
 
 class Pipeline {
  public:
-  Pipeline(Context& ctx, const FusedPlan& plan, FusedWorkspace& ws, cudaStream_t stream)
-      : ctx_(ctx), plan_(plan), main_(ccl::detail::pick_stream(ctx, stream)), side_(ctx.side_stream()) {
+  Pipeline(Context& ctx, const FusedPlan& plan, bool copy_engine, FusedWorkspace& ws, cudaStream_t stream)
+      : ctx_(ctx),
+        plan_(plan),
+        copy_engine_(copy_engine),
+        main_(ccl::detail::pick_stream(ctx, stream)),
+        side_(ctx.side_stream()) {
     sync_.ctx = ctx.device_context();
     sync_.state = ws.block_state();
     sync_.flags = ws.flags();
@@ -257,8 +268,13 @@ class Pipeline {
     return to == rank() ? local : ctx_.translate(local, to);
   }
 
-  // Flags: [0, W) ready (by source rank), then data and reduced words per op.
-  void begin() { detail::launch_fused_begin(sync_, 0, main_); }
+  // Flags: [0, W) ready (by source rank), then data and reduced words per op. The call starts with
+  // the epoch and a wait on the caller's stream until every peer is ready for it, so that nothing on
+  // the side stream needs an SM before its copies (with copy engines, the GEMM holds every SM).
+  void begin_and_wait_ready() {
+    detail::launch_fused_begin(sync_, 0, main_);
+    detail::launch_fused_wait(sync_, 0, world(), 1, rank(), detail::FusedWait::kReady, main_);
+  }
   void wait(cudaStream_t s, int first, int count, int stride, int skip, detail::FusedWait what) {
     detail::launch_fused_wait(sync_, first, count, stride, skip, what, s);
   }
@@ -287,6 +303,20 @@ class Pipeline {
     g.sm_count = sms;
     ops::gemm(g, nullptr, main_);
   }
+  // A band to a peer (or to C) from the side stream: the copy engines, or copy kernels of comm_sms
+  // blocks beside the GEMM (FusedConfig::copy_engine).
+  void push(const Tensor& from, void* to, int64_t to_stride_elems) {
+    if (!copy_engine_) {
+      copy(side_, from, to, to_stride_elems, plan_.comm_sms);
+      return;
+    }
+    if (from.rows == 0) return;
+    const size_t esz = from.element_size();
+    IRIS_CUDA_CHECK(cudaMemcpy2DAsync(to, static_cast<size_t>(to_stride_elems) * esz, from.data,
+                                      static_cast<size_t>(from.stride) * esz, static_cast<size_t>(from.cols) * esz,
+                                      static_cast<size_t>(from.rows), cudaMemcpyDefault, side_));
+  }
+  // A copy kernel of `blocks` blocks on stream s (either side may be a peer's heap).
   void copy(cudaStream_t s, const Tensor& from, void* to, int64_t to_stride_elems, int blocks) {
     detail::Copy2D c;
     c.src = from.data;
@@ -302,6 +332,7 @@ class Pipeline {
  private:
   Context& ctx_;
   const FusedPlan& plan_;
+  bool copy_engine_;
   cudaStream_t main_;
   cudaStream_t side_;
   detail::FusedSync sync_;
@@ -356,15 +387,14 @@ void reduce_scatter_bands(Pipeline& pl, const MatmulOperands& mm, const FusedPla
     return rows_of(mm.a, r0, std::min<int64_t>(m, r0 + band_rows) - r0);
   };
   auto staged = [&](char* base, int64_t rows) { return Tensor::matrix(base, ct, rows, n, n); };
-  pl.begin();
+  pl.begin_and_wait_ready();
   for (int j = 1; j < w; ++j) {
     const int t = (me + j) % w;
     const Tensor a = a_rows(t);
     const Tensor p = staged(p_base + t * band_bytes, a.rows);
     pl.gemm(mm, a, p, me == 0, plan.gemm_sms);
     pl.fork();
-    pl.wait(pl.side(), t, 1, 1, -1, detail::FusedWait::kReady);
-    pl.copy(pl.side(), p, pl.on(recv + me * band_bytes, t), n, plan.comm_sms);
+    pl.push(p, pl.on(recv + me * band_bytes, t), n);
     pl.signal(pl.side(), w + me, t);
   }
   const Tensor a_me = a_rows(me);
@@ -421,7 +451,7 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
   const size_t esz = dtype_size(ct);
   const size_t slot_bytes = align256(static_cast<size_t>(m * n) * esz);
   char* mine = pl.staging(me * slot_bytes);
-  pl.begin();
+  pl.begin_and_wait_ready();
   for (int b = 0; b < kOneShotBands; ++b) {
     const Band rows = band(m, kOneShotBands, b);
     if (rows.rows == 0) continue;
@@ -430,8 +460,7 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
     pl.fork();
     for (int j = 1; j < w; ++j) {
       const int t = (me + j) % w;
-      if (b == 0) pl.wait(pl.side(), t, 1, 1, -1, detail::FusedWait::kReady);
-      pl.copy(pl.side(), part, pl.on(static_cast<char*>(part.data), t), n, plan.comm_sms);
+      pl.push(part, pl.on(static_cast<char*>(part.data), t), n);
       pl.signal(pl.side(), w + me * kOneShotBands + b, t);
     }
   }
@@ -460,12 +489,11 @@ void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPl
   const int me = pl.rank(), w = pl.world();
   const int64_t mr = mm.a.rows, k = mm.a.cols;
   const size_t slot_bytes = align256(static_cast<size_t>(mr * k) * mm.a.element_size());
-  pl.begin();
+  pl.begin_and_wait_ready();
   pl.fork();
   for (int j = 1; j < w; ++j) {
     const int t = (me + j) % w;
-    pl.wait(pl.side(), t, 1, 1, -1, detail::FusedWait::kReady);
-    pl.copy(pl.side(), mm.a, pl.on(pl.staging(me * slot_bytes), t), k, plan.comm_sms);
+    pl.push(mm.a, pl.on(pl.staging(me * slot_bytes), t), k);
     pl.signal(pl.side(), w + me, t);
   }
   pl.gemm(mm, mm.a, rows_of(mm.c, me * mr, mr), true, plan.gemm_sms);
@@ -492,7 +520,7 @@ void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPl
   const size_t slot_bytes = align256(static_cast<size_t>(mr * n) * esz);
   char* mine = pl.staging(me * slot_bytes);
   int bands = 0;
-  pl.begin();
+  pl.begin_and_wait_ready();
   for (int b = 0; b < kAllGatherBands; ++b) {
     const Band rows = band(mr, kAllGatherBands, b);
     if (rows.rows == 0) continue;
@@ -500,11 +528,10 @@ void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPl
     const Tensor part = Tensor::matrix(mine + rows.row0 * n * esz, ct, rows.rows, n, n);
     pl.gemm(mm, rows_of(mm.a, rows.row0, rows.rows), part, true, plan.gemm_sms);
     pl.fork();
-    pl.copy(pl.side(), part, rows_of(mm.c, me * mr + rows.row0, rows.rows).data, mm.c.stride, plan.comm_sms);
+    pl.push(part, rows_of(mm.c, me * mr + rows.row0, rows.rows).data, mm.c.stride);
     for (int j = 1; j < w; ++j) {
       const int t = (me + j) % w;
-      if (b == 0) pl.wait(pl.side(), t, 1, 1, -1, detail::FusedWait::kReady);
-      pl.copy(pl.side(), part, pl.on(static_cast<char*>(part.data), t), n, plan.comm_sms);
+      pl.push(part, pl.on(static_cast<char*>(part.data), t), n);
       pl.signal(pl.side(), w + me * kAllGatherBands + b, t);
     }
   }
@@ -542,7 +569,7 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
     ws.count_call();
     return;
   }
-  Pipeline pl(ctx, p, ws, stream);
+  Pipeline pl(ctx, p, config.copy_engine, ws, stream);
   switch (p.sig.op) {
     case OpKind::kMatmulAllReduce:
       if (config.all_reduce_variant == AllReduceVariant::kOneShot)

@@ -10,9 +10,9 @@
 //
 // How they overlap (the band pipeline, src/ops/fused.cc). Each call forks the context's side stream
 // (Context::side_stream) off the caller's stream with events and joins it back before returning. The
-// GEMM core runs on the caller's stream on gemm_sms SMs, one band of output rows at a time; the
-// communication of a finished band (copy kernels of comm_sms blocks that push it into peers' staging,
-// then a release flag) runs on the side stream while the GEMM computes the next band. Ranks order
+// GEMM core runs on the caller's stream, one band of output rows at a time; the communication of a
+// finished band (a copy-engine copy into peers' staging, or copy kernels of comm_sms blocks beside a
+// GEMM on gemm_sms SMs, then a release flag) runs on the side stream while the GEMM computes the next. Ranks order
 // their writes with epoch-valued flags: a rank writes into a peer's staging only after the peer said
 // "ready" for the call, so no barrier, no re-zeroing, and CUDA-graph replays work. The overlap is by
 // band (W bands, or 4), not yet by single tile inside one persistent kernel: the lock array is sized
@@ -86,9 +86,14 @@ struct FusedConfig {
   int block_size_m = kGemmTileLarge.m;
   int block_size_n = kGemmTileLarge.n;
   int block_size_k = kGemmTileLarge.k;
-  // SMs running GEMM tiles; 0 = every SM not given to communication.
+  // Moves each finished band to peers with the copy engines (cudaMemcpy2DAsync over NVLink, 397 GB/s
+  // one way on 2 x H200 in BASELINES.md) instead of copy kernels: the GEMM keeps every SM. When false,
+  // copy kernels of comm_sms blocks run beside a GEMM on gemm_sms SMs.
+  bool copy_engine = true;
+  // SMs the GEMM may occupy; 0 = all of them with copy_engine, else every SM not given to comm_sms.
   int gemm_sms = 0;
-  // SMs running communication; 0 = default_comm_sms(device SMs).
+  // Blocks of the copy kernels that run beside the GEMM when copy_engine is false; 0 =
+  // default_comm_sms(device SMs).
   int comm_sms = 0;
   // matmul_all_reduce only: atomic, spinlock, one_shot or two_shot (auto and ring are not fused variants).
   ccl::AllReduceVariant all_reduce_variant = ccl::AllReduceVariant::kTwoShot;
