@@ -1,8 +1,10 @@
-// iris-bench: iris::ccl collectives against NCCL, side by side on the same buffers, in nccl-tests' columns.
+// iris-bench: iris::ccl collectives against NCCL, side by side on the same buffers, in nccl-tests' columns;
+// with --fused, also the iris::ops fused GEMM + communication ops against cuBLAS + NCCL one after the other.
 //
 //   iris-bench --quick                      # the README's command: a handful of sizes, all ops, < 1 minute
 //   iris-bench -b 8K -e 256M -o all_reduce -v auto,one_shot,two_shot,ring -J ar.json
 //   python3 scripts/plot_bench.py ar.json plots/
+//   iris-bench --fused-only -J fused.json   # the fused tables alone (bf16, five global GEMM shapes)
 //
 // One thread per GPU (iris::run_threads), each with its own iris::Context and NCCL communicator. For each
 // operation and size, every rank allocates the input and output on the iris heap and fills the input with
@@ -16,6 +18,11 @@
 // The per-call time of a rank is the median over the timed replays; the table shows the maximum over ranks.
 // Every fallible step ends with an agreement between the ranks (agree()), so a failure (an op that is
 // not implemented, an exhausted heap) skips that column on every rank instead of leaving a peer waiting.
+//
+// The fused tables (iris_bench_fused.cu has the steps) follow the collectives on the same contexts and
+// NCCL communicators: per op and global (M, N, K), the fused op, the sequential cuBLAS + NCCL path and
+// its GEMM alone, each timed over CUDA-graph replays, and the fused output compared with the sequential
+// one. The heap is sized for whichever of the two runs needs more (heap_size_for).
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -31,6 +38,7 @@
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris_bench_data.hpp"
+#include "iris_bench_fused.hpp"
 #include "iris_bench_nccl.hpp"
 #include "iris_bench_options.hpp"
 #include "iris_bench_report.hpp"
@@ -45,32 +53,18 @@ constexpr size_t kMiB = size_t{1} << 20;
 struct Shared {
   MachineInfo machine;
   std::vector<Record> records;
+  std::vector<FusedRecord> fused;
 };
 
-// A symmetric-heap allocation freed when it goes out of scope (every rank frees in the same order).
-class HeapBuffer {
- public:
-  HeapBuffer() = default;
-  ~HeapBuffer() {
-    if (!ptr_) return;
-    try {
-      ctx_->free(ptr_);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "iris-bench: rank %d: freeing a heap buffer failed: %s\n", ctx_->rank(), e.what());
-    }
+// Rewrites the JSON file with every row so far (rank 0), so a run stopped by a hang keeps what it had.
+void save_json(const Options& o, const Shared& shared) {
+  if (o.json_path.empty()) return;
+  try {
+    write_json(o.json_path, shared.machine, o, shared.records, shared.fused);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "iris-bench: %s\n", ex.what());
   }
-  HeapBuffer(const HeapBuffer&) = delete;
-  HeapBuffer& operator=(const HeapBuffer&) = delete;
-  void alloc(iris::Context& ctx, size_t bytes) {
-    ctx_ = &ctx;
-    ptr_ = ctx.alloc(bytes > 0 ? bytes : 256);
-  }
-  void* get() const { return ptr_; }
-
- private:
-  iris::Context* ctx_ = nullptr;
-  void* ptr_ = nullptr;
-};
+}
 
 iris::Tensor input_tensor(const Problem& p, void* data) {
   if (p.op == Op::kReduceScatter || p.op == Op::kAllToAll) {
@@ -354,6 +348,34 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
   return rows;
 }
 
+// The fused tables: one per op, a row per global shape (and all_reduce variant). Collective.
+void run_fused_tables(iris::Context& ctx, const Options& o, NcclComm* nccl, const std::string& no_nccl_reason,
+                      Shared& shared, uint64_t& run) {
+  const bool lead = ctx.rank() == 0;
+  if (lead) print_fused_preamble(o, shared.machine, nccl != nullptr);
+  std::unique_ptr<FusedRunner> runner;
+  std::string err = agree(ctx, try_step([&] { runner = std::make_unique<FusedRunner>(ctx, o, nccl, no_nccl_reason); }));
+  if (!err.empty()) {
+    if (lead) std::printf("# fused tables skipped: %s\n", err.c_str());
+    return;
+  }
+  for (FusedOp op : kAllFusedOps) {
+    std::set<std::string> printed_errors;
+    if (lead) print_fused_table_header(op, o, shared.machine);
+    for (const FusedShape& shape : kFusedShapes) {
+      std::vector<FusedRecord> rows = runner->run(op, shape, ++run);
+      ctx.barrier();
+      if (lead) {
+        for (const FusedRecord& r : rows) {
+          print_fused_row(r, printed_errors);
+          shared.fused.push_back(r);
+        }
+        save_json(o, shared);
+      }
+    }
+  }
+}
+
 void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
   IRIS_CUDA_CHECK(cudaSetDevice(ctx.device()));
   const int world = ctx.world_size();
@@ -362,11 +384,16 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
   // ---- NCCL communicator and symmetric windows ----
   std::unique_ptr<NcclComm> nccl;
   std::string nccl_status = "yes";
+  // Why there is no communicator, for the fused tables' sequential column.
+  std::string no_nccl_reason = !o.nccl            ? "NCCL not used (--no-nccl)"
+                               : !nccl_compiled() ? "iris-bench was built without NCCL"
+                                                  : "";
   if (o.nccl && nccl_compiled()) {
     std::string err = agree(ctx, try_step([&] { nccl = std::make_unique<NcclComm>(ctx); }));
     if (!err.empty()) {
       if (nccl) nccl->abort();
       nccl.reset();
+      no_nccl_reason = "NCCL communicator set-up failed: " + err;
       if (lead) std::printf("# NCCL: communicator set-up failed, NCCL columns skipped: %s\n", err.c_str());
     }
   }
@@ -375,6 +402,8 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
   const bool use_windows = nccl && o.nccl_symmetric && NcclComm::symmetric_compiled();
   if (!nccl) {
     nccl_status = "n/a";
+  } else if (!o.collectives) {
+    nccl_status = "not used (the fused tables' sequential path runs on plain buffers)";
   } else if (!o.nccl_symmetric) {
     nccl_status = "not used (--no-nccl-symmetric)";
   } else if (!NcclComm::symmetric_compiled()) {
@@ -390,7 +419,8 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
   }
 
   uint64_t run = 0;
-  for (iris::DType dtype : o.dtypes) {
+  // --fused-only: no collective tables.
+  for (iris::DType dtype : o.collectives ? o.dtypes : std::vector<iris::DType>{}) {
     for (Op op : o.ops) {
       std::set<std::string> printed_errors;
       if (lead) print_table_header(op, dtype, o, shared.machine);
@@ -419,13 +449,7 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
             print_row(r, printed_errors);
             shared.records.push_back(r);
           }
-          if (!o.json_path.empty()) {
-            try {
-              write_json(o.json_path, shared.machine, o, shared.records);
-            } catch (const std::exception& ex) {
-              std::fprintf(stderr, "iris-bench: %s\n", ex.what());
-            }
-          }
+          save_json(o, shared);
         }
       }
       if (table_windows) {
@@ -435,20 +459,50 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
     }
   }
 
+  if (o.fused) run_fused_tables(ctx, o, nccl.get(), no_nccl_reason, shared, run);
+
   ctx.barrier();
 }
 
-size_t heap_size_for(const Options& o, int world) {
-  size_t footprint = 0;
-  for (iris::DType t : o.dtypes) {
-    for (Op op : o.ops) {
-      Problem p = make_problem(op, t, o.max_bytes, world, o.root);
-      footprint = std::max(footprint, p.in_bytes() + p.out_bytes());
+// Headroom over the largest fused row's exact need (its buffers plus the workspace its plan asks for).
+constexpr size_t kFusedHeapHeadroom = 64 * kMiB;
+
+// The heap per rank, and how it was chosen (for the preamble and the JSON).
+size_t heap_size_for(const Options& o, int world, int device_sms, std::string* why) {
+  size_t bytes = 0;
+  std::vector<std::string> parts;
+  if (o.collectives) {
+    size_t footprint = 0;
+    for (iris::DType t : o.dtypes) {
+      for (Op op : o.ops) {
+        Problem p = make_problem(op, t, o.max_bytes, world, o.root);
+        footprint = std::max(footprint, p.in_bytes() + p.out_bytes());
+      }
     }
+    // Input + output + workspace staging (up to a few times the tensor for some variants), generously.
+    bytes = std::max(6 * o.max_bytes, 3 * footprint) + 256 * kMiB;
+    parts.push_back("collectives: 6 x max bytes + 256 MiB or more");
   }
-  // Input + output + workspace staging (up to a few times the tensor for some variants), generously.
-  size_t bytes = std::max(6 * o.max_bytes, 3 * footprint) + 256 * kMiB;
+  if (o.fused) {
+    // Exact, since the plans say what each op's workspace takes; every row frees all it allocated.
+    bytes = std::max(bytes, fused_heap_bytes(o, world, device_sms) + kFusedHeapHeadroom);
+    parts.push_back("fused: the largest row's buffers + iris::ops::plan_* workspace + 64 MiB");
+  }
+  why->clear();
+  for (const std::string& p : parts) *why += (why->empty() ? "" : "; ") + p;
+  if (parts.size() > 1) *why = "the larger of " + *why;
   return (bytes + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
+}
+
+// The largest SM count among the devices the ranks use (the fused plans split SMs by it).
+int max_device_sms(int world) {
+  int most = 0;
+  for (int d = 0; d < world; ++d) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d) == cudaSuccess) most = std::max(most, sms);
+  }
+  cudaGetLastError();
+  return most > 0 ? most : 132;
 }
 
 int main_impl(int argc, char** argv) {
@@ -475,7 +529,7 @@ int main_impl(int argc, char** argv) {
     std::fprintf(stderr, "iris-bench: -g %d asks for more GPUs than the %d visible.\n", world, gpus);
     return 1;
   }
-  for (Op op : o.ops) {
+  for (Op op : o.collectives ? o.ops : std::vector<Op>{}) {
     if (op == Op::kBroadcast && o.root >= world) {
       std::fprintf(stderr, "iris-bench: --root %d is not a rank of %d.\n", o.root, world);
       return 1;
@@ -487,10 +541,10 @@ int main_impl(int argc, char** argv) {
   shared.machine = collect_machine_info(world);
   iris::ContextOptions copts;
   const char* env_heap = std::getenv("IRIS_HEAP_SIZE");
-  copts.heap_size = env_heap && *env_heap ? 0 : heap_size_for(o, world);
-  shared.machine.heap = copts.heap_size
-                            ? std::to_string(copts.heap_size / kMiB) + " MiB (6 x max bytes + 256 MiB or more)"
-                            : std::string("IRIS_HEAP_SIZE=") + env_heap;
+  std::string heap_why;
+  copts.heap_size = env_heap && *env_heap ? 0 : heap_size_for(o, world, max_device_sms(world), &heap_why);
+  shared.machine.heap = copts.heap_size ? std::to_string(copts.heap_size / kMiB) + " MiB (" + heap_why + ")"
+                                        : std::string("IRIS_HEAP_SIZE=") + env_heap;
 
   int status = 0;
   const auto started = std::chrono::steady_clock::now();
@@ -503,19 +557,31 @@ int main_impl(int argc, char** argv) {
     status = 1;
   }
 
-  size_t failed = 0, wrong = 0, nccl_wrong = 0;
+  size_t failed = 0, wrong = 0, nccl_wrong = 0, fused_failed = 0, fused_wrong = 0;
   for (const Record& r : shared.records) {
     if (!r.iris.error.empty()) ++failed;
     if (r.iris.wrong > 0) ++wrong;
     if (r.nccl.wrong > 0 || r.nccl_sym.wrong > 0) ++nccl_wrong;
   }
-  std::printf("\n# %zu rows; iris: %zu not measured (see the # ^ lines), %zu with wrong results", shared.records.size(),
-              failed, wrong);
-  if (nccl_wrong) std::printf("; NCCL: %zu with wrong results (a broken reference or a broken NCCL)", nccl_wrong);
+  for (const FusedRecord& r : shared.fused) {
+    if (!r.fused.error.empty()) ++fused_failed;
+    if (r.wrong()) ++fused_wrong;
+  }
+  std::printf("\n#");
+  if (o.collectives) {
+    std::printf(" %zu rows; iris: %zu not measured (see the # ^ lines), %zu with wrong results", shared.records.size(),
+                failed, wrong);
+    if (nccl_wrong) std::printf("; NCCL: %zu with wrong results (a broken reference or a broken NCCL)", nccl_wrong);
+    if (o.fused) std::printf(";");
+  }
+  if (o.fused) {
+    std::printf(" %zu fused rows: %zu not measured, %zu with wrong results (beyond 2^-6 of the sequential path)",
+                shared.fused.size(), fused_failed, fused_wrong);
+  }
   std::printf("; %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   if (!o.json_path.empty()) {
     try {
-      write_json(o.json_path, shared.machine, o, shared.records);
+      write_json(o.json_path, shared.machine, o, shared.records, shared.fused);
       std::printf("# JSON: %s\n", o.json_path.c_str());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "iris-bench: %s\n", e.what());
@@ -523,7 +589,7 @@ int main_impl(int argc, char** argv) {
     }
   }
   std::fflush(stdout);
-  if (wrong > 0 && status == 0) status = 1;
+  if ((wrong > 0 || fused_wrong > 0) && status == 0) status = 1;
   return status;
 }
 

@@ -28,6 +28,20 @@ const char* op_name(Op op) {
   return "unknown";
 }
 
+const char* fused_op_name(FusedOp op) {
+  switch (op) {
+    case FusedOp::kMatmulAllReduce:
+      return "matmul_all_reduce";
+    case FusedOp::kMatmulReduceScatter:
+      return "matmul_reduce_scatter";
+    case FusedOp::kAllGatherMatmul:
+      return "all_gather_matmul";
+    case FusedOp::kMatmulAllGather:
+      return "matmul_all_gather";
+  }
+  return "unknown";
+}
+
 double bus_factor(Op op, int world) {
   const double n = world;
   switch (op) {
@@ -154,6 +168,8 @@ std::string usage() {
 
 Times iris::ccl collectives against NCCL on the same buffers, one thread per local GPU, and prints
 nccl-tests columns plus NCCL's figures and ratio = best NCCL time / iris time (>1: iris faster).
+With --fused, also times the iris::ops fused GEMM + communication ops against cuBLAS + NCCL run one
+after the other on the same buffers.
 
   -b, --min-bytes SIZE      smallest size (K/M/G suffixes, powers of 1024)        [8K]
   -e, --max-bytes SIZE      largest size                                          [256M]
@@ -177,11 +193,24 @@ nccl-tests columns plus NCCL's figures and ratio = best NCCL time / iris time (>
                             no symmetric kernel for them; its broadcast there hung at times)
       --gpu-timeout S       seconds a stream may take to drain before the run is
                             declared hung and stopped                             [120]
+      --fused               also run the fused-op tables (after the collectives)
+      --fused-only          run the fused-op tables only (no collectives)
+      --fused-b nk|kn       fused tables: B stored N x K (weights as LLM layers keep
+                            them) or K x N                                        [nk]
   -h, --help                this text
 
 Sizes: all_reduce and broadcast: the tensor; all_gather: one rank's input (bandwidth counts the
 gathered output, world x size); reduce_scatter: the whole input; all_to_all: one rank's whole input.
 Times are us per call: median over the timed replays on each rank, then the maximum over ranks.
+
+Fused tables (bf16 whatever -d says; -n, -w, -r, -c, -g, -J and --no-nccl apply): one per op
+(matmul_all_reduce one_shot and two_shot, matmul_reduce_scatter, all_gather_matmul,
+matmul_all_gather), a row per global (M, N, K) in (8192, 8192, 8192), (16384, 4096, 8192),
+(4096, 8192, 4096), (2048, 8192, 8192), (128, 8192, 8192), split over the W ranks as in
+include/iris/ops/fused.hpp. Columns: fused_us (the fused op), seq_us (cuBLAS GEMM and the NCCL
+collective one after the other), gemm_us (that GEMM alone), TFLOP/s per GPU = 2*M*N*K / W / time,
+speedup = seq_us / fused_us (>1: fused faster), rel_diff = max |fused - seq| / max |seq| and #wrong =
+elements whose difference exceeds 2^-6 max |seq| (random inputs, different on every rank).
 )";
 }
 
@@ -192,7 +221,17 @@ Options parse_options(int argc, char** argv, bool* help) {
     if (i > 0) o.command_line += ' ';
     o.command_line += argv[i];
   }
-  enum LongOnly { kQuick = 1000, kRoot, kNoNccl, kNoNcclSymmetric, kNcclSymmetricAll, kGpuTimeout };
+  enum LongOnly {
+    kQuick = 1000,
+    kRoot,
+    kNoNccl,
+    kNoNcclSymmetric,
+    kNcclSymmetricAll,
+    kGpuTimeout,
+    kFused,
+    kFusedOnly,
+    kFusedB
+  };
   static const option long_options[] = {{"min-bytes", required_argument, nullptr, 'b'},
                                         {"max-bytes", required_argument, nullptr, 'e'},
                                         {"step-factor", required_argument, nullptr, 'f'},
@@ -211,6 +250,9 @@ Options parse_options(int argc, char** argv, bool* help) {
                                         {"no-nccl-symmetric", no_argument, nullptr, kNoNcclSymmetric},
                                         {"nccl-symmetric-all", no_argument, nullptr, kNcclSymmetricAll},
                                         {"gpu-timeout", required_argument, nullptr, kGpuTimeout},
+                                        {"fused", no_argument, nullptr, kFused},
+                                        {"fused-only", no_argument, nullptr, kFusedOnly},
+                                        {"fused-b", required_argument, nullptr, kFusedB},
                                         {"help", no_argument, nullptr, 'h'},
                                         {nullptr, 0, nullptr, 0}};
   const char* short_options = "b:e:f:n:w:r:c:d:o:v:g:J:h";
@@ -309,6 +351,17 @@ Options parse_options(int argc, char** argv, bool* help) {
         break;
       case kGpuTimeout:
         o.gpu_timeout_s = parse_double("--gpu-timeout", arg, 1.0);
+        break;
+      case kFused:
+        o.fused = true;
+        break;
+      case kFusedOnly:
+        o.fused = true;
+        o.collectives = false;
+        break;
+      case kFusedB:
+        if (arg != "nk" && arg != "kn") bad("--fused-b", arg, "nk (B stored N x K) or kn (B stored K x N)");
+        o.fused_b_nk = arg == "nk";
         break;
       case 'h':
         *help = true;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,22 @@ double bus_factor(Op op, int world);
 bool is_reduction(Op op);
 // Short dtype names on the command line: bf16, fp16, fp32, int32.
 const char* dtype_short_name(iris::DType t);
+
+// The fused GEMM + communication ops of iris::ops (include/iris/ops/fused.hpp) that --fused measures.
+enum class FusedOp { kMatmulAllReduce = 0, kMatmulReduceScatter, kAllGatherMatmul, kMatmulAllGather };
+constexpr FusedOp kAllFusedOps[] = {FusedOp::kMatmulAllReduce, FusedOp::kMatmulReduceScatter, FusedOp::kAllGatherMatmul,
+                                    FusedOp::kMatmulAllGather};
+const char* fused_op_name(FusedOp op);
+
+// A global GEMM shape: the whole problem C (M x N) = A (M x K) @ B (K x N), before it is split over the ranks.
+struct FusedShape {
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+};
+// The shapes of the fused tables (the GEMM core's benchmark shapes: large square, tall, mid-sized, decode).
+constexpr FusedShape kFusedShapes[] = {
+    {8192, 8192, 8192}, {16384, 4096, 8192}, {4096, 8192, 4096}, {2048, 8192, 8192}, {128, 8192, 8192}};
 
 // One measured problem. `count` is in elements, with the size conventions of BASELINES.md:
 //   all_reduce, broadcast: the tensor;  all_gather: one rank's input (output = world x count);
@@ -67,6 +84,9 @@ struct Options {
   bool nccl_symmetric = true;
   bool nccl_symmetric_all = false;  // also for broadcast and all_to_all (no NCCL symmetric kernel there)
   int root = 0;                     // broadcast root
+  bool collectives = true;          // the iris::ccl tables (off with --fused-only)
+  bool fused = false;               // the iris::ops fused tables (--fused, --fused-only)
+  bool fused_b_nk = true;           // fused tables: B stored N x K (as LLM layers keep weights), else K x N
   double gpu_timeout_s = 120;       // a stream that does not drain within this is a hang: report and exit
   std::vector<size_t> sizes;        // filled by parse_options from the above
   std::string command_line;

@@ -31,6 +31,20 @@ double Record::ratio() const {
   return best / iris.time_us;
 }
 
+double FusedRecord::flop_per_gpu() const {
+  return 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k) / world;
+}
+
+double FusedRecord::tflops(const Column& c) const {
+  if (!c.measured()) return std::nan("");
+  return flop_per_gpu() / (c.time_us * 1e-6) / 1e12;
+}
+
+double FusedRecord::speedup() const {
+  if (!fused.measured() || !seq.measured()) return std::nan("");
+  return seq.time_us / fused.time_us;
+}
+
 namespace {
 
 std::string driver_version() {
@@ -123,7 +137,7 @@ void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
       "# timing: %d calls per CUDA graph, %d warm-up + %d timed replays; time = median us per call, max over "
       "ranks; check %s\n",
       o.iters, o.warmup, o.repeats, o.check ? "on (#wrong summed over ranks)" : "off");
-  std::printf("# ratio = best NCCL time / iris time (>1: iris faster)\n");
+  if (o.collectives) std::printf("# ratio = best NCCL time / iris time (>1: iris faster)\n");
   if (m.world == 1) {
     std::printf(
         "# NOTE: 1 GPU: nothing crosses NVLink; times and ratios measure launch and kernel overhead only, "
@@ -204,6 +218,108 @@ void print_row(const Record& r, std::set<std::string>& printed_errors) {
 
 namespace {
 
+// What each fused op computes from each rank's operands, and the sequential path it is compared with.
+const char* fused_op_rule(FusedOp op) {
+  switch (op) {
+    case FusedOp::kMatmulAllReduce:
+      return "C (M x N) = sum over ranks of A_r (M x K/W) @ B_r (K/W x N)\n"
+             "#   sequential: cuBLAS GEMM (M x N x K/W) into C, then ncclAllReduce in place on C";
+    case FusedOp::kMatmulReduceScatter:
+      return "C_r (M/W x N) = rank r's rows of the sum over ranks of A_r (M x K/W) @ B_r (K/W x N)\n"
+             "#   sequential: cuBLAS GEMM (M x N x K/W) into an M x N buffer, then ncclReduceScatter into C";
+    case FusedOp::kAllGatherMatmul:
+      return "C_r (M x N/W) = the rows of every A_r (M/W x K), gathered, @ B_r (K x N/W: a column shard)\n"
+             "#   sequential: ncclAllGather of A into an M x K buffer, then cuBLAS GEMM (M x N/W x K) into C";
+    case FusedOp::kMatmulAllGather:
+      return "C (M x N) = the rows of every A_r (M/W x K) @ B (K x N, the same on every rank)\n"
+             "#   sequential: cuBLAS GEMM (M/W x N x K) into this rank's rows of C, then ncclAllGather in place";
+  }
+  return "";
+}
+
+std::string fused_op_label(const FusedRecord& r) {
+  return std::string(fused_op_name(r.op)) + (r.variant == "-" ? "" : "/" + r.variant);
+}
+
+std::string shape_text(const FusedShape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+}
+
+}  // namespace
+
+void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) {
+  std::printf("\n# ==== fused GEMM + communication (iris::ops) against cuBLAS + NCCL one after the other ====\n");
+  std::printf("# bf16 in and out, fp32 accumulation; random inputs, different on every rank; B stored %s (--fused-b)\n",
+              o.fused_b_nk ? "N x K" : "K x N");
+  std::printf("# M, N, K are global; W = %d ranks; each rank's GEMM does 1/W of the work\n", m.world);
+  std::printf(
+      "# fused_us, seq_us, gemm_us: median us per call over %d timed replays of a CUDA graph of %d calls (after %d "
+      "untimed), max over ranks\n",
+      o.repeats, o.iters, o.warmup);
+  std::printf("# TF = TFLOP/s per GPU = 2*M*N*K / W / time; speedup = seq_us / fused_us (>1: fused faster)\n");
+  if (o.check) {
+    std::printf(
+        "# rel_diff = max over ranks of max |fused - seq| / max |seq| (the eager call and the last replay); "
+        "#wrong = elements with |fused - seq| > 2^-6 max |seq|, summed over ranks\n");
+  } else {
+    std::printf("# check off (-c 0): rel_diff and #wrong not computed\n");
+  }
+  if (!nccl_on) std::printf("# NCCL unavailable: no sequential path, so no seq_us, speedup or check\n");
+  std::fflush(stdout);
+}
+
+void print_fused_table_header(FusedOp op, const Options& o, const MachineInfo& m) {
+  (void)o;
+  std::printf("\n# %s, bf16, %d rank%s: %s\n", fused_op_name(op), m.world, m.world == 1 ? "" : "s", fused_op_rule(op));
+  std::printf("#%6s %6s %6s  %-26s %9s %9s %9s %9s %9s %7s %9s %6s\n", "M", "N", "K", "op/variant", "fused_us",
+              "seq_us", "gemm_us", "fused_TF", "seq_TF", "speedup", "rel_diff", "#wrong");
+  std::printf("#%6s %6s %6s  %-26s %9s %9s %9s %9s %9s\n", "", "", "", "", "(us)", "(us)", "(us)", "(per GPU)",
+              "(per GPU)");
+  std::fflush(stdout);
+}
+
+void print_fused_row(const FusedRecord& r, std::set<std::string>& printed_errors) {
+  const std::string label = fused_op_label(r);
+  std::string fused_time = cell(r.fused, r.fused.time_us, "%.1f");
+  if (r.fused_direct && r.fused.measured()) fused_time += "*";  // the note below says why
+  std::string rel = "n/a";
+  if (std::isfinite(r.rel_diff))
+    rel = fmt("%.2e", r.rel_diff);
+  else if (r.fused.ran && !r.fused.error.empty())
+    rel = "err";
+  std::printf("%7lld %6lld %6lld  %-26s %9s %9s %9s %9s %9s %7s %9s %6s\n", static_cast<long long>(r.shape.m),
+              static_cast<long long>(r.shape.n), static_cast<long long>(r.shape.k), label.c_str(), fused_time.c_str(),
+              cell(r.seq, r.seq.time_us, "%.1f").c_str(), cell(r.gemm, r.gemm.time_us, "%.1f").c_str(),
+              cell(r.fused, r.tflops(r.fused), "%.1f").c_str(), cell(r.seq, r.tflops(r.seq), "%.1f").c_str(),
+              std::isfinite(r.speedup()) ? fmt("%.2f", r.speedup()).c_str() : "n/a", rel.c_str(),
+              wrong_cell(r.fused).c_str());
+  struct Named {
+    const char* name;
+    const Column* c;
+  };
+  const std::string where = " " + label + " at " + shape_text(r.shape) + ": ";
+  for (Named n : {Named{"fused", &r.fused}, Named{"seq", &r.seq}, Named{"gemm", &r.gemm}}) {
+    std::vector<std::string> messages;
+    if (!n.c->error.empty()) messages.push_back(n.c->error);
+    if (!n.c->note.empty()) messages.push_back(n.c->note);
+    for (const std::string& msg : messages) {
+      // Once per table for each column and message (an op that is not implemented says so once); the
+      // sequential and GEMM columns are shared by the variants, the fused column is not.
+      const std::string key = std::string(n.name) + (n.c == &r.fused ? " " + r.variant : "") + ": " + msg;
+      if (printed_errors.insert(key).second) std::printf("#   ^ %s%s%s\n", n.name, where.c_str(), msg.c_str());
+    }
+  }
+  if (r.wrong()) {
+    std::printf(
+        "#   ^ fused%s%lld elements differ from the sequential result by more than 2^-6 max |seq| "
+        "(rel_diff %.3g; %s)\n",
+        where.c_str(), static_cast<long long>(r.fused.wrong), r.rel_diff, r.wrong_where.c_str());
+  }
+  std::fflush(stdout);
+}
+
+namespace {
+
 std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
@@ -250,9 +366,17 @@ void json_column(std::ostream& os, const char* prefix, const Record& r, const Co
      << "_error\": " << (c.error.empty() ? (c.ran ? "null" : json_string("not run")) : json_string(c.error));
 }
 
+// A fused table's column: time, per-GPU TFLOP/s and error.
+void json_fused_column(std::ostream& os, const char* prefix, const FusedRecord& r, const Column& c) {
+  os << ", \"" << prefix << "_time_us\": " << json_number(c.time_us) << ", \"" << prefix
+     << "_tflops_per_gpu\": " << json_number(r.tflops(c)) << ", \"" << prefix
+     << "_error\": " << (c.error.empty() ? (c.ran ? "null" : json_string("not run")) : json_string(c.error));
+}
+
 }  // namespace
 
-void write_json(const std::string& path, const MachineInfo& m, const Options& o, const std::vector<Record>& records) {
+void write_json(const std::string& path, const MachineInfo& m, const Options& o, const std::vector<Record>& records,
+                const std::vector<FusedRecord>& fused) {
   std::ostringstream os;
   os << "{\n  \"tool\": \"iris-bench\",\n  \"format\": 1,\n";
   os << "  \"machine\": {\"gpu\": " << json_string(m.gpu_name) << ", \"gpu_count\": " << m.gpu_count
@@ -265,8 +389,11 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
   os << "  \"settings\": {\"command\": " << json_string(o.command_line) << ", \"iters\": " << o.iters
      << ", \"warmup\": " << o.warmup << ", \"repeats\": " << o.repeats
      << ", \"check\": " << (o.check ? "true" : "false") << ", \"quick\": " << (o.quick ? "true" : "false")
+     << ", \"collectives\": " << (o.collectives ? "true" : "false") << ", \"fused\": " << (o.fused ? "true" : "false")
+     << ", \"fused_b\": " << json_string(o.fused_b_nk ? "nk" : "kn")
+     << ", \"fused_rel_tolerance\": " << json_number(kFusedRelTolerance)
      << ", \"time\": \"median us per call over timed graph replays, "
-     << "max over ranks\"},\n";
+     << "max over ranks\", \"tflops\": \"per GPU: 2*M*N*K / world / time\"},\n";
   os << "  \"results\": [";
   for (size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
@@ -286,7 +413,26 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
     json_column(os, "nccl_sym", r, r.nccl_sym);
     os << ", \"ratio\": " << json_number(r.ratio()) << "}";
   }
-  os << (records.empty() ? "]\n}\n" : "\n  ]\n}\n");
+  os << (records.empty() ? "],\n" : "\n  ],\n");
+  os << "  \"fused_results\": [";
+  for (size_t i = 0; i < fused.size(); ++i) {
+    const FusedRecord& r = fused[i];
+    os << (i ? ",\n    " : "\n    ") << "{\"op\": " << json_string(fused_op_name(r.op))
+       << ", \"variant\": " << json_string(r.variant) << ", \"dtype\": \"bf16\", \"m\": " << r.shape.m
+       << ", \"n\": " << r.shape.n << ", \"k\": " << r.shape.k << ", \"world\": " << r.world
+       << ", \"b_layout\": " << json_string(r.b_nk ? "nk" : "kn") << ", \"tile\": " << json_string(r.tile)
+       << ", \"gemm_sms\": " << r.gemm_sms << ", \"comm_sms\": " << r.comm_sms
+       << ", \"gpu\": " << json_string(m.gpu_name)
+       << ", \"nccl_version\": " << (m.nccl_version.empty() ? "null" : json_string(m.nccl_version));
+    json_fused_column(os, "fused", r, r.fused);
+    os << ", \"fused_timing\": " << json_string(r.fused_direct ? "direct launches" : "graph replays")
+       << ", \"fused_note\": " << (r.fused.note.empty() ? "null" : json_string(r.fused.note));
+    json_fused_column(os, "seq", r, r.seq);
+    json_fused_column(os, "gemm", r, r.gemm);
+    os << ", \"speedup\": " << json_number(r.speedup()) << ", \"max_rel_diff\": " << json_number(r.rel_diff)
+       << ", \"wrong\": " << (r.fused.wrong >= 0 ? std::to_string(r.fused.wrong) : "null") << "}";
+  }
+  os << (fused.empty() ? "]\n}\n" : "\n  ]\n}\n");
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);

@@ -34,6 +34,35 @@ struct Record {
   double ratio() const;
 };
 
+// One row of a fused table: an iris::ops fused op (one all_reduce variant) against the sequential path
+// (cuBLAS GEMM, then the NCCL collective) on the same buffers, at a global (M, N, K).
+struct FusedRecord {
+  FusedOp op = FusedOp::kMatmulAllReduce;
+  std::string variant = "-";  // matmul_all_reduce: one_shot or two_shot ("-" for the other ops)
+  FusedShape shape;           // global
+  int world = 1;
+  bool b_nk = true;  // B stored N x K
+  std::string tile;  // the fused op's GEMM tile, "128x256x64"
+  int gemm_sms = 0;  // the fused op's SM split (from its plan)
+  int comm_sms = 0;
+  Column fused;                    // wrong: elements beyond the tolerance, summed over ranks and checks
+  Column seq;                      // cuBLAS GEMM + NCCL collective, one after the other
+  Column gemm;                     // the sequential path's GEMM alone
+  double rel_diff = std::nan("");  // max over ranks of max |fused - seq| / max |seq|; NaN when not compared
+  bool fused_direct = false;       // fused timed as direct launches (its CUDA graph capture failed)
+  std::string wrong_where;         // which checks found wrong elements ("eager call", "last graph replay", both)
+
+  // Each rank's GEMM does 1/W of the global 2*M*N*K, whichever dimension the op splits.
+  double flop_per_gpu() const;
+  double tflops(const Column& c) const;  // per GPU; NaN when not measured
+  double speedup() const;                // seq / fused (>1: fused faster); NaN when either is missing
+  bool wrong() const { return fused.wrong > 0; }
+};
+
+// The fused tables' tolerance: |fused - seq| above this times max |seq| counts as wrong (bf16 outputs:
+// a few units in the last place of the largest element, far below any real error).
+constexpr double kFusedRelTolerance = 1.0 / 64;
+
 struct MachineInfo {
   std::string gpu_name;
   int gpu_count = 0;         // visible CUDA devices
@@ -57,7 +86,15 @@ void print_table_header(Op op, iris::DType dtype, const Options& o, const Machin
 // Prints the row and, once per distinct message within a table, a comment line with each error.
 void print_row(const Record& r, std::set<std::string>& printed_errors);
 
+// The fused tables: the explanation once, then one header per op.
+void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on);
+void print_fused_table_header(FusedOp op, const Options& o, const MachineInfo& m);
+// Prints the row and, once per distinct message within a table, a comment line with each error or note.
+void print_fused_row(const FusedRecord& r, std::set<std::string>& printed_errors);
+
 // Writes everything so far (rewritten after every size, so a run stopped by a hang keeps what it had).
-void write_json(const std::string& path, const MachineInfo& m, const Options& o, const std::vector<Record>& records);
+// Collectives go to "results" (what scripts/plot_bench.py reads), fused rows to "fused_results".
+void write_json(const std::string& path, const MachineInfo& m, const Options& o, const std::vector<Record>& records,
+                const std::vector<FusedRecord>& fused);
 
 }  // namespace iris_bench

@@ -50,6 +50,20 @@ std::vector<double> allgather_double(iris::Context& ctx, double value) {
   return out;
 }
 
+HeapBuffer::~HeapBuffer() {
+  if (!ptr_) return;
+  try {
+    ctx_->free(ptr_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "iris-bench: rank %d: freeing a heap buffer failed: %s\n", ctx_->rank(), e.what());
+  }
+}
+
+void HeapBuffer::alloc(iris::Context& ctx, size_t bytes) {
+  ctx_ = &ctx;
+  ptr_ = ctx.alloc(bytes > 0 ? bytes : 256);
+}
+
 void wait_stream(cudaStream_t stream, const std::string& what, double timeout_s, int rank) {
   const auto start = std::chrono::steady_clock::now();
   auto sleep = std::chrono::microseconds(5);
@@ -132,6 +146,26 @@ std::vector<double> Graph::time_replays(cudaStream_t stream, int warmup, int rep
     float ms = 0;
     IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.events[i], ev.events[i + 1]));
     us[i] = 1000.0 * ms / iters_;
+  }
+  return us;
+}
+
+std::vector<double> time_launches(cudaStream_t stream, int iters, int warmup, int repeats,
+                                  const std::function<void()>& call, double timeout_s, int rank,
+                                  const std::string& what) {
+  for (int i = 0; i < warmup * iters; ++i) call();
+  Events ev(static_cast<size_t>(repeats) + 1);
+  IRIS_CUDA_CHECK(cudaEventRecord(ev.events[0], stream));
+  for (int r = 0; r < repeats; ++r) {
+    for (int i = 0; i < iters; ++i) call();
+    IRIS_CUDA_CHECK(cudaEventRecord(ev.events[r + 1], stream));
+  }
+  wait_stream(stream, what, timeout_s, rank);
+  std::vector<double> us(static_cast<size_t>(repeats));
+  for (int r = 0; r < repeats; ++r) {
+    float ms = 0;
+    IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.events[r], ev.events[r + 1]));
+    us[r] = 1000.0 * ms / iters;
   }
   return us;
 }

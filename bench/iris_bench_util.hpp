@@ -44,6 +44,22 @@ std::vector<double> allgather_double(iris::Context& ctx, double value);
 // True when the current device's context has a sticky error (every later CUDA call would fail).
 bool cuda_context_broken(cudaStream_t stream);
 
+// A symmetric-heap allocation freed when it goes out of scope (every rank frees in the same order).
+class HeapBuffer {
+ public:
+  HeapBuffer() = default;
+  ~HeapBuffer();
+  HeapBuffer(const HeapBuffer&) = delete;
+  HeapBuffer& operator=(const HeapBuffer&) = delete;
+  // Collective, like Context::alloc (0 bytes still takes a minimal block, so every rank's sequence matches).
+  void alloc(iris::Context& ctx, size_t bytes);
+  void* get() const { return ptr_; }
+
+ private:
+  iris::Context* ctx_ = nullptr;
+  void* ptr_ = nullptr;
+};
+
 // Waits until `stream` has drained. A stream still busy after timeout_s seconds means a collective is hung
 // (a peer never arrived): the message names the rank and the step, and the process exits with status 3,
 // since a hung kernel cannot be taken back. Throws iris::CudaError on a CUDA error.
@@ -70,6 +86,14 @@ class Graph {
   cudaGraphExec_t exec_ = nullptr;
   int iters_ = 0;
 };
+
+// The fallback for calls that cannot be captured: `warmup` untimed rounds of `iters` direct calls, then
+// `repeats` timed rounds with an event between each; waits (bounded, see wait_stream) and returns the
+// time of each timed round divided by `iters`, in us. Includes the host's launch cost wherever the GPU
+// outruns the host, which graph replays do not.
+std::vector<double> time_launches(cudaStream_t stream, int iters, int warmup, int repeats,
+                                  const std::function<void()>& call, double timeout_s, int rank,
+                                  const std::string& what);
 
 double median(std::vector<double> v);
 

@@ -1,0 +1,192 @@
+// gemm_bench: the iris GEMM core (iris::ops::gemm, CUTLASS sm90) against cuBLAS on one GPU, side by
+// side on the same buffers: TFLOP/s of each and the ratio iris / cuBLAS, plus the largest difference
+// between the two outputs (a sanity check; the tests hold the fp64 reference). Not a test.
+//
+// Shapes: issue 5's global (M, N, K) = (8192, 8192, 8192), (16384, 4096, 8192), (4096, 8192, 4096),
+// (2048, 8192, 8192), (128, 8192, 8192), bf16 in and out, fp32 accumulation, B as K x N and as N x K.
+// Each figure is the median of --repeats timed batches of --iters back-to-back launches (CUDA events)
+// after a warm-up. Every tile of kGemmTiles and the automatic choice are timed.
+//
+//   gemm_bench [--repeats N] [--iters N] [--json FILE]
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "iris/core/cuda_check.hpp"
+#include "iris/ops/gemm.hpp"
+
+namespace {
+
+struct Shape {
+  int64_t m, n, k;
+};
+constexpr Shape kShapes[] = {{8192, 8192, 8192}, {16384, 4096, 8192}, {4096, 8192, 4096}, {2048, 8192, 8192},
+                             {128, 8192, 8192}};
+
+#define CUBLAS_OK(x)                                                              \
+  do {                                                                            \
+    cublasStatus_t s_ = (x);                                                      \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                            \
+      std::fprintf(stderr, "cuBLAS error %d at %s:%d\n", int(s_), __FILE__, __LINE__); \
+      std::exit(1);                                                               \
+    }                                                                             \
+  } while (0)
+
+__global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    p[i] = __float2bfloat16(static_cast<float>(x & 0xffff) / 65536.0f - 0.5f);
+  }
+}
+
+__global__ void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* out) {
+  float m = 0;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
+    m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // m >= 0
+}
+
+template <typename F>
+double time_ms(F&& launch, int iters, int repeats) {
+  cudaEvent_t e0, e1;
+  IRIS_CUDA_CHECK(cudaEventCreate(&e0));
+  IRIS_CUDA_CHECK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    IRIS_CUDA_CHECK(cudaEventRecord(e0));
+    for (int i = 0; i < iters; ++i) launch();
+    IRIS_CUDA_CHECK(cudaEventRecord(e1));
+    IRIS_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms / iters);
+  }
+  IRIS_CUDA_CHECK(cudaEventDestroy(e0));
+  IRIS_CUDA_CHECK(cudaEventDestroy(e1));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  int repeats = 5, iters = 10;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--repeats" && i + 1 < argc) repeats = std::atoi(argv[++i]);
+    else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc) json = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: gemm_bench [--repeats N] [--iters N] [--json FILE]\n");
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("gemm_bench: no CUDA GPU visible; nothing to measure.\n");
+    return 0;
+  }
+  if (!iris::ops::gemm_available()) {
+    std::printf("gemm_bench: built without the CUTLASS headers (bash scripts/setup.sh); nothing to measure.\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  IRIS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# gemm_bench on %s (%d SMs): bf16 in/out, fp32 accumulation; ratio = iris / cuBLAS TFLOP/s\n",
+              prop.name, prop.multiProcessorCount);
+  std::printf("%7s %6s %6s %3s %-10s %9s %9s %9s %7s %10s\n", "M", "N", "K", "B", "tile", "iris_us", "cublas_us",
+              "iris_TF", "ratio", "max|diff|");
+  cublasHandle_t handle;
+  CUBLAS_OK(cublasCreate(&handle));
+  size_t max_a = 0, max_b = 0, max_c = 0;
+  for (const Shape& s : kShapes) {
+    max_a = std::max<size_t>(max_a, s.m * s.k);
+    max_b = std::max<size_t>(max_b, s.k * s.n);
+    max_c = std::max<size_t>(max_c, s.m * s.n);
+  }
+  __nv_bfloat16 *a, *b, *c_iris, *c_ref;
+  float* diff;
+  IRIS_CUDA_CHECK(cudaMalloc(&a, max_a * 2));
+  IRIS_CUDA_CHECK(cudaMalloc(&b, max_b * 2));
+  IRIS_CUDA_CHECK(cudaMalloc(&c_iris, max_c * 2));
+  IRIS_CUDA_CHECK(cudaMalloc(&c_ref, max_c * 2));
+  IRIS_CUDA_CHECK(cudaMalloc(&diff, sizeof(float)));
+  fill_bf16<<<1024, 256>>>(a, max_a, 1);
+  fill_bf16<<<1024, 256>>>(b, max_b, 2);
+  IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+  std::string out = "[\n";
+  bool first = true;
+  for (const Shape& s : kShapes) {
+    for (bool nk : {false, true}) {
+      const float one = 1.0f, zero = 0.0f;
+      // Row-major C = A @ B is column-major C^T = B^T A^T: cuBLAS's first operand is B.
+      auto cublas = [&] {
+        CUBLAS_OK(cublasGemmEx(handle, nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, s.n, s.m, s.k, &one, b,
+                               CUDA_R_16BF, nk ? s.k : s.n, a, CUDA_R_16BF, s.k, &zero, c_ref, CUDA_R_16BF, s.n,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      };
+      const double t_ref = time_ms(cublas, iters, repeats);
+      std::vector<iris::ops::GemmTile> tiles{iris::ops::GemmTile{}};
+      for (auto t : iris::ops::kGemmTiles) tiles.push_back(t);
+      for (auto tile : tiles) {
+        iris::ops::GemmArguments args;
+        args.a = iris::Tensor::matrix(a, iris::DType::kBFloat16, s.m, s.k);
+        args.b = nk ? iris::Tensor::matrix(b, iris::DType::kBFloat16, s.n, s.k)
+                    : iris::Tensor::matrix(b, iris::DType::kBFloat16, s.k, s.n);
+        args.b_is_nk = nk;
+        args.c = iris::Tensor::matrix(c_iris, iris::DType::kBFloat16, s.m, s.n);
+        args.tile = tile;
+        const auto resolved = iris::ops::resolved_tile(args);
+        auto iris_gemm = [&] { iris::ops::gemm(args, nullptr, nullptr); };
+        const double t_iris = time_ms(iris_gemm, iters, repeats);
+        IRIS_CUDA_CHECK(cudaMemset(diff, 0, sizeof(float)));
+        max_abs_diff<<<264, 256>>>(c_iris, c_ref, s.m * s.n, diff);
+        float d = 0;
+        IRIS_CUDA_CHECK(cudaMemcpy(&d, diff, sizeof(float), cudaMemcpyDeviceToHost));
+        const double flop = 2.0 * s.m * s.n * s.k;
+        const double tf_iris = flop / (t_iris * 1e-3) / 1e12, tf_ref = flop / (t_ref * 1e-3) / 1e12;
+        char tname[32];
+        std::snprintf(tname, sizeof tname, "%s%dx%d", tile.is_auto() ? "auto:" : "", resolved.m, resolved.n);
+        std::printf("%7lld %6lld %6lld %3s %-10s %9.1f %9.1f %9.1f %7.3f %10.4f   (cuBLAS %.1f TF)\n",
+                    (long long)s.m, (long long)s.n, (long long)s.k, nk ? "NK" : "KN", tname, t_iris * 1e3,
+                    t_ref * 1e3, tf_iris, tf_iris / tf_ref, d, tf_ref);
+        char line[512];
+        std::snprintf(line, sizeof line,
+                      "%s  {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"b\": \"%s\", \"tile\": \"%s\", \"iris_us\": %.2f, "
+                      "\"cublas_us\": %.2f, \"iris_tflops\": %.1f, \"cublas_tflops\": %.1f, \"ratio\": %.3f, "
+                      "\"max_abs_diff\": %.5f}",
+                      first ? "" : ",\n", (long long)s.m, (long long)s.n, (long long)s.k, nk ? "nk" : "kn", tname,
+                      t_iris * 1e3, t_ref * 1e3, tf_iris, tf_ref, tf_iris / tf_ref, d);
+        out += line;
+        first = false;
+      }
+    }
+  }
+  out += "\n]\n";
+  if (!json.empty()) {
+    FILE* f = std::fopen(json.c_str(), "w");
+    if (f) {
+      std::fputs(out.c_str(), f);
+      std::fclose(f);
+    }
+  }
+  cublasDestroy(handle);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "gemm_bench: %s\n", e.what());
+  return 1;
+}
