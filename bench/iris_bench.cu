@@ -479,9 +479,11 @@ size_t heap_size_for(const Options& o, int world, int device_sms, std::string* w
         footprint = std::max(footprint, p.in_bytes() + p.out_bytes());
       }
     }
-    // Input + output + workspace staging (up to a few times the tensor for some variants), generously.
-    bytes = std::max(6 * o.max_bytes, 3 * footprint) + 256 * kMiB;
-    parts.push_back("collectives: 6 x max bytes + 256 MiB or more");
+    // Input + output + workspace staging, generously: one_shot keeps a slot per rank and parity
+    // (2 W x the tensor), which 6 x max bytes did not hold at 256 MiB on 4 ranks.
+    const size_t w = static_cast<size_t>(std::max(world, 1));
+    bytes = std::max((4 + 2 * w) * o.max_bytes, 3 * footprint) + 256 * kMiB;
+    parts.push_back("collectives: (4 + 2 x ranks) x max bytes + 256 MiB or more");
   }
   if (o.fused) {
     // Exact, since the plans say what each op's workspace takes; every row frees all it allocated.

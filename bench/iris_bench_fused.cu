@@ -125,13 +125,27 @@ struct Variant {
 
 // Every row of an op: matmul_all_reduce once per fused variant measured, the others once with the
 // default config.
-std::vector<Variant> variants_for(FusedOp op) {
-  if (op != FusedOp::kMatmulAllReduce) return {Variant{"-", {}}};
+// With --fused-copy both, each of those twice: copy engines, then copy kernels beside the GEMM ("+sm").
+std::vector<Variant> variants_for(FusedOp op, const Options& o) {
+  std::vector<Variant> base;
+  if (op != FusedOp::kMatmulAllReduce) {
+    base.push_back(Variant{"-", {}});
+  } else {
+    for (auto v : {iris::ccl::AllReduceVariant::kOneShot, iris::ccl::AllReduceVariant::kTwoShot}) {
+      Variant x{iris::ccl::variant_name(v), {}};
+      x.config.all_reduce_variant = v;
+      base.push_back(std::move(x));
+    }
+  }
   std::vector<Variant> out;
-  for (auto v : {iris::ccl::AllReduceVariant::kOneShot, iris::ccl::AllReduceVariant::kTwoShot}) {
-    Variant x{iris::ccl::variant_name(v), {}};
-    x.config.all_reduce_variant = v;
-    out.push_back(std::move(x));
+  for (const Variant& v : base) {
+    if (o.fused_copy_engine) out.push_back(v);
+    if (o.fused_copy_sm) {
+      Variant x = v;
+      x.name = v.name == "-" ? "sm" : v.name + "+sm";
+      x.config.copy_engine = false;
+      out.push_back(std::move(x));
+    }
   }
   return out;
 }
@@ -347,7 +361,7 @@ size_t fused_heap_bytes(const Options& o, int world, int device_sms) {
       char* b = base + align256(l.a_bytes());
       char* c = b + align256(l.b_bytes());
       const iris::ops::MatmulOperands mm = operands(l, base, b, c, o.fused_b_nk);
-      for (const Variant& v : variants_for(op)) {
+      for (const Variant& v : variants_for(op, o)) {
         try {
           const iris::ops::FusedPlan plan = plan_for(op, mm, v.config, world, device_sms);
           most = std::max(most, buffers + workspace_heap_bytes(plan.needs));
@@ -442,7 +456,7 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
   const int rank = ctx.rank();
   cudaStream_t stream = ctx.stream();
   const Layout l = layout_for(op, shape, world);
-  const std::vector<Variant> variants = variants_for(op);
+  const std::vector<Variant> variants = variants_for(op, o);
   std::vector<FusedRecord> rows(variants.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     FusedRecord& r = rows[i];

@@ -197,6 +197,8 @@ after the other on the same buffers.
       --fused-only          run the fused-op tables only (no collectives)
       --fused-b nk|kn       fused tables: B stored N x K (weights as LLM layers keep
                             them) or K x N                                        [nk]
+      --fused-copy ce|sm|both  fused tables: bands move by copy engine, by copy kernels
+                            beside the GEMM (FusedConfig::copy_engine false), or both [ce]
   -h, --help                this text
 
 Sizes: all_reduce and broadcast: the tensor; all_gather: one rank's input (bandwidth counts the
@@ -230,7 +232,8 @@ Options parse_options(int argc, char** argv, bool* help) {
     kGpuTimeout,
     kFused,
     kFusedOnly,
-    kFusedB
+    kFusedB,
+    kFusedCopy
   };
   static const option long_options[] = {{"min-bytes", required_argument, nullptr, 'b'},
                                         {"max-bytes", required_argument, nullptr, 'e'},
@@ -253,6 +256,7 @@ Options parse_options(int argc, char** argv, bool* help) {
                                         {"fused", no_argument, nullptr, kFused},
                                         {"fused-only", no_argument, nullptr, kFusedOnly},
                                         {"fused-b", required_argument, nullptr, kFusedB},
+                                        {"fused-copy", required_argument, nullptr, kFusedCopy},
                                         {"help", no_argument, nullptr, 'h'},
                                         {nullptr, 0, nullptr, 0}};
   const char* short_options = "b:e:f:n:w:r:c:d:o:v:g:J:h";
@@ -362,6 +366,12 @@ Options parse_options(int argc, char** argv, bool* help) {
       case kFusedB:
         if (arg != "nk" && arg != "kn") bad("--fused-b", arg, "nk (B stored N x K) or kn (B stored K x N)");
         o.fused_b_nk = arg == "nk";
+        break;
+      case kFusedCopy:
+        if (arg != "ce" && arg != "sm" && arg != "both")
+          bad("--fused-copy", arg, "ce (copy engines), sm (copy kernels beside the GEMM) or both");
+        o.fused_copy_engine = arg != "sm";
+        o.fused_copy_sm = arg != "ce";
         break;
       case 'h':
         *help = true;
