@@ -544,19 +544,22 @@ void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPl
   pl.join();
 }
 
-void check_tile(const FusedPlan& p) {
+void check_tile(const FusedPlan& p, const MatmulOperands& mm) {
   const bool ok = std::find(kGemmTiles.begin(), kGemmTiles.end(), p.tile) != kGemmTiles.end();
   std::string supported;
   for (const GemmTile& t : kGemmTiles) supported += str_cat(supported.empty() ? "" : ", ", t.m, "x", t.n, "x", t.k);
   IRIS_CHECK_ARG(ok, ccl::op_name(p.sig.op), ": block_size_m x block_size_n x block_size_k = ", p.tile.m, "x", p.tile.n,
                  "x", p.tile.k, " is not a tile of the GEMM core; the fused kernels run ", supported, ".");
+  // Before any launch, so that no rank starts a call that its GEMM would then refuse.
+  IRIS_CHECK_ARG(!(p.tile == kGemmTileSmall && mm.c.dtype == DType::kFloat32), ccl::op_name(p.sig.op),
+                 ": the GEMM tile 128x128x64 is built for 16-bit outputs only; C is float32: use 128x256x64.");
 }
 
 void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
             cudaStream_t stream) {
   const FusedPlan p = plan(mm, config, ctx.world_size(), ccl::detail::sm_count(ctx));
   check_fused_workspace(p, ws);
-  check_tile(p);
+  check_tile(p, mm);
   if (mm.c.numel() == 0) return;
   const char* name = ccl::op_name(p.sig.op);
   if (p.sig.op == OpKind::kMatmulAllReduce &&

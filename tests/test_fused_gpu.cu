@@ -1,0 +1,811 @@
+// GPU tests of the fused GEMM + communication ops (iris/ops/fused.hpp) against an fp64 host reference:
+// matmul_all_reduce (one_shot and two_shot), matmul_reduce_scatter, all_gather_matmul and
+// matmul_all_gather, with bfloat16 and float16 inputs, B as K x N and N x K, 16-bit and float32
+// outputs, bias, both GEMM tiles, one tile / awkward / many-tile shapes, operands in cudaMalloc memory
+// and on the symmetric heap; then workspace reuse (a larger workspace, 100 calls), CUDA-graph replays
+// with changing inputs, the all_reduce variants that have no fused kernel, and ranks that disagree.
+// 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and processes.
+//
+// Inputs: rank r's A and B are test::input_value draws with r in the hash, so every rank regenerates
+// every other rank's inputs and checks its whole output. The bias is the same on every rank (it is
+// added once to the result, so only then is "the" bias well defined for the reducing ops).
+// Outputs start poisoned (0xFF: NaN), with a poisoned guard row after C, so a tile never written shows
+// as not finite and a write past C's end as a changed byte.
+// Tolerance, elementwise: |out - ref| <= (4 u + 1e-4) * S + 1e-6, where S is the sum of |a * b| over
+// the element's terms (every rank's K terms for the reducing ops) plus |bias|, and u is the unit
+// roundoff of C's type (2^-9 bfloat16, 2^-11 float16, 2^-24 float32). Partial products may cross ranks
+// in C's type and be rounded there, the reduced sum once more, the bias addition once more: 4 u * S
+// bounds those roundings with room to spare, 1e-4 * S the float32 accumulation (as in the GEMM tests).
+// Also ||out - ref|| / ||ref|| < 1e-2 (16-bit C) or 1e-4 (float32 C), and matmul_all_reduce and
+// matmul_all_gather, whose outputs are the same on every rank, must agree bitwise across ranks.
+//
+// Cost: the fp64 reference dominates (M * N * K * W multiply-adds for the reducing ops, M * N * K for
+// the gathering ones); about 2e8 * W per correctness test, less for the others.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ccl_test_util.cuh"
+#include "iris/ccl/workspace.hpp"
+#include "iris/core/cuda_check.hpp"
+#include "iris/core/error.hpp"
+#include "iris/ops/fused.hpp"
+#include "iris/ops/gemm.hpp"
+#include "support/ranks.hpp"
+#include "support/require_gemm_core.hpp"
+
+namespace iris::ops {
+namespace {
+
+using ccl::AllReduceVariant;
+using test::RankSetup;
+using test::TestTensor;
+
+const DType kBF16 = DType::kBFloat16;
+const DType kF16 = DType::kFloat16;
+const DType kF32 = DType::kFloat32;
+
+// Ranks check their results on the host between calls while peers' kernels may already wait for the
+// next call: the default 10 s bound on device spins is tight for 8 ranks' fp64 references.
+ContextOptions options() {
+  ContextOptions o;
+  o.device_timeout = std::chrono::milliseconds(30000);
+  return o;
+}
+
+// ---- the ops ---------------------------------------------------------------------------------------
+
+enum class Op { kMatmulAllReduce, kMatmulReduceScatter, kAllGatherMatmul, kMatmulAllGather };
+
+using PreambleFn = void (*)(Context&, const MatmulOperands&, const FusedConfig&, FusedWorkspace&);
+using RunFn = void (*)(Context&, const MatmulOperands&, const FusedConfig&, FusedWorkspace&, cudaStream_t);
+
+struct OpFns {
+  const char* name;
+  PreambleFn preamble;
+  RunFn run;
+};
+
+OpFns fns(Op op) {
+  switch (op) {
+    case Op::kMatmulAllReduce:
+      return {"matmul_all_reduce", matmul_all_reduce_preamble, matmul_all_reduce};
+    case Op::kMatmulReduceScatter:
+      return {"matmul_reduce_scatter", matmul_reduce_scatter_preamble, matmul_reduce_scatter};
+    case Op::kAllGatherMatmul:
+      return {"all_gather_matmul", all_gather_matmul_preamble, all_gather_matmul};
+    case Op::kMatmulAllGather:
+      return {"matmul_all_gather", matmul_all_gather_preamble, matmul_all_gather};
+  }
+  return {"?", nullptr, nullptr};
+}
+
+// Ops whose output sums every rank's partial product (A is M x K on every rank); the others gather
+// (A is M/W x K).
+bool reduces(Op op) { return op == Op::kMatmulAllReduce || op == Op::kMatmulReduceScatter; }
+// Ops whose output is the same on every rank.
+bool replicated(Op op) { return op == Op::kMatmulAllReduce || op == Op::kMatmulAllGather; }
+
+// An op with the all_reduce variant of its config (which only matmul_all_reduce reads).
+struct Flavor {
+  Op op;
+  AllReduceVariant variant = AllReduceVariant::kTwoShot;
+};
+
+std::string flavor_name(const Flavor& f) {
+  std::string s = fns(f.op).name;
+  if (f.op == Op::kMatmulAllReduce) s += std::string(" ") + ccl::variant_name(f.variant);
+  return s;
+}
+
+const Flavor kFlavors[] = {{Op::kMatmulAllReduce, AllReduceVariant::kOneShot},
+                           {Op::kMatmulAllReduce, AllReduceVariant::kTwoShot},
+                           {Op::kMatmulReduceScatter},
+                           {Op::kAllGatherMatmul},
+                           {Op::kMatmulAllGather}};
+
+FusedConfig config_for(const Flavor& f, GemmTile tile) {
+  FusedConfig c;
+  c.block_size_m = tile.m;
+  c.block_size_n = tile.n;
+  c.block_size_k = tile.k;
+  c.all_reduce_variant = f.variant;
+  return c;
+}
+
+// ---- shapes and cases ------------------------------------------------------------------------------
+
+// M is the rows of the whole product: A's rows for the reducing ops, C's rows (W blocks of M/W
+// gathered) for the gathering ones. Every M is a multiple of 8, so every op splits it over up to 8 ranks.
+struct Shape {
+  int64_t m, n, k;
+};
+constexpr Shape kOneTile{64, 128, 64};
+// No dimension a multiple of a tile edge, K one stage and a remainder; the ranks' blocks of rows in the
+// gathering ops (328 / W) start inside tiles.
+constexpr Shape kAwkward{328, 136, 72};
+// 4 x 3 large tiles (4 x 6 small ones), 4 K stages.
+constexpr Shape kManyTiles{512, 768, 256};
+// Many tiles with partial ones on both edges.
+constexpr Shape kManyAwkward{520, 776, 136};
+
+std::string shape_name(const Shape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+}
+
+std::string tile_name(GemmTile t) { return "blocks " + std::to_string(t.m) + "x" + std::to_string(t.n); }
+
+struct Case {
+  Shape shape;
+  DType in, out;
+  bool b_is_nk;
+  GemmTile tile;
+  bool bias = false;
+  bool on_heap = false;  // A and C from ctx.alloc instead of cudaMalloc
+};
+
+std::string case_name(const Case& c) {
+  return shape_name(c.shape) + " " + test::short_name(c.in) + " -> " + test::short_name(c.out) +
+         (c.b_is_nk ? " B nk " : " B kn ") + tile_name(c.tile) + (c.bias ? " bias" : "") + (c.on_heap ? " heap" : "");
+}
+
+std::vector<Case> correctness_cases() {
+  std::vector<Case> cases;
+  for (DType in : {kBF16, kF16})
+    for (bool nk : {false, true})
+      for (const Shape& s : {kOneTile, kAwkward})
+        for (const GemmTile& t : kGemmTiles) cases.push_back({s, in, in, nk, t});
+  cases.push_back({kManyTiles, kBF16, kBF16, false, kGemmTileLarge});
+  cases.push_back({kManyAwkward, kF16, kF16, true, kGemmTileSmall, /*bias=*/true});
+  // float32 outputs take the large tile: the small one is built for 16-bit outputs only.
+  cases.push_back({kAwkward, kBF16, kF32, true, kGemmTileLarge, /*bias=*/true});
+  cases.push_back({kOneTile, kF16, kF32, false, kGemmTileLarge});
+  cases.push_back({kAwkward, kBF16, kBF16, false, kGemmTileSmall, /*bias=*/true, /*on_heap=*/true});
+  cases.push_back({kAwkward, kF16, kF32, true, kGemmTileLarge, /*bias=*/false, /*on_heap=*/true});
+  return cases;
+}
+
+// ---- one rank's operands and the reference ---------------------------------------------------------
+
+// |out - ref| allowed for an element whose terms' magnitudes sum to `magnitude` (see the top).
+double allowed_error(DType out, double magnitude) {
+  const double u = out == kBF16 ? 0x1.0p-9 : out == kF16 ? 0x1.0p-11 : 0x1.0p-24;
+  return (4 * u + 1e-4) * magnitude + 1e-6;
+}
+
+// The shapes of one rank's operands in one op (B as stored: K x N, or N x K).
+struct Dims {
+  int64_t a_rows, c_rows, b_rows, b_cols;
+};
+
+Dims dims(Op op, const Case& c, int world) {
+  const Shape& s = c.shape;
+  return {reduces(op) ? s.m : s.m / world, op == Op::kMatmulReduceScatter ? s.m / world : s.m, c.b_is_nk ? s.n : s.k,
+          c.b_is_nk ? s.k : s.n};
+}
+
+// Independent draws for A, B and bias from one seed. Rank r's A and B are rank r's draws, except in
+// matmul_all_gather where B is the same everywhere (rank 0's draw); the bias is rank 0's draw on every
+// rank.
+uint64_t a_seed(uint64_t seed) { return 3 * seed; }
+uint64_t b_seed(uint64_t seed) { return 3 * seed + 1; }
+uint64_t bias_seed(uint64_t seed) { return 3 * seed + 2; }
+int b_rank(Op op, int rank) { return op == Op::kMatmulAllGather ? 0 : rank; }
+
+// Host images of one rank's inputs (bias empty when the case has none).
+struct Inputs {
+  std::vector<char> a, b, bias;
+};
+
+Inputs make_inputs(Op op, const Case& c, int rank, int world, uint64_t seed) {
+  const Dims d = dims(op, c, world);
+  Inputs in;
+  in.a = test::make_input(c.in, d.a_rows, c.shape.k, c.shape.k, a_seed(seed), rank);
+  in.b = test::make_input(c.in, d.b_rows, d.b_cols, d.b_cols, b_seed(seed), b_rank(op, rank));
+  if (c.bias) in.bias = test::make_input(c.out, 1, c.shape.n, c.shape.n, bias_seed(seed), 0);
+  return in;
+}
+
+std::vector<double> draw(DType dt, int64_t count, uint64_t seed, int rank) {
+  std::vector<double> v(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) v[i] = test::input_value(dt, seed, rank, i);
+  return v;
+}
+
+// The expected C of one rank: per element the value and the sum of its terms' magnitudes.
+struct Reference {
+  std::vector<double> value;
+  std::vector<double> magnitude;
+};
+
+// The fp64 C of `rank` for the inputs of `seed`, from every rank's draws.
+Reference make_reference(Op op, const Case& c, int rank, int world, uint64_t seed) {
+  const Dims d = dims(op, c, world);
+  const int64_t k = c.shape.k, n = c.shape.n;
+  std::vector<std::vector<double>> a(world);
+  for (int r = 0; r < world; ++r) a[r] = draw(c.in, d.a_rows * k, a_seed(seed), r);
+  // The B of every rank whose B this rank's output uses, as N x K (row j holds column j of B).
+  std::vector<std::vector<double>> bt(reduces(op) ? world : 1);
+  for (size_t i = 0; i < bt.size(); ++i) {
+    auto stored = draw(c.in, k * n, b_seed(seed), b_rank(op, reduces(op) ? static_cast<int>(i) : rank));
+    if (c.b_is_nk) {
+      bt[i] = std::move(stored);
+      continue;
+    }
+    bt[i].resize(stored.size());
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t j = 0; j < n; ++j) bt[i][j * k + kk] = stored[kk * n + j];
+  }
+  const std::vector<double> bias = c.bias ? draw(c.out, n, bias_seed(seed), 0) : std::vector<double>();
+
+  Reference ref;
+  ref.value.assign(static_cast<size_t>(d.c_rows * n), 0.0);
+  ref.magnitude.assign(ref.value.size(), 0.0);
+  struct Term {
+    const double* a_row;
+    const double* bt;
+  };
+  std::vector<Term> terms;
+  for (int64_t i = 0; i < d.c_rows; ++i) {
+    // The rows of A (and the B) whose products sum into row i of this rank's C.
+    terms.clear();
+    if (reduces(op)) {
+      const int64_t row = op == Op::kMatmulReduceScatter ? rank * d.c_rows + i : i;
+      for (int r = 0; r < world; ++r) terms.push_back({a[r].data() + row * k, bt[r].data()});
+    } else {
+      const int64_t source = i / d.a_rows, row = i % d.a_rows;
+      terms.push_back({a[source].data() + row * k, bt[0].data()});
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0, mag = 0;
+      for (const Term& t : terms) {
+        const double* b_col = t.bt + j * k;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double p = t.a_row[kk] * b_col[kk];
+          acc += p;
+          mag += std::fabs(p);
+        }
+      }
+      if (c.bias) {
+        acc += bias[j];
+        mag += std::fabs(bias[j]);
+      }
+      ref.value[i * n + j] = acc;
+      ref.magnitude[i * n + j] = mag;
+    }
+  }
+  return ref;
+}
+
+// How a downloaded C (rows x n of `dt`, then a guard) compares with the reference.
+struct Comparison {
+  int64_t not_finite = 0;
+  int64_t wrong = 0;
+  int64_t guard_written = 0;  // bytes after C that are no longer 0xFF
+  double ratio = 0;           // ||out - ref|| / ||ref|| over the finite elements
+  std::string first;          // the first bad element, described
+};
+
+Comparison compare(const std::vector<char>& host, DType dt, int64_t rows, int64_t n, const Reference& ref) {
+  const size_t esz = dtype_size(dt);
+  Comparison cmp;
+  double err2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const double got = test::decode(dt, host.data() + (i * n + j) * esz);
+      const double want = ref.value[i * n + j];
+      const std::string where = "C[" + std::to_string(i) + "][" + std::to_string(j) + "]";
+      if (!std::isfinite(got)) {
+        if (cmp.not_finite++ == 0 && cmp.first.empty()) cmp.first = where + " is not finite (never written?)";
+        continue;
+      }
+      err2 += (got - want) * (got - want);
+      ref2 += want * want;
+      if (std::fabs(got - want) > allowed_error(dt, ref.magnitude[i * n + j]) && cmp.wrong++ == 0 && cmp.first.empty())
+        cmp.first = where + " = " + std::to_string(got) + " but the reference is " + std::to_string(want);
+    }
+  cmp.ratio = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  for (size_t byte = static_cast<size_t>(rows * n) * esz; byte < host.size(); ++byte)
+    cmp.guard_written += host[byte] != static_cast<char>(0xFF);
+  return cmp;
+}
+
+// One rank's operands of one op in device memory (C with a poisoned guard row after it). Heap buffers
+// are allocated and freed collectively, so every rank builds its problems in the same order.
+class Problem {
+ public:
+  Problem(Context& ctx, Flavor flavor, const Case& c)
+      : ctx_(ctx), flavor_(flavor), c_(c), d_(dims(flavor.op, c, ctx.world_size())) {
+    const Shape& s = c.shape;
+    a_ = TestTensor::make(ctx, c.in, d_.a_rows, s.k, s.k, c.on_heap);
+    b_ = TestTensor::make(ctx, c.in, d_.b_rows, d_.b_cols, d_.b_cols, false);
+    out_ = TestTensor::make(ctx, c.out, d_.c_rows + 1, s.n, s.n, c.on_heap);
+    if (c.bias) bias_ = TestTensor::make(ctx, c.out, 1, s.n, s.n, false);
+  }
+  ~Problem() {
+    bias_.release();
+    out_.release();
+    b_.release();
+    a_.release();
+  }
+  Problem(const Problem&) = delete;
+  Problem& operator=(const Problem&) = delete;
+
+  Flavor flavor() const { return flavor_; }
+  MatmulOperands operands() const {
+    MatmulOperands mm;
+    mm.a = a_.view;
+    mm.b = b_.view;
+    mm.c = Tensor::matrix(out_.raw, c_.out, d_.c_rows, c_.shape.n);
+    mm.bias = c_.bias ? bias_.raw : nullptr;
+    mm.b_is_nk = c_.b_is_nk;
+    return mm;
+  }
+
+  // This rank's inputs for `seed`, and C (guard row included) poisoned; complete on return.
+  void upload(uint64_t seed, cudaStream_t s) {
+    const Inputs in = make_inputs(flavor_.op, c_, ctx_.rank(), ctx_.world_size(), seed);
+    a_.upload(s, in.a);
+    b_.upload(s, in.b);
+    if (c_.bias) bias_.upload(s, in.bias);
+    out_.poison(s);
+  }
+
+  Reference reference(uint64_t seed) const {
+    return make_reference(flavor_.op, c_, ctx_.rank(), ctx_.world_size(), seed);
+  }
+
+  // Compares C with `ref`; for the ops with replicated outputs also compares C bitwise across ranks
+  // (collective then: every rank checks in the same order).
+  void expect_matches(const Reference& ref, cudaStream_t s, const std::string& what) const {
+    SCOPED_TRACE(what);
+    const int me = ctx_.rank();
+    const int64_t n = c_.shape.n, total = d_.c_rows * n;
+    const std::vector<char> host = out_.download(s);
+    const Comparison cmp = compare(host, c_.out, d_.c_rows, n, ref);
+    EXPECT_EQ(cmp.not_finite, 0) << "rank " << me << ": " << cmp.not_finite << " of " << total << " not finite; "
+                                 << cmp.first;
+    EXPECT_EQ(cmp.wrong, 0) << "rank " << me << ": " << cmp.wrong << " of " << total << " wrong; " << cmp.first;
+    EXPECT_LT(cmp.ratio, c_.out == kF32 ? 1e-4 : 1e-2) << "rank " << me << ": ||out - ref|| / ||ref||";
+    EXPECT_EQ(cmp.guard_written, 0) << "rank " << me << ": bytes written past the end of C";
+    if (replicated(flavor_.op)) {
+      const uint64_t h = test::hash_elements(host, c_.out, d_.c_rows, n, n);
+      const auto all = ctx_.bootstrap().allgather(std::string(reinterpret_cast<const char*>(&h), sizeof(h)));
+      for (int r = 0; r < ctx_.world_size(); ++r)
+        EXPECT_EQ(all[r], all[0]) << "rank " << r << "'s C differs bitwise from rank 0's";
+    }
+  }
+
+ private:
+  Context& ctx_;
+  Flavor flavor_;
+  Case c_;
+  Dims d_;
+  TestTensor a_, b_, out_, bias_;
+};
+
+// A non-blocking stream of the test's own.
+class Stream {
+ public:
+  Stream() { IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// Waits for a call on `s` (nullptr: the context's stream) and surfaces a device-side timeout.
+void finish(Context& ctx, cudaStream_t s) {
+  if (s == nullptr) {
+    ctx.synchronize();
+    return;
+  }
+  IRIS_CUDA_CHECK(cudaStreamSynchronize(s));
+  ctx.check_device_error();
+}
+
+// Every rank is done with the workspace (peers may read or write it until their calls end) before
+// any rank frees it.
+void release_workspace(Context& ctx, FusedWorkspace& ws) {
+  ctx.barrier();
+  ccl::ContextWorkspaceHost host(ctx);
+  ws.release(host);
+}
+
+// Preamble and one call on `stream`, then the check against the fp64 reference.
+void call_and_check(Context& ctx, Problem& p, const FusedConfig& config, FusedWorkspace& ws, uint64_t seed,
+                    cudaStream_t stream, const std::string& what) {
+  const OpFns op = fns(p.flavor().op);
+  p.upload(seed, ctx.stream());
+  const MatmulOperands mm = p.operands();
+  op.preamble(ctx, mm, config, ws);
+  op.run(ctx, mm, config, ws, stream);
+  finish(ctx, stream);
+  p.expect_matches(p.reference(seed), ctx.stream(), what);
+  // The next call's uploads must not reach heap operands a peer may still be reading.
+  ctx.barrier();
+}
+
+template <typename Fn>
+std::string error_text(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
+}
+
+// ---- 0. the reference itself (host only) -----------------------------------------------------------
+
+// Host bytes of a reference rounded to `dt`, with a poisoned guard row of n elements after it.
+std::vector<char> encode_reference(const std::vector<double>& values, DType dt, int64_t n) {
+  const size_t esz = dtype_size(dt);
+  std::vector<char> host((values.size() + static_cast<size_t>(n)) * esz, static_cast<char>(0xFF));
+  for (size_t i = 0; i < values.size(); ++i) test::encode(dt, values[i], host.data() + i * esz);
+  return host;
+}
+
+// Element (i, j) of a row-major image of `cols` columns.
+double at(const std::vector<char>& img, DType dt, int64_t cols, int64_t i, int64_t j) {
+  return test::decode(dt, img.data() + static_cast<size_t>(i * cols + j) * dtype_size(dt));
+}
+
+// The reference is each op's formula applied to the very images the ranks upload, and the comparison
+// flags what the GPU tests must catch: poison, a missing rank's partial products, a bias added twice, a
+// write past C. Runs without a GPU, so a failure of the GPU tests is the op's, not the reference's.
+TEST(FusedReference, IsTheOpsFormulaOnTheUploadedImages) {
+  // kAwkward with fewer rows: the naive products below decode every operand element at every use.
+  const Case c{{40, 136, 72}, kBF16, kBF16, false, kGemmTileLarge, /*bias=*/true};
+  const uint64_t seed = 42;
+  for (Op op : {Op::kMatmulAllReduce, Op::kMatmulReduceScatter, Op::kAllGatherMatmul, Op::kMatmulAllGather})
+    for (bool nk : {false, true})
+      for (int world : {1, 2, 4}) {
+        Case cw = c;
+        cw.b_is_nk = nk;
+        const int64_t k = c.shape.k, n = c.shape.n;
+        std::vector<Inputs> in;
+        for (int r = 0; r < world; ++r) in.push_back(make_inputs(op, cw, r, world, seed));
+        const Dims d = dims(op, cw, world);
+        auto b = [&](int r, int64_t kk, int64_t j) {
+          return nk ? at(in[r].b, c.in, k, j, kk) : at(in[r].b, c.in, n, kk, j);
+        };
+        for (int rank = 0; rank < world; ++rank) {
+          SCOPED_TRACE(std::string(fns(op).name) + (nk ? " nk" : " kn") + " rank " + std::to_string(rank) + " of " +
+                       std::to_string(world));
+          const Reference ref = make_reference(op, cw, rank, world, seed);
+          int64_t differ = 0;
+          for (int64_t i = 0; i < d.c_rows; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double want = at(in[0].bias, c.out, n, 0, j);
+              if (reduces(op)) {
+                const int64_t row = op == Op::kMatmulReduceScatter ? rank * d.c_rows + i : i;
+                for (int r = 0; r < world; ++r)
+                  for (int64_t kk = 0; kk < k; ++kk) want += at(in[r].a, c.in, k, row, kk) * b(r, kk, j);
+              } else {
+                // Row i of the gathered C comes from rank i / M_rank's A; B is this rank's.
+                const int source = static_cast<int>(i / d.a_rows);
+                for (int64_t kk = 0; kk < k; ++kk) want += at(in[source].a, c.in, k, i % d.a_rows, kk) * b(rank, kk, j);
+              }
+              differ += std::fabs(ref.value[i * n + j] - want) > 1e-12 * (1 + std::fabs(want));
+            }
+          EXPECT_EQ(differ, 0);
+
+          // The exact answer rounded to C's type passes; each injected fault is caught.
+          std::vector<char> good = encode_reference(ref.value, c.out, n);
+          Comparison cmp = compare(good, c.out, d.c_rows, n, ref);
+          EXPECT_EQ(cmp.not_finite + cmp.wrong + cmp.guard_written, 0) << cmp.first;
+          std::vector<char> bad = good;
+          std::memset(bad.data() + 2 * (n + 3), 0xFF, 2);  // C[1][3] never written
+          bad[bad.size() - 1] = 0;                         // a byte past C
+          cmp = compare(bad, c.out, d.c_rows, n, ref);
+          EXPECT_EQ(cmp.not_finite, 1);
+          EXPECT_EQ(cmp.guard_written, 1);
+          std::vector<double> twice = ref.value;
+          for (int64_t i = 0; i < d.c_rows; ++i)
+            for (int64_t j = 0; j < n; ++j) twice[i * n + j] += at(in[0].bias, c.out, n, 0, j);
+          EXPECT_GT(compare(encode_reference(twice, c.out, n), c.out, d.c_rows, n, ref).wrong, d.c_rows * n / 4)
+              << "a bias added twice";
+          if (op == Op::kMatmulAllReduce && world > 1) {
+            // The last rank's partial products missing: the same draws summed over one rank fewer.
+            const Reference fewer = make_reference(op, cw, rank, world - 1, seed);
+            EXPECT_GT(compare(encode_reference(fewer.value, c.out, n), c.out, d.c_rows, n, ref).wrong, d.c_rows * n / 4)
+                << "a missing rank";
+          }
+        }
+      }
+}
+
+class FusedGpu : public ::testing::TestWithParam<RankSetup> {};
+
+// ---- 1. correctness --------------------------------------------------------------------------------
+
+void run_correctness(const RankSetup& setup, Flavor flavor) {
+  test::run_ranks(
+      setup,
+      [flavor](Context& ctx) {
+        Stream own;
+        uint64_t seed = 100;
+        int index = 0;
+        for (const Case& c : correctness_cases()) {
+          // Half the calls on the context's stream (nullptr), half on a stream of the caller's.
+          const cudaStream_t stream = index++ % 2 == 0 ? nullptr : own.get();
+          Problem p(ctx, flavor, c);
+          FusedWorkspace ws;
+          call_and_check(ctx, p, config_for(flavor, c.tile), ws, seed++, stream,
+                         flavor_name(flavor) + " " + case_name(c));
+          release_workspace(ctx, ws);
+        }
+      },
+      options());
+}
+
+TEST_P(FusedGpu, MatmulAllReduceOneShotMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  run_correctness(GetParam(), {Op::kMatmulAllReduce, AllReduceVariant::kOneShot});
+}
+TEST_P(FusedGpu, MatmulAllReduceTwoShotMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  run_correctness(GetParam(), {Op::kMatmulAllReduce, AllReduceVariant::kTwoShot});
+}
+TEST_P(FusedGpu, MatmulReduceScatterMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  run_correctness(GetParam(), {Op::kMatmulReduceScatter});
+}
+TEST_P(FusedGpu, AllGatherMatmulMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  run_correctness(GetParam(), {Op::kAllGatherMatmul});
+}
+TEST_P(FusedGpu, MatmulAllGatherMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  run_correctness(GetParam(), {Op::kMatmulAllGather});
+}
+
+// atomic and spinlock are valid FusedConfig variants (the preamble sizes a workspace for them) but have
+// no fused kernel: the call says so instead of computing something else.
+TEST_P(FusedGpu, MatmulAllReduceAtomicAndSpinlockAreNotImplemented) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        for (AllReduceVariant v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
+          SCOPED_TRACE(ccl::variant_name(v));
+          const Flavor flavor{Op::kMatmulAllReduce, v};
+          Problem p(ctx, flavor, {kOneTile, kBF16, kBF16, false, kGemmTileLarge});
+          p.upload(1, ctx.stream());
+          const FusedConfig config = config_for(flavor, kGemmTileLarge);
+          FusedWorkspace ws;
+          matmul_all_reduce_preamble(ctx, p.operands(), config, ws);
+          EXPECT_TRUE(ws.prepared());
+          std::string what = "(nothing thrown)";
+          try {
+            matmul_all_reduce(ctx, p.operands(), config, ws, nullptr);
+            ctx.synchronize();
+          } catch (const Error& e) {
+            what = e.what();
+          } catch (const std::exception& e) {
+            what = std::string("(not an iris::Error) ") + e.what();
+          }
+          EXPECT_NE(what.find("not implemented"), std::string::npos) << what;
+          EXPECT_EQ(what.find("(not an iris::Error)"), std::string::npos) << what;
+          release_workspace(ctx, ws);
+        }
+      },
+      options());
+}
+
+// ---- 2. workspace reuse ----------------------------------------------------------------------------
+
+// A workspace prepared with 128x128 blocks for a 512x512x64 product serves a smaller shape, with
+// 128x128 and then the larger 128x256 blocks: the preamble keeps the larger arrays (no allocation, same
+// pointers) and the results are right.
+TEST_P(FusedGpu, LargerWorkspaceServesASmallerShape) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        uint64_t seed = 500;
+        for (const Flavor& flavor : kFlavors) {
+          const std::string name = flavor_name(flavor);
+          FusedWorkspace ws;
+          {
+            Problem big(ctx, flavor, {{512, 512, 64}, kBF16, kBF16, false, kGemmTileSmall});
+            call_and_check(ctx, big, config_for(flavor, kGemmTileSmall), ws, seed++, nullptr, name + " 512x512x64");
+          }
+          const uint32_t* locks = ws.locks();
+          const uint64_t* flags = ws.flags();
+          const void* staging = ws.staging();
+          const uint64_t* block_state = ws.block_state();
+          for (const GemmTile& tile : {kGemmTileSmall, kGemmTileLarge}) {
+            const Case c{kAwkward, kBF16, kBF16, true, tile, /*bias=*/true};
+            Problem small(ctx, flavor, c);
+            const FusedConfig config = config_for(flavor, tile);
+            const uint64_t allocations = ctx.allocation_count();
+            fns(flavor.op).preamble(ctx, small.operands(), config, ws);
+            EXPECT_EQ(ctx.allocation_count(), allocations) << name << ": the preamble allocated for a smaller call";
+            call_and_check(ctx, small, config, ws, seed++, nullptr,
+                           name + " " + case_name(c) + " on the larger workspace");
+            EXPECT_EQ(ws.locks(), locks);
+            EXPECT_EQ(ws.flags(), flags);
+            EXPECT_EQ(ws.staging(), staging);
+            EXPECT_EQ(ws.block_state(), block_state);
+          }
+          release_workspace(ctx, ws);
+        }
+      },
+      options());
+}
+
+// Inputs cycle through three draws: consecutive inputs always differ (a stale result fails), and the
+// fp64 reference is computed once per draw.
+class ReferenceCache {
+ public:
+  explicit ReferenceCache(const Problem& p, uint64_t first_seed) : p_(p), first_(first_seed) {}
+  uint64_t seed(int change) const { return first_ + static_cast<uint64_t>(change % 3); }
+  const Reference& get(int change) {
+    auto it = refs_.find(change % 3);
+    if (it == refs_.end()) it = refs_.emplace(change % 3, p_.reference(seed(change))).first;
+    return it->second;
+  }
+
+ private:
+  const Problem& p_;
+  uint64_t first_;
+  std::map<int, Reference> refs_;
+};
+
+// 100 calls on one workspace, back to back on the context's stream; the inputs change before a few of
+// them, and those calls are checked. The workspace's arrays stay where they are and the calls allocate
+// nothing on the heap.
+TEST_P(FusedGpu, HundredCallsReuseTheWorkspace) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int kChecked[] = {0, 1, 2, 37, 98, 99};
+        uint64_t first_seed = 700;
+        for (const Flavor& flavor : kFlavors) {
+          const std::string name = flavor_name(flavor);
+          const Case c{kAwkward, kBF16, kBF16, false, kGemmTileLarge, /*bias=*/true};
+          Problem p(ctx, flavor, c);
+          ReferenceCache refs(p, first_seed);
+          first_seed += 3;
+          const FusedConfig config = config_for(flavor, c.tile);
+          const OpFns op = fns(flavor.op);
+          FusedWorkspace ws;
+          p.upload(refs.seed(0), ctx.stream());
+          op.preamble(ctx, p.operands(), config, ws);
+          const uint32_t* locks = ws.locks();
+          const uint64_t* flags = ws.flags();
+          const void* staging = ws.staging();
+          const uint64_t allocations = ctx.allocation_count();
+          int change = 0;
+          for (int call = 0; call < 100; ++call) {
+            const bool checked = std::find(std::begin(kChecked), std::end(kChecked), call) != std::end(kChecked);
+            // upload() waits for the previous calls on this stream before it overwrites A, B and C.
+            if (checked && call > 0) p.upload(refs.seed(++change), ctx.stream());
+            op.run(ctx, p.operands(), config, ws, nullptr);
+            if (!checked) continue;
+            finish(ctx, nullptr);
+            p.expect_matches(refs.get(change), ctx.stream(), name + " call " + std::to_string(call));
+          }
+          ctx.synchronize();
+          EXPECT_EQ(ws.locks(), locks) << name;
+          EXPECT_EQ(ws.flags(), flags) << name;
+          EXPECT_EQ(ws.staging(), staging) << name;
+          EXPECT_EQ(ctx.allocation_count(), allocations) << name << ": the calls allocated on the heap";
+          release_workspace(ctx, ws);
+        }
+      },
+      options());
+}
+
+// ---- 3. CUDA graphs --------------------------------------------------------------------------------
+
+// One call of each op captured on a stream of the test's own and replayed 20 times; between replays the
+// inputs are copied in anew (the graph is not captured again) and every replay is checked.
+TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        uint64_t first_seed = 900;
+        for (const Flavor& flavor : kFlavors) {
+          const std::string name = flavor_name(flavor);
+          const Case c{kAwkward, kBF16, kBF16, true, kGemmTileSmall, /*bias=*/true};
+          Stream stream;
+          Problem p(ctx, flavor, c);
+          ReferenceCache refs(p, first_seed);
+          first_seed += 3;
+          const FusedConfig config = config_for(flavor, c.tile);
+          FusedWorkspace ws;
+          p.upload(refs.seed(0), stream.get());
+          fns(flavor.op).preamble(ctx, p.operands(), config, ws);
+          cudaGraph_t graph;
+          cudaGraphExec_t exec;
+          IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+          fns(flavor.op).run(ctx, p.operands(), config, ws, stream.get());
+          IRIS_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+          IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+          for (int replay = 0; replay < 20; ++replay) {
+            // upload() runs on the replay stream and waits, so the copies land between replays.
+            if (replay > 0) p.upload(refs.seed(replay), stream.get());
+            IRIS_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+            finish(ctx, stream.get());
+            p.expect_matches(refs.get(replay), stream.get(), name + " replay " + std::to_string(replay));
+          }
+          IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+          IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+          release_workspace(ctx, ws);
+        }
+      },
+      options());
+}
+
+// ---- 4. ranks that disagree ------------------------------------------------------------------------
+
+// A rank passing another K, valid or not, makes every rank raise from the preamble (none waits for the
+// others, none prepares); the ranks then agree again and a correct call works.
+TEST_P(FusedGpu, InvalidCallOnOneRankMakesEveryRankRaise) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int w = ctx.world_size();
+        const bool culprit = ctx.rank() == w - 1;
+        uint64_t seed = 1100;
+        for (Op op : {Op::kMatmulReduceScatter, Op::kAllGatherMatmul}) {
+          const OpFns f = fns(op);
+          SCOPED_TRACE(f.name);
+          const int64_t m = 256, n = 256, k_max = 128;
+          const int64_t a_rows = op == Op::kMatmulReduceScatter ? m : m / w;
+          const int64_t c_rows = op == Op::kMatmulReduceScatter ? m / w : m;
+          auto a = TestTensor::make(ctx, kBF16, a_rows, k_max, k_max, false);
+          auto b = TestTensor::make(ctx, kBF16, k_max, n, n, false);
+          auto c = TestTensor::make(ctx, kBF16, c_rows, n, n, false);
+          for (int64_t culprit_k : {int64_t{64}, int64_t{100}}) {  // a valid K, then one that is no multiple of 8
+            const int64_t k = culprit ? culprit_k : k_max;
+            MatmulOperands mm;
+            mm.a = Tensor::matrix(a.raw, kBF16, a_rows, k);
+            mm.b = Tensor::matrix(b.raw, kBF16, k, n);
+            mm.c = c.view;
+            FusedWorkspace ws;
+            const std::string what = error_text([&] { f.preamble(ctx, mm, FusedConfig{}, ws); });
+            if (culprit && culprit_k % 8 != 0)
+              EXPECT_EQ(what, std::string(f.name) +
+                                  ": K = 100 is not a multiple of 8: TMA needs 16-byte aligned rows, so "
+                                  "K must be a multiple of 8 for 16-bit inputs.");
+            else
+              EXPECT_NE(what.find("Collective parameters differ across ranks"), std::string::npos) << what;
+            EXPECT_FALSE(ws.prepared());
+            ctx.barrier();
+          }
+          c.release();
+          b.release();
+          a.release();
+          Problem p(ctx, {op}, {kOneTile, kBF16, kBF16, false, kGemmTileLarge});
+          FusedWorkspace ws;
+          call_and_check(ctx, p, FusedConfig{}, ws, seed++, nullptr,
+                         std::string(f.name) + " after the failed preambles");
+          release_workspace(ctx, ws);
+        }
+      },
+      options());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, FusedGpu, ::testing::ValuesIn(test::all_rank_setups()), test::rank_setup_name);
+
+}  // namespace
+}  // namespace iris::ops
