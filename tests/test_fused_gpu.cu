@@ -112,8 +112,11 @@ const Flavor kFlavors[] = {{Op::kMatmulAllReduce, AllReduceVariant::kOneShot},
                            {Op::kAllGatherMatmul},
                            {Op::kMatmulAllGather}};
 
-FusedConfig config_for(const Flavor& f, GemmTile tile) {
+// pipelined: min_band_tiles = 1, so even the tests' small shapes take the band pipeline (their default
+// is the unfused path: one GEMM, then the communication).
+FusedConfig config_for(const Flavor& f, GemmTile tile, bool pipelined = false) {
   FusedConfig c;
+  c.min_band_tiles = pipelined ? 1 : 0;
   c.block_size_m = tile.m;
   c.block_size_n = tile.n;
   c.block_size_k = tile.k;
@@ -543,8 +546,9 @@ void run_correctness(const RankSetup& setup, Flavor flavor) {
           const cudaStream_t stream = index++ % 2 == 0 ? nullptr : own.get();
           Problem p(ctx, flavor, c);
           FusedWorkspace ws;
-          call_and_check(ctx, p, config_for(flavor, c.tile), ws, seed++, stream,
-                         flavor_name(flavor) + " " + case_name(c));
+          for (bool pipelined : {false, true})
+            call_and_check(ctx, p, config_for(flavor, c.tile, pipelined), ws, seed++, stream,
+                           flavor_name(flavor) + " " + case_name(c) + (pipelined ? " pipelined" : " unfused"));
           release_workspace(ctx, ws);
         }
       },
@@ -681,7 +685,7 @@ TEST_P(FusedGpu, HundredCallsReuseTheWorkspace) {
           Problem p(ctx, flavor, c);
           ReferenceCache refs(p, first_seed);
           first_seed += 3;
-          const FusedConfig config = config_for(flavor, c.tile);
+          const FusedConfig config = config_for(flavor, c.tile, /*pipelined=*/true);
           const OpFns op = fns(flavor.op);
           FusedWorkspace ws;
           p.upload(refs.seed(0), ctx.stream());
@@ -721,14 +725,15 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
       GetParam(),
       [](Context& ctx) {
         uint64_t first_seed = 900;
-        for (const Flavor& flavor : kFlavors) {
-          const std::string name = flavor_name(flavor);
+        for (const Flavor& flavor : kFlavors)
+        for (bool pipelined : {false, true}) {
+          const std::string name = flavor_name(flavor) + (pipelined ? " pipelined" : " unfused");
           const Case c{kAwkward, kBF16, kBF16, true, kGemmTileSmall, /*bias=*/true};
           Stream stream;
           Problem p(ctx, flavor, c);
           ReferenceCache refs(p, first_seed);
           first_seed += 3;
-          const FusedConfig config = config_for(flavor, c.tile);
+          const FusedConfig config = config_for(flavor, c.tile, pipelined);
           FusedWorkspace ws;
           p.upload(refs.seed(0), stream.get());
           fns(flavor.op).preamble(ctx, p.operands(), config, ws);

@@ -155,6 +155,7 @@ class Context {
   std::unique_ptr<HeapAllocator> allocator_;
   DeviceErrorRecord* error_record_ = nullptr;  // pinned, mapped host memory
   DeviceContext device_ctx_{};
+  bool nvtx_on_ = false;        // IRIS_NVTX_HEAP=1
   void* nvtx_heap_ = nullptr;  // nvtxMemHeapHandle_t of this process's heap window (shared in threads mode)
 };
 

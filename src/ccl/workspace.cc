@@ -64,7 +64,8 @@ std::string OpSignature::describe() const {
                          root >= 0 ? detail::str_cat(" root ", root) : std::string(),
                          op == OpKind::kAllReduce || op == OpKind::kReduceScatter
                              ? std::string(" op ") + reduce_op_name(reduce_op)
-                             : std::string());
+                             : std::string(),
+                         symmetric_output ? " C on the symmetric heap" : "");
 }
 
 Workspace::Workspace(Workspace&& other) noexcept { *this = std::move(other); }

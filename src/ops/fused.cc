@@ -112,6 +112,7 @@ void FusedConfig::validate(int world_size) const {
                  "block_size_k must be a multiple of 16 up to 256 (a Hopper wgmma tile), got ", block_size_k);
   IRIS_CHECK_ARG(gemm_sms >= 0, "gemm_sms must be 0 (automatic) or positive, got ", gemm_sms);
   IRIS_CHECK_ARG(comm_sms >= 0, "comm_sms must be 0 (automatic) or positive, got ", comm_sms);
+  IRIS_CHECK_ARG(min_band_tiles >= 0, "min_band_tiles must be 0 (automatic) or positive, got ", min_band_tiles);
   IRIS_CHECK_ARG(all_reduce_variant == AllReduceVariant::kAtomic || all_reduce_variant == AllReduceVariant::kSpinlock ||
                      all_reduce_variant == AllReduceVariant::kOneShot ||
                      all_reduce_variant == AllReduceVariant::kTwoShot,
@@ -144,9 +145,10 @@ FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& co
       p.needs.flags = w + w * kOneShotBands;
       p.needs.staging_bytes = w * align256(mn * esz);
       break;
-    case AllReduceVariant::kTwoShot:  // ready, data, reduced by source; W partial bands, W slots, 1 reduced band
+    case AllReduceVariant::kTwoShot:  // ready, data, reduced by source; M x N partials, W slots, 1 reduced band
       p.needs.flags = 3 * w;
-      p.needs.staging_bytes = (2 * w + 1) * align256(static_cast<size_t>(ceil_div(m, world_size) * n) * esz);
+      p.needs.staging_bytes =
+          align256(mn * esz) + (w + 1) * align256(static_cast<size_t>(ceil_div(m, world_size) * n) * esz);
       break;
     default:
       IRIS_ASSERT(false, "FusedConfig::validate admits only the fused variants");
@@ -170,9 +172,10 @@ FusedPlan plan_matmul_reduce_scatter(const MatmulOperands& mm, const FusedConfig
   FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
   size_tiles(p, m, n);  // each rank's GEMM computes the whole M x N partial product
   p.sig.dtype = mm.c.dtype;
-  // Ready and data by source; W partial bands and W receive slots of M/W x N.
+  // Ready and data by source; the M x N partial product and W receive slots of M/W x N.
   p.needs.flags = 2 * static_cast<size_t>(world_size);
-  p.needs.staging_bytes = 2 * static_cast<size_t>(world_size) * align256(static_cast<size_t>(rows * n) * mm.c.element_size());
+  p.needs.staging_bytes = align256(static_cast<size_t>(m * n) * mm.c.element_size()) +
+                          static_cast<size_t>(world_size) * align256(static_cast<size_t>(rows * n) * mm.c.element_size());
   return p;
 }
 
@@ -188,9 +191,9 @@ FusedPlan plan_all_gather_matmul(const MatmulOperands& mm, const FusedConfig& co
   FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
   size_tiles(p, m, n);
   p.sig.dtype = mm.a.dtype;  // A crosses ranks
-  // Ready and data by source; W slots of M_rank x K (A gathered).
+  // Ready and data by source; W slots of M_rank x K back to back (A gathered).
   p.needs.flags = 2 * static_cast<size_t>(world_size);
-  p.needs.staging_bytes = static_cast<size_t>(world_size) * align256(static_cast<size_t>(m_rank * k) * mm.a.element_size());
+  p.needs.staging_bytes = align256(static_cast<size_t>(m * k) * mm.a.element_size());
   return p;
 }
 
@@ -222,9 +225,17 @@ namespace {
 
 using PlanFn = FusedPlan (*)(const MatmulOperands&, const FusedConfig&, int, int);
 
+bool symmetric_view(const Context& ctx, const Tensor& t);
+
+// The plan as this context runs it: matmul_all_gather records whether C is on the symmetric heap.
+FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm, const FusedConfig& config) {
+  FusedPlan p = plan(mm, config, ctx.world_size(), ccl::detail::sm_count(ctx));
+  if (p.sig.op == OpKind::kMatmulAllGather) p.sig.symmetric_output = symmetric_view(ctx, mm.c);
+  return p;
+}
+
 void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws) {
-  ccl::detail::prepare_everywhere(ctx, ws,
-                                  [&] { return plan(mm, config, ctx.world_size(), ccl::detail::sm_count(ctx)); });
+  ccl::detail::prepare_everywhere(ctx, ws, [&] { return context_plan(plan, ctx, mm, config); });
 }
 
 // ---- the band pipeline ---------------------------------------------------------------------------------
@@ -365,70 +376,95 @@ void run_single_rank(const MatmulOperands& mm, const FusedPlan& plan, cudaStream
   ops::gemm(g, nullptr, stream);
 }
 
+// How many bands of `rows` rows the GEMM is cut into: the most, up to max_bands, whose bands still have
+// min_band_tiles output tiles each (FusedConfig::min_band_tiles); 1 when even the whole has fewer.
+int pick_bands(int64_t rows, int64_t cols, int max_bands, const FusedPlan& plan, int min_band_tiles) {
+  for (int b = max_bands; b > 1; --b)
+    if (ccl::tile_count(ceil_div(rows, b), cols, plan.tile.m, plan.tile.n) >= min_band_tiles) return b;
+  return 1;
+}
+bool band_pays(int64_t rows, int64_t cols, const FusedPlan& plan, int min_band_tiles) {
+  return ccl::tile_count(rows, cols, plan.tile.m, plan.tile.n) >= min_band_tiles;
+}
+
 // matmul_reduce_scatter, and the reduce-scatter half of matmul_all_reduce two_shot. Bands of rows are
-// owned by ranks (band t: rows of rank t's output). For each peer t in ring order, the GEMM computes
-// band t of this rank's partial product into local staging P, and the side stream pushes it into rank
-// t's receive slot for this rank (after t's ready flag) and signals t. The own band's GEMM writes
-// straight into the own receive slot and overlaps the last push. Then the owner waits for its W - 1
-// partials and reduces the W slots in rank order (deterministic). Bias rides on rank 0's partials, so it
-// is added once. Staging: P (W bands) then recv (W slots), each band `band_rows` x N of C's type.
+// owned by ranks (band t: rows of rank t's output, `band_rows` each). Fused: for each peer t in ring
+// order, the GEMM computes band t of this rank's partial product into P, and the side stream pushes it
+// into rank t's receive slot for this rank and signals t; the own band's GEMM writes straight into the
+// own receive slot and overlaps the last push. Unfused (bands below the threshold): one GEMM of every
+// row into P, then the pushes. Either way the owner then waits for its W - 1 partials and reduces the W
+// slots in rank order (deterministic). Bias rides on rank 0's partials, so it is added once.
+// Staging: P (M x N, contiguous), then W receive slots of band_rows x N, each on 256 bytes; C's type.
 // Flags: [0, W) ready, [W, 2W) data by source.
-void reduce_scatter_bands(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int64_t band_rows,
-                          int64_t m, const Tensor& out, void* out2) {
+void reduce_scatter_bands(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, bool fused,
+                          int64_t band_rows, int64_t m, const Tensor& out, void* out2) {
   const int me = pl.rank(), w = pl.world();
   const int64_t n = mm.c.cols;
   const DType ct = mm.c.dtype;
   const size_t esz = dtype_size(ct);
-  const size_t band_bytes = align256(static_cast<size_t>(band_rows * n) * esz);
+  const size_t slot_bytes = align256(static_cast<size_t>(band_rows * n) * esz);
   char* p_base = pl.staging(0);
-  char* recv = pl.staging(static_cast<size_t>(w) * band_bytes);
-  auto a_rows = [&](int t) {
+  char* recv = pl.staging(align256(static_cast<size_t>(m * n) * esz));
+  auto rows_of_band = [&](int t) {
     const int64_t r0 = std::min<int64_t>(m, band_rows * t);
-    return rows_of(mm.a, r0, std::min<int64_t>(m, r0 + band_rows) - r0);
+    return Band{r0, std::min<int64_t>(m, r0 + band_rows) - r0};
   };
-  auto staged = [&](char* base, int64_t rows) { return Tensor::matrix(base, ct, rows, n, n); };
+  auto p_band = [&](int t) {
+    const Band b = rows_of_band(t);
+    return Tensor::matrix(p_base + b.row0 * n * static_cast<int64_t>(esz), ct, b.rows, n, n);
+  };
   pl.begin_and_wait_ready();
+  if (!fused) pl.gemm(mm, mm.a, Tensor::matrix(p_base, ct, m, n, n), me == 0, plan.gemm_sms);
   for (int j = 1; j < w; ++j) {
     const int t = (me + j) % w;
-    const Tensor a = a_rows(t);
-    const Tensor p = staged(p_base + t * band_bytes, a.rows);
-    pl.gemm(mm, a, p, me == 0, plan.gemm_sms);
+    const Band b = rows_of_band(t);
+    const Tensor p = p_band(t);
+    if (fused) pl.gemm(mm, rows_of(mm.a, b.row0, b.rows), p, me == 0, plan.gemm_sms);
     pl.fork();
-    pl.push(p, pl.on(recv + me * band_bytes, t), n);
+    pl.push(p, pl.on(recv + me * slot_bytes, t), n);
     pl.signal(pl.side(), w + me, t);
   }
-  const Tensor a_me = a_rows(me);
-  pl.gemm(mm, a_me, staged(recv + me * band_bytes, a_me.rows), me == 0, plan.gemm_sms);
+  const Band mine = rows_of_band(me);
+  if (fused)
+    pl.gemm(mm, rows_of(mm.a, mine.row0, mine.rows), Tensor::matrix(recv + me * slot_bytes, ct, mine.rows, n, n),
+            me == 0, plan.gemm_sms);
   pl.wait(pl.main(), w, w, 1, me, detail::FusedWait::kData);
   detail::ReduceSlots r;
   r.slots = recv;
-  r.slot_elems = static_cast<int64_t>(band_bytes / esz);
+  r.slot_elems = static_cast<int64_t>(slot_bytes / esz);
   r.world = w;
-  r.rows = a_me.rows;
+  r.rows = mine.rows;
   r.cols = n;
   r.out = out.data;
   r.out_stride = out.stride;
   r.out2 = out2;
+  if (!fused) {  // the own partial stayed in P
+    r.own = p_band(me).data;
+    r.own_index = me;
+  }
   detail::launch_reduce_slots(r, ct, device_sms(plan), pl.main());
   pl.join();
 }
 
-void run_matmul_reduce_scatter(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
-  const int64_t m = mm.a.rows;
-  reduce_scatter_bands(pl, mm, plan, m / pl.world(), m, mm.c, nullptr);
+void run_matmul_reduce_scatter(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int min_band_tiles) {
+  const int64_t m = mm.a.rows, rows = m / pl.world();
+  reduce_scatter_bands(pl, mm, plan, band_pays(rows, mm.c.cols, plan, min_band_tiles), rows, m, mm.c, nullptr);
 }
 
 // two_shot: reduce-scatter by bands (above), the owner also keeps its reduced band in staging (`red`)
-// and signals; every rank then pulls each peer's reduced band into its C. Flags: [2W, 3W) reduced.
-void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+// and signals; every rank then pulls each peer's reduced band into its C. Staging: as above (bands of
+// ceil(M/W) rows), then `red`. Flags: [2W, 3W) reduced.
+void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan,
+                                    int min_band_tiles) {
   const int me = pl.rank(), w = pl.world();
   const int64_t m = mm.a.rows, n = mm.c.cols;
   const int64_t band_rows = ceil_div(m, w);
   const size_t esz = mm.c.element_size();
-  const size_t band_bytes = align256(static_cast<size_t>(band_rows * n) * esz);
-  char* red = pl.staging(2 * static_cast<size_t>(w) * band_bytes);
+  const size_t slot_bytes = align256(static_cast<size_t>(band_rows * n) * esz);
+  char* red = pl.staging(align256(static_cast<size_t>(m * n) * esz) + static_cast<size_t>(w) * slot_bytes);
   const Band mine = band(m, w, me);
-  reduce_scatter_bands(pl, mm, plan, band_rows, m, rows_of(mm.c, mine.row0, mine.rows), red);
+  reduce_scatter_bands(pl, mm, plan, band_pays(band_rows, n, plan, min_band_tiles), band_rows, m,
+                       rows_of(mm.c, mine.row0, mine.rows), red);
   pl.signal(pl.main(), 2 * w + me, -1);
   for (int j = 1; j < w; ++j) {
     const int s = (me + j) % w;
@@ -439,22 +475,23 @@ void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, cons
   }
 }
 
-// one_shot: the GEMM computes the whole partial product into this rank's receive slot, band by band;
-// after each band the side stream pushes it into the same slot of every peer and signals. Each rank then
-// reduces all W slots in rank order into C: every rank gets bitwise-identical results. Staging: W slots
-// of M x N. Flags: [0, W) ready, [W, W + W * kOneShotBands) data by (source, band).
-
-void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+// one_shot: the GEMM computes the whole partial product into this rank's receive slot, in up to
+// kOneShotBands bands (pick_bands); after each band the side stream pushes it into the same slot of
+// every peer and signals. Each rank then reduces all W slots in rank order into C: every rank gets
+// bitwise-identical results. Staging: W slots of M x N. Flags: [0, W) ready, [W, W + W * kOneShotBands)
+// data by (source, band).
+void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan,
+                                    int min_band_tiles) {
   const int me = pl.rank(), w = pl.world();
   const int64_t m = mm.a.rows, n = mm.c.cols;
   const DType ct = mm.c.dtype;
   const size_t esz = dtype_size(ct);
   const size_t slot_bytes = align256(static_cast<size_t>(m * n) * esz);
+  const int bands = pick_bands(m, n, kOneShotBands, plan, min_band_tiles);
   char* mine = pl.staging(me * slot_bytes);
   pl.begin_and_wait_ready();
-  for (int b = 0; b < kOneShotBands; ++b) {
-    const Band rows = band(m, kOneShotBands, b);
-    if (rows.rows == 0) continue;
+  for (int b = 0; b < bands; ++b) {
+    const Band rows = band(m, bands, b);
     const Tensor part = Tensor::matrix(mine + rows.row0 * n * esz, ct, rows.rows, n, n);
     pl.gemm(mm, rows_of(mm.a, rows.row0, rows.rows), part, me == 0, plan.gemm_sms);
     pl.fork();
@@ -464,9 +501,6 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
       pl.signal(pl.side(), w + me * kOneShotBands + b, t);
     }
   }
-  // Bands with no rows are never signalled: wait only for the ones that exist.
-  int bands = 0;
-  while (bands < kOneShotBands && band(m, kOneShotBands, bands).rows > 0) ++bands;
   for (int s = 0; s < w; ++s)
     if (s != me) pl.wait(pl.main(), w + s * kOneShotBands, bands, 1, -1, detail::FusedWait::kData);
   detail::ReduceSlots r;
@@ -482,19 +516,29 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
 }
 
 // all_gather_matmul: the side stream pushes this rank's A into slot `rank` of every peer's gather buffer
-// (after the peer's ready flag) and signals it, while the GEMM computes the rows of C that need only the
-// local A. Then, in the order peers' rows arrive, the GEMM computes each peer's rows from the gather
-// buffer. Staging: W slots of M_rank x K of A's type. Flags: [0, W) ready, [W, 2W) data by source.
-void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+// (W slots of M_rank x K back to back) and signals it. Fused: meanwhile the GEMM computes the rows of C
+// that need only the local A, then, in the order peers' rows arrive, each peer's rows from the gather
+// buffer. Unfused (an M_rank-row GEMM below the threshold): the local A is copied into its slot too, and
+// one GEMM computes every row from the gathered A once all have arrived. Flags: [0, W) ready, [W, 2W)
+// data by source.
+void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int min_band_tiles) {
   const int me = pl.rank(), w = pl.world();
   const int64_t mr = mm.a.rows, k = mm.a.cols;
-  const size_t slot_bytes = align256(static_cast<size_t>(mr * k) * mm.a.element_size());
+  const size_t slot_bytes = static_cast<size_t>(mr * k) * mm.a.element_size();  // a multiple of 16 (K % 8 == 0)
+  const bool fused = band_pays(mr, mm.c.cols, plan, min_band_tiles);
   pl.begin_and_wait_ready();
   pl.fork();
   for (int j = 1; j < w; ++j) {
     const int t = (me + j) % w;
     pl.push(mm.a, pl.on(pl.staging(me * slot_bytes), t), k);
     pl.signal(pl.side(), w + me, t);
+  }
+  if (!fused) {
+    pl.push(mm.a, pl.staging(me * slot_bytes), k);
+    pl.join();
+    pl.wait(pl.main(), w, w, 1, me, detail::FusedWait::kData);
+    pl.gemm(mm, Tensor::matrix(pl.staging(0), mm.a.dtype, w * mr, k, k), mm.c, true, plan.gemm_sms);
+    return;
   }
   pl.gemm(mm, mm.a, rows_of(mm.c, me * mr, mr), true, plan.gemm_sms);
   for (int j = 1; j < w; ++j) {
@@ -506,42 +550,53 @@ void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPl
   pl.join();
 }
 
-// matmul_all_gather: the GEMM computes this rank's M_rank rows band by band into slot `rank` of the
-// staging; after each band the side stream copies it into C and pushes it into slot `rank` of every
-// peer (after the peer's ready flag), then signals. Each rank copies the peers' slots into C as their
-// bands arrive. Staging: W slots of M_rank x N of C's type. Flags: [0, W) ready, then data by (source,
-// band).
-
-void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+// matmul_all_gather: the GEMM computes this rank's M_rank rows in up to kAllGatherBands bands
+// (pick_bands); after each band the side stream pushes it to every peer and signals. When C is on the
+// symmetric heap the bands go straight from this rank's rows of C into the same rows of every peer's C.
+// Otherwise they go through slot `rank` of the staging (W slots of M_rank x N): the side stream also
+// copies each band into C, and each rank copies the peers' slots into C once their bands arrived.
+// Flags: [0, W) ready, then data by (source, band).
+void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int min_band_tiles,
+                           bool c_symmetric) {
   const int me = pl.rank(), w = pl.world();
   const int64_t mr = mm.a.rows, n = mm.c.cols;
   const DType ct = mm.c.dtype;
   const size_t esz = dtype_size(ct);
   const size_t slot_bytes = align256(static_cast<size_t>(mr * n) * esz);
+  const int bands = pick_bands(mr, n, kAllGatherBands, plan, min_band_tiles);
   char* mine = pl.staging(me * slot_bytes);
-  int bands = 0;
   pl.begin_and_wait_ready();
-  for (int b = 0; b < kAllGatherBands; ++b) {
-    const Band rows = band(mr, kAllGatherBands, b);
-    if (rows.rows == 0) continue;
-    ++bands;
-    const Tensor part = Tensor::matrix(mine + rows.row0 * n * esz, ct, rows.rows, n, n);
+  for (int b = 0; b < bands; ++b) {
+    const Band rows = band(mr, bands, b);
+    const Tensor c_rows = rows_of(mm.c, me * mr + rows.row0, rows.rows);
+    const Tensor part = c_symmetric ? c_rows : Tensor::matrix(mine + rows.row0 * n * esz, ct, rows.rows, n, n);
     pl.gemm(mm, rows_of(mm.a, rows.row0, rows.rows), part, true, plan.gemm_sms);
     pl.fork();
-    pl.push(part, rows_of(mm.c, me * mr + rows.row0, rows.rows).data, mm.c.stride);
+    if (!c_symmetric) pl.push(part, c_rows.data, mm.c.stride);
     for (int j = 1; j < w; ++j) {
       const int t = (me + j) % w;
-      pl.push(part, pl.on(static_cast<char*>(part.data), t), n);
+      if (c_symmetric)
+        pl.push(part, pl.on(static_cast<char*>(part.data), t), mm.c.stride);
+      else
+        pl.push(part, pl.on(static_cast<char*>(part.data), t), n);
       pl.signal(pl.side(), w + me * kAllGatherBands + b, t);
     }
   }
   for (int j = 1; j < w; ++j) {
     const int s = (me - j + w) % w;
     pl.wait(pl.main(), w + s * kAllGatherBands, bands, 1, -1, detail::FusedWait::kData);
+    if (c_symmetric) continue;
     const Tensor from = Tensor::matrix(pl.staging(s * slot_bytes), ct, mr, n, n);
     pl.copy(pl.main(), from, rows_of(mm.c, s * mr, mr).data, mm.c.stride, device_sms(plan));
   }
   pl.join();
+}
+
+// True when every byte of the view is in this rank's heap (so peers can write it).
+bool symmetric_view(const Context& ctx, const Tensor& t) {
+  if (t.numel() == 0 || !ctx.is_symmetric(t.data)) return false;
+  const char* last = static_cast<const char*>(t.data) + t.span_bytes() - 1;
+  return ctx.is_symmetric(last);
 }
 
 void check_tile(const FusedPlan& p, const MatmulOperands& mm) {
@@ -557,9 +612,14 @@ void check_tile(const FusedPlan& p, const MatmulOperands& mm) {
 
 void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
             cudaStream_t stream) {
-  const FusedPlan p = plan(mm, config, ctx.world_size(), ccl::detail::sm_count(ctx));
+  const FusedPlan p = context_plan(plan, ctx, mm, config);
   check_fused_workspace(p, ws);
   check_tile(p, mm);
+  // Every rank must take the path its peers prepared for (see OpSignature::symmetric_output).
+  IRIS_CHECK_ARG(p.sig.symmetric_output == ws.signature().symmetric_output, ccl::op_name(p.sig.op), ": C is ",
+                 p.sig.symmetric_output ? "" : "not ", "on the symmetric heap but the workspace was prepared with C ",
+                 ws.signature().symmetric_output ? "" : "not ", "on it; call ", preamble_name(p.sig.op),
+                 " again with this C.");
   if (mm.c.numel() == 0) return;
   const char* name = ccl::op_name(p.sig.op);
   if (p.sig.op == OpKind::kMatmulAllReduce &&
@@ -573,21 +633,22 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
     return;
   }
   Pipeline pl(ctx, p, config.copy_engine, ws, stream);
+  const int min_tiles = config.min_band_tiles > 0 ? config.min_band_tiles : std::max(1, ccl::detail::sm_count(ctx) / 2);
   switch (p.sig.op) {
     case OpKind::kMatmulAllReduce:
       if (config.all_reduce_variant == AllReduceVariant::kOneShot)
-        run_matmul_all_reduce_one_shot(pl, mm, p);
+        run_matmul_all_reduce_one_shot(pl, mm, p, min_tiles);
       else
-        run_matmul_all_reduce_two_shot(pl, mm, p);
+        run_matmul_all_reduce_two_shot(pl, mm, p, min_tiles);
       break;
     case OpKind::kMatmulReduceScatter:
-      run_matmul_reduce_scatter(pl, mm, p);
+      run_matmul_reduce_scatter(pl, mm, p, min_tiles);
       break;
     case OpKind::kAllGatherMatmul:
-      run_all_gather_matmul(pl, mm, p);
+      run_all_gather_matmul(pl, mm, p, min_tiles);
       break;
     case OpKind::kMatmulAllGather:
-      run_matmul_all_gather(pl, mm, p);
+      run_matmul_all_gather(pl, mm, p, min_tiles, p.sig.symmetric_output);
       break;
     default:
       IRIS_ASSERT(false, "not a fused op");

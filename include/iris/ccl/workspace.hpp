@@ -88,6 +88,10 @@ struct OpSignature {
   int root = -1;  // broadcast
   ReduceOp reduce_op = ReduceOp::kSum;
   int64_t depth = 0;  // fused ops: K of the GEMM (0 for collectives)
+  // matmul_all_gather: C lies on the symmetric heap, so peers write their rows straight into it. Part of
+  // the signature so that every rank takes the same path (a peer writing into a heap that holds no C
+  // would corrupt it).
+  bool symmetric_output = false;
 
   bool operator==(const OpSignature&) const = default;
   std::string describe() const;

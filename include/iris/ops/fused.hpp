@@ -25,8 +25,11 @@
 //                                the own band last; the owner reduces the W partials in rank order.
 //   all_gather_matmul            A pushed to every peer while the GEMM computes the local rows; then
 //                                the GEMM of each peer's rows as they arrive.
-//   matmul_all_gather            GEMM in 4 bands; each band copied into C and pushed to every peer.
-// With one rank every op is its GEMM. A workspace serves one stream at a time.
+//   matmul_all_gather            GEMM in 4 bands; each band copied into C and pushed to every peer
+//                                (straight into the peers' C when C is on the symmetric heap).
+// A band GEMM must have FusedConfig::min_band_tiles tiles to pay for its launch; below, an op cuts fewer
+// bands, down to the unfused order (one GEMM, then the communication). With one rank every op is its
+// GEMM. A workspace serves one stream at a time.
 //
 // Shapes (W = world size; every rank passes the same shapes, dtypes and config):
 //   matmul_all_reduce      C (M x N)   = sum over r of A_r (M x K) @ B_r (K x N)
@@ -45,10 +48,10 @@
 // or M/W x N (matmul_all_gather). Every op has one lock word per tile and two block-state words per
 // block (gemm_sms + comm_sms; word 0 holds the call's epoch). Flags (64-bit, epoch-valued) and staging:
 //   matmul_all_reduce one_shot           flags W + 4W (ready; data by source and band)  staging W slots of M x N
-//   matmul_all_reduce two_shot           flags 3W (ready, data, reduced)  staging 2W + 1 bands of ceil(M/W) x N
+//   matmul_all_reduce two_shot           flags 3W (ready, data, reduced)  staging M x N + W + 1 bands of ceil(M/W) x N
 //   matmul_all_reduce atomic, spinlock   flags 2T                         staging M x N float32 (not implemented)
-//   matmul_reduce_scatter                flags 2W (ready, data)           staging 2W bands of M/W x N
-//   all_gather_matmul                    flags 2W (ready, data)           staging W slots of M_rank x K of A's type
+//   matmul_reduce_scatter                flags 2W (ready, data)           staging M x N + W bands of M/W x N
+//   all_gather_matmul                    flags 2W (ready, data)           staging M x K of A's type (W slots)
 //   matmul_all_gather                    flags 5W (ready; data by band)   staging W slots of M_rank x N
 // Staging holds C's type unless said otherwise; every slot and band starts on 256 bytes. The workspace
 // signature holds the shape, K, world size, block sizes, the all_reduce variant, and the type that
@@ -95,6 +98,12 @@ struct FusedConfig {
   // Blocks of the copy kernels that run beside the GEMM when copy_engine is false; 0 =
   // default_comm_sms(device SMs).
   int comm_sms = 0;
+  // The fusion threshold: a band GEMM of fewer output tiles than this is not worth its own launch, so
+  // the op cuts fewer bands, down to one GEMM followed by the communication (no overlap). 0 = half the
+  // device's SMs (66 on an H200), from iris-bench --fused on 2 x H200: at (128, 8192, 8192) every op
+  // was 2-6x slower cut into bands of 32-64 rows (32 tiles each) than cuBLAS + NCCL, while bands of
+  // 128+ tiles won from (2048, 8192, 8192) up.
+  int min_band_tiles = 0;
   // matmul_all_reduce only: atomic, spinlock, one_shot or two_shot (auto and ring are not fused variants).
   ccl::AllReduceVariant all_reduce_variant = ccl::AllReduceVariant::kTwoShot;
 
