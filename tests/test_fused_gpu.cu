@@ -39,6 +39,7 @@
 #include "iris/core/error.hpp"
 #include "iris/ops/fused.hpp"
 #include "iris/ops/gemm.hpp"
+#include "support/error_text.hpp"
 #include "support/ranks.hpp"
 #include "support/require_gemm_core.hpp"
 
@@ -440,15 +441,7 @@ void call_and_check(Context& ctx, Problem& p, const FusedConfig& config, FusedWo
   ctx.barrier();
 }
 
-template <typename Fn>
-std::string error_text(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
+using test::error_text;
 
 // ---- 0. the reference itself (host only) -----------------------------------------------------------
 
@@ -759,6 +752,48 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
 }
 
 // ---- 4. ranks that disagree ------------------------------------------------------------------------
+
+// matmul_all_gather writes peers' rows straight into C when its preamble saw C on the symmetric heap:
+// a call with a C elsewhere must be refused before anything is launched, and the other way round.
+TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int64_t w = ctx.world_size(), mr = 64, n = 128, k = 64;
+        auto* a = ctx.empty<__nv_bfloat16>(mr * k);
+        auto* b = ctx.empty<__nv_bfloat16>(k * n);
+        auto* c_heap = ctx.empty<__nv_bfloat16>(w * mr * n);
+        void* c_plain = nullptr;
+        IRIS_CUDA_CHECK(cudaMalloc(&c_plain, static_cast<size_t>(w * mr * n) * 2));
+        MatmulOperands on_heap;
+        on_heap.a = Tensor::matrix(a, kBF16, mr, k);
+        on_heap.b = Tensor::matrix(b, kBF16, k, n);
+        on_heap.c = Tensor::matrix(c_heap, kBF16, w * mr, n);
+        MatmulOperands off_heap = on_heap;
+        off_heap.c.data = c_plain;
+        const FusedConfig config;
+        FusedWorkspace ws;
+        matmul_all_gather_preamble(ctx, on_heap, config, ws);
+        EXPECT_TRUE(ws.signature().symmetric_output);
+        EXPECT_EQ(error_text([&] { matmul_all_gather(ctx, off_heap, config, ws, nullptr); }),
+                  "matmul_all_gather: C is not on the symmetric heap but the workspace was prepared with C on it; "
+                  "call matmul_all_gather_preamble again with this C.");
+        matmul_all_gather_preamble(ctx, off_heap, config, ws);
+        EXPECT_FALSE(ws.signature().symmetric_output);
+        EXPECT_EQ(error_text([&] { matmul_all_gather(ctx, on_heap, config, ws, nullptr); }),
+                  "matmul_all_gather: C is on the symmetric heap but the workspace was prepared with C not on it; "
+                  "call matmul_all_gather_preamble again with this C.");
+        ctx.synchronize();
+        release_workspace(ctx, ws);
+        IRIS_CUDA_CHECK(cudaFree(c_plain));
+        ctx.free(c_heap);
+        ctx.free(b);
+        ctx.free(a);
+        ctx.barrier();
+      },
+      options());
+}
 
 // A rank passing another K, valid or not, makes every rank raise from the preamble (none waits for the
 // others, none prepares); the ranks then agree again and a correct call works.

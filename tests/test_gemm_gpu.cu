@@ -22,6 +22,7 @@
 #include "iris/core/cuda_check.hpp"
 #include "iris/ops/fused.hpp"
 #include "iris/ops/gemm.hpp"
+#include "support/error_text.hpp"
 #include "support/ranks.hpp"
 #include "support/require_gemm_core.hpp"
 
@@ -255,15 +256,7 @@ TEST(GemmGpuEmpty, EmptyOutputLaunchesNothing) {
 
 using test::RankSetup;
 
-template <typename Fn>
-std::string error_text(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
+using test::error_text;
 
 class FusedOpsGpu : public ::testing::TestWithParam<RankSetup> {};
 

@@ -230,7 +230,9 @@ bool symmetric_view(const Context& ctx, const Tensor& t);
 // The plan as this context runs it: matmul_all_gather records whether C is on the symmetric heap.
 FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm, const FusedConfig& config) {
   FusedPlan p = plan(mm, config, ctx.world_size(), ccl::detail::sm_count(ctx));
-  if (p.sig.op == OpKind::kMatmulAllGather) p.sig.symmetric_output = symmetric_view(ctx, mm.c);
+  // Contiguous too: peers write with this rank's geometry, and the signature holds no row stride.
+  if (p.sig.op == OpKind::kMatmulAllGather)
+    p.sig.symmetric_output = mm.c.stride == mm.c.cols && symmetric_view(ctx, mm.c);
   return p;
 }
 
@@ -326,6 +328,15 @@ class Pipeline {
     IRIS_CUDA_CHECK(cudaMemcpy2DAsync(to, static_cast<size_t>(to_stride_elems) * esz, from.data,
                                       static_cast<size_t>(from.stride) * esz, static_cast<size_t>(from.cols) * esz,
                                       static_cast<size_t>(from.rows), cudaMemcpyDefault, side_));
+  }
+  // The band `part` (in this rank's heap) into the same place of every peer's heap, in ring order from
+  // the side stream, each push followed by flags[flag] = epoch on that peer.
+  void push_to_peers(const Tensor& part, int flag) {
+    for (int j = 1; j < world(); ++j) {
+      const int t = (rank() + j) % world();
+      push(part, on(static_cast<char*>(part.data), t), part.stride);
+      signal(side_, flag, t);
+    }
   }
   // A copy kernel of `blocks` blocks on stream s (either side may be a peer's heap).
   void copy(cudaStream_t s, const Tensor& from, void* to, int64_t to_stride_elems, int blocks) {
@@ -495,11 +506,7 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
     const Tensor part = Tensor::matrix(mine + rows.row0 * n * esz, ct, rows.rows, n, n);
     pl.gemm(mm, rows_of(mm.a, rows.row0, rows.rows), part, me == 0, plan.gemm_sms);
     pl.fork();
-    for (int j = 1; j < w; ++j) {
-      const int t = (me + j) % w;
-      pl.push(part, pl.on(static_cast<char*>(part.data), t), n);
-      pl.signal(pl.side(), w + me * kOneShotBands + b, t);
-    }
+    pl.push_to_peers(part, w + me * kOneShotBands + b);
   }
   for (int s = 0; s < w; ++s)
     if (s != me) pl.wait(pl.main(), w + s * kOneShotBands, bands, 1, -1, detail::FusedWait::kData);
@@ -552,8 +559,8 @@ void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPl
 
 // matmul_all_gather: the GEMM computes this rank's M_rank rows in up to kAllGatherBands bands
 // (pick_bands); after each band the side stream pushes it to every peer and signals. When C is on the
-// symmetric heap the bands go straight from this rank's rows of C into the same rows of every peer's C.
-// Otherwise they go through slot `rank` of the staging (W slots of M_rank x N): the side stream also
+// symmetric heap and contiguous, the bands go straight from this rank's rows of C into the same rows of
+// every peer's C. Otherwise they go through slot `rank` of the staging (W slots of M_rank x N): the side stream also
 // copies each band into C, and each rank copies the peers' slots into C once their bands arrived.
 // Flags: [0, W) ready, then data by (source, band).
 void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int min_band_tiles,
@@ -573,14 +580,7 @@ void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPl
     pl.gemm(mm, rows_of(mm.a, rows.row0, rows.rows), part, true, plan.gemm_sms);
     pl.fork();
     if (!c_symmetric) pl.push(part, c_rows.data, mm.c.stride);
-    for (int j = 1; j < w; ++j) {
-      const int t = (me + j) % w;
-      if (c_symmetric)
-        pl.push(part, pl.on(static_cast<char*>(part.data), t), mm.c.stride);
-      else
-        pl.push(part, pl.on(static_cast<char*>(part.data), t), n);
-      pl.signal(pl.side(), w + me * kAllGatherBands + b, t);
-    }
+    pl.push_to_peers(part, w + me * kAllGatherBands + b);
   }
   for (int j = 1; j < w; ++j) {
     const int s = (me - j + w) % w;

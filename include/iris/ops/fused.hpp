@@ -26,7 +26,7 @@
 //   all_gather_matmul            A pushed to every peer while the GEMM computes the local rows; then
 //                                the GEMM of each peer's rows as they arrive.
 //   matmul_all_gather            GEMM in 4 bands; each band copied into C and pushed to every peer
-//                                (straight into the peers' C when C is on the symmetric heap).
+//                                (straight into the peers' C when C is on the symmetric heap and contiguous).
 // A band GEMM must have FusedConfig::min_band_tiles tiles to pay for its launch; below, an op cuts fewer
 // bands, down to the unfused order (one GEMM, then the communication). With one rank every op is its
 // GEMM. A workspace serves one stream at a time.
