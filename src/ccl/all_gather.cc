@@ -7,18 +7,12 @@
 namespace iris::ccl {
 namespace {
 
-using detail::align256;
-
 constexpr const char* kOp = "all_gather";
 constexpr const char* kPreamble = "all_gather_preamble";
 
 struct Plan {
-  OpSignature sig;
-  WorkspaceNeeds needs;
-  detail::CopyPlan chunks;
-  int64_t slot = 0;  // elements
+  detail::ExchangePlan x;
   bool in_place = false;
-  int blocks = 1;
 };
 
 Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config) {
@@ -36,49 +30,27 @@ Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Co
   IRIS_CHECK_ARG(p.in_place || !detail::overlaps(in, out), kOp,
                  ": input overlaps the output without being the output's rows of this rank (", ctx.rank() * in.rows,
                  " to ", (ctx.rank() + 1) * in.rows, "); pass separate buffers, or exactly those rows for in-place.");
-  p.sig = detail::collective_signature(OpKind::kAllGather, in, world, config);
-  const size_t esz = in.element_size();
-  p.chunks = detail::plan_copy_chunks(in.numel(), in.dtype);
-  p.slot = static_cast<int64_t>(align256(static_cast<size_t>(in.numel()) * esz) / esz);
-  p.needs.block_state = detail::kCollectiveEpochWords;
-  if (world > 1) {
-    p.needs.staging_bytes = 2 * static_cast<size_t>(world - 1) * static_cast<size_t>(p.slot) * esz;
-    p.needs.flags = 2 * static_cast<size_t>(world - 1) * static_cast<size_t>(p.chunks.nchunks);
-  }
-  p.blocks = detail::launch_blocks(ctx, config, p.chunks.nchunks);
+  p.x = detail::plan_exchange(ctx, detail::collective_signature(OpKind::kAllGather, in, world, config), in.rows,
+                              in.cols, in.dtype, config);
   return p;
 }
 
 }  // namespace
 
 void all_gather_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws) {
-  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(ctx, out, in, config); });
+  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(ctx, out, in, config).x; });
 }
 
 void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream) {
   const Plan p = make_plan(ctx, out, in, config);
   detail::require_op(kOp, kPreamble, ws, OpKind::kAllGather);
-  ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
+  ws.check_capacity(p.x.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;
-  detail::ExchangeArgs a{};
-  a.ctx = ctx.device_context();
-  a.in = in.data;
-  a.out = out.data;
-  a.cols = in.cols;
-  a.in_stride = in.stride;
-  a.out_stride = out.stride;
-  a.block_rows = in.rows;
-  a.numel = in.numel();
-  a.chunk = p.chunks.chunk;
-  a.nchunks = p.chunks.nchunks;
-  a.slot = p.slot;
-  a.staging = ws.staging();
-  a.flags = ws.flags();
-  a.state = ws.block_state();
+  detail::ExchangeArgs a = detail::exchange_args(ctx, p.x, in, out, ws);
   a.vec = detail::vec_ok(in, 0) && detail::vec_ok(out, in.rows);
   a.in_place = p.in_place;
-  detail::launch_all_gather(a, in.dtype, p.blocks, detail::pick_stream(ctx, stream));
+  detail::launch_all_gather(a, in.dtype, p.x.blocks, detail::pick_stream(ctx, stream));
   IRIS_CUDA_CHECK_LAUNCH();
   ws.count_call();
 }

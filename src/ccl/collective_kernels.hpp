@@ -179,6 +179,58 @@ inline int launch_blocks(const Context& ctx, const Config& config, int64_t nchun
   return static_cast<int>(std::clamp<int64_t>(nchunks, 1, limit));
 }
 
+// The plan all_gather, all_to_all and reduce_scatter share: every pair of ranks exchanges one block
+// of block_rows x cols elements in chunks, through W - 1 staging slots and per-chunk flags on each rank,
+// in two parities (the kernels' comments give the reuse argument).
+struct ExchangePlan {
+  OpSignature sig;
+  WorkspaceNeeds needs;
+  CopyPlan chunks;
+  int64_t block_rows = 0;
+  int64_t slot = 0;  // elements between staging slots (a multiple of 256 bytes)
+  int blocks = 1;
+};
+
+inline ExchangePlan plan_exchange(const Context& ctx, const OpSignature& sig, int64_t block_rows, int64_t cols,
+                                  DType dtype, const Config& config) {
+  const int world = ctx.world_size();
+  const size_t esz = dtype_size(dtype);
+  const int64_t numel = block_rows * cols;
+  ExchangePlan p;
+  p.sig = sig;
+  p.block_rows = block_rows;
+  p.chunks = plan_copy_chunks(numel, dtype);
+  p.slot = static_cast<int64_t>(align256(static_cast<size_t>(numel) * esz) / esz);
+  p.needs.block_state = kCollectiveEpochWords;
+  if (world > 1) {
+    p.needs.staging_bytes = 2 * static_cast<size_t>(world - 1) * static_cast<size_t>(p.slot) * esz;
+    p.needs.flags = 2 * static_cast<size_t>(world - 1) * static_cast<size_t>(p.chunks.nchunks);
+  }
+  p.blocks = launch_blocks(ctx, config, p.chunks.nchunks);
+  return p;
+}
+
+// The launch arguments of an exchange over `in` and `out`; the caller decides vec and in_place.
+inline ExchangeArgs exchange_args(const Context& ctx, const ExchangePlan& p, const Tensor& in, const Tensor& out,
+                                  const Workspace& ws) {
+  ExchangeArgs a{};
+  a.ctx = ctx.device_context();
+  a.in = in.data;
+  a.out = out.data;
+  a.cols = in.cols;
+  a.in_stride = in.stride;
+  a.out_stride = out.stride;
+  a.block_rows = p.block_rows;
+  a.numel = p.block_rows * in.cols;
+  a.chunk = p.chunks.chunk;
+  a.nchunks = p.chunks.nchunks;
+  a.slot = p.slot;
+  a.staging = ws.staging();
+  a.flags = ws.flags();
+  a.state = ws.block_state();
+  return a;
+}
+
 }  // namespace iris::ccl::detail
 
 // ---- device helpers (the kernels' .cu files) ----------------------------------------------------------

@@ -7,20 +7,10 @@
 namespace iris::ccl {
 namespace {
 
-using detail::align256;
-
 constexpr const char* kOp = "reduce_scatter";
 constexpr const char* kPreamble = "reduce_scatter_preamble";
 
-struct Plan {
-  OpSignature sig;
-  WorkspaceNeeds needs;
-  detail::CopyPlan chunks;
-  int64_t slot = 0;  // elements
-  int blocks = 1;
-};
-
-Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config, ReduceOp rop) {
+detail::ExchangePlan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config, ReduceOp rop) {
   const int world = ctx.world_size();
   config.validate(world);
   detail::check_view(kOp, "input", in);
@@ -36,18 +26,8 @@ Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Co
   IRIS_CHECK_ARG(in_place || !detail::overlaps(in, out), kOp,
                  ": output overlaps the input without being the input's rows of this rank (", ctx.rank() * out.rows,
                  " to ", (ctx.rank() + 1) * out.rows, "); pass separate buffers, or exactly those rows for in-place.");
-  Plan p;
-  p.sig = detail::collective_signature(OpKind::kReduceScatter, in, world, config, -1, rop);
-  const size_t esz = in.element_size();
-  p.chunks = detail::plan_copy_chunks(out.numel(), in.dtype);
-  p.slot = static_cast<int64_t>(align256(static_cast<size_t>(out.numel()) * esz) / esz);
-  p.needs.block_state = detail::kCollectiveEpochWords;
-  if (world > 1) {
-    p.needs.staging_bytes = 2 * static_cast<size_t>(world - 1) * static_cast<size_t>(p.slot) * esz;
-    p.needs.flags = 2 * static_cast<size_t>(world - 1) * static_cast<size_t>(p.chunks.nchunks);
-  }
-  p.blocks = detail::launch_blocks(ctx, config, p.chunks.nchunks);
-  return p;
+  return detail::plan_exchange(ctx, detail::collective_signature(OpKind::kReduceScatter, in, world, config, -1, rop),
+                               out.rows, out.cols, in.dtype, config);
 }
 
 }  // namespace
@@ -59,25 +39,11 @@ void reduce_scatter_preamble(Context& ctx, const Tensor& out, const Tensor& in, 
 
 void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                     cudaStream_t stream, ReduceOp op) {
-  const Plan p = make_plan(ctx, out, in, config, op);
+  const detail::ExchangePlan p = make_plan(ctx, out, in, config, op);
   detail::require_op(kOp, kPreamble, ws, OpKind::kReduceScatter);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (out.numel() == 0) return;
-  detail::ExchangeArgs a{};
-  a.ctx = ctx.device_context();
-  a.in = in.data;
-  a.out = out.data;
-  a.cols = out.cols;
-  a.in_stride = in.stride;
-  a.out_stride = out.stride;
-  a.block_rows = out.rows;
-  a.numel = out.numel();
-  a.chunk = p.chunks.chunk;
-  a.nchunks = p.chunks.nchunks;
-  a.slot = p.slot;
-  a.staging = ws.staging();
-  a.flags = ws.flags();
-  a.state = ws.block_state();
+  detail::ExchangeArgs a = detail::exchange_args(ctx, p, in, out, ws);
   a.vec = detail::vec_ok(in, out.rows) && detail::vec_ok(out, 0);
   detail::launch_reduce_scatter(a, in.dtype, op, p.blocks, detail::pick_stream(ctx, stream));
   IRIS_CUDA_CHECK_LAUNCH();
