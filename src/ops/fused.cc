@@ -252,6 +252,21 @@ Tensor rows_of(const Tensor& t, int64_t row0, int64_t rows) {
                         rows, t.cols, t.stride);
 }
 
+// c = a @ mm.b (+ bias) with the GEMM core on `sms` SMs (0: all); a is some rows of A or of a gathered A.
+void run_gemm(const MatmulOperands& mm, const Tensor& a, const Tensor& c, const void* bias, GemmTile tile, int sms,
+              cudaStream_t stream) {
+  if (a.rows == 0) return;
+  GemmArguments g;
+  g.a = a;
+  g.b = mm.b;
+  g.b_is_nk = mm.b_is_nk;
+  g.c = c;
+  g.bias = bias;
+  g.tile = tile;
+  g.sm_count = sms;
+  ops::gemm(g, nullptr, stream);
+}
+
 class Pipeline {
  public:
   Pipeline(Context& ctx, const FusedPlan& plan, bool copy_engine, FusedWorkspace& ws, cudaStream_t stream)
@@ -305,16 +320,7 @@ class Pipeline {
 
   // C rows = A rows @ B (+ bias) on the caller's stream.
   void gemm(const MatmulOperands& mm, const Tensor& a, const Tensor& c, bool with_bias, int sms) {
-    if (a.rows == 0) return;
-    GemmArguments g;
-    g.a = a;
-    g.b = mm.b;
-    g.b_is_nk = mm.b_is_nk;
-    g.c = c;
-    g.bias = with_bias ? mm.bias : nullptr;
-    g.tile = plan_.tile;
-    g.sm_count = sms;
-    ops::gemm(g, nullptr, main_);
+    run_gemm(mm, a, c, with_bias ? mm.bias : nullptr, plan_.tile, sms, main_);
   }
   // A band to a peer (or to C) from the side stream: the copy engines, or copy kernels of comm_sms
   // blocks beside the GEMM (FusedConfig::copy_engine).
@@ -377,14 +383,7 @@ int device_sms(const FusedPlan& p) { return p.gemm_sms + p.comm_sms; }
 
 // One rank: every op is its GEMM on the caller's stream.
 void run_single_rank(const MatmulOperands& mm, const FusedPlan& plan, cudaStream_t stream) {
-  GemmArguments g;
-  g.a = mm.a;
-  g.b = mm.b;
-  g.b_is_nk = mm.b_is_nk;
-  g.c = mm.c;
-  g.bias = mm.bias;
-  g.tile = plan.tile;
-  ops::gemm(g, nullptr, stream);
+  run_gemm(mm, mm.a, mm.c, mm.bias, plan.tile, 0, stream);
 }
 
 // How many bands of `rows` rows the GEMM is cut into: the most, up to max_bands, whose bands still have
