@@ -52,19 +52,8 @@ __global__ void __launch_bounds__(kThreads) all_gather_kernel(const __grid_const
         epoch);
   }
 
-  // 2. copy what every peer pushed into my staging into its output block.
-  for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
-    const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
-    for (int k = 1; k < world; ++k) {
-      if (!block_wait_flag(ctx, stage.flag(k, c), epoch, "all_gather")) {
-        end_call(a.state, epoch);
-        return;
-      }
-      const View<U> dst = out_block(ring_peer(me, world - k, world));
-      const U* src = stage.slot_of(k) + base;
-      block_copy_to<U, kVec>([&](int64_t e) { return dst.at(base + e); }, [&](int64_t e) { return src + e; }, len);
-    }
-  }
+  // 2. copy what every peer pushed into my staging into its output block (on timeout, just end).
+  (void)receive_pushed_blocks<U, kVec>(a, stage, epoch, out_block, "all_gather");
   end_call(a.state, epoch);
 }
 

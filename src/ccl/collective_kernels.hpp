@@ -342,5 +342,26 @@ struct ExchangeStaging {
   __device__ __forceinline__ uint64_t* flag(int k, int64_t c) const { return flags + (k - 1) * nchunks + c; }
 };
 
+// The receive phase of all_gather and all_to_all: for each of this block's chunks and every source
+// me - k, wait for its flag (k, c) to reach the epoch (acquire, system scope), then copy the chunk from
+// slot k of the staging into that source's output block, out_block(source). False on timeout (the
+// kernel must end).
+template <typename U, bool kVec, typename OutBlock>
+__device__ __forceinline__ bool receive_pushed_blocks(const ExchangeArgs& a, const ExchangeStaging<U>& stage,
+                                                      uint64_t epoch, OutBlock out_block, const char* op) {
+  const DeviceContext& ctx = a.ctx;
+  const int me = ctx.rank, world = ctx.world_size;
+  for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
+    const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
+    for (int k = 1; k < world; ++k) {
+      if (!block_wait_flag(ctx, stage.flag(k, c), epoch, op)) return false;
+      const View<U> dst = out_block(ring_peer(me, world - k, world));
+      const U* src = stage.slot_of(k) + base;
+      block_copy_to<U, kVec>([&](int64_t e) { return dst.at(base + e); }, [&](int64_t e) { return src + e; }, len);
+    }
+  }
+  return true;
+}
+
 }  // namespace iris::ccl::detail
 #endif  // __CUDACC__

@@ -63,6 +63,7 @@ void check_c_rows(const char* name, const MatmulOperands& mm, int64_t rows, cons
 FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms) {
   FusedPlan p;
   p.tile = config.tile();
+  p.device_sms = device_sms;
   p.comm_sms = config.comm_sms > 0 ? config.comm_sms : default_comm_sms(device_sms);
   if (config.copy_engine) {
     // The copies run on the copy engines: the GEMM may take every SM.
@@ -379,7 +380,8 @@ Band band(int64_t total, int bands, int b) {
   return {r0, std::min<int64_t>(total, r0 + per) - r0};
 }
 
-int device_sms(const FusedPlan& p) { return p.gemm_sms + p.comm_sms; }
+// Blocks of the kernels that run after the GEMMs, alone on the device (reductions, copies into C).
+int tail_blocks(const FusedPlan& p) { return p.gemm_sms + p.comm_sms; }
 
 // One rank: every op is its GEMM on the caller's stream.
 void run_single_rank(const MatmulOperands& mm, const FusedPlan& plan, cudaStream_t stream) {
@@ -452,7 +454,7 @@ void reduce_scatter_bands(Pipeline& pl, const MatmulOperands& mm, const FusedPla
     r.own = p_band(me).data;
     r.own_index = me;
   }
-  detail::launch_reduce_slots(r, ct, device_sms(plan), pl.main());
+  detail::launch_reduce_slots(r, ct, tail_blocks(plan), pl.main());
   pl.join();
 }
 
@@ -481,7 +483,7 @@ void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, cons
     const Band b = band(m, w, s);
     pl.wait(pl.main(), 2 * w + s, 1, 1, -1, detail::FusedWait::kReduced);
     const Tensor from = Tensor::matrix(pl.on(red, s), mm.c.dtype, b.rows, n, n);
-    pl.copy(pl.main(), from, rows_of(mm.c, b.row0, b.rows).data, mm.c.stride, device_sms(plan));
+    pl.copy(pl.main(), from, rows_of(mm.c, b.row0, b.rows).data, mm.c.stride, tail_blocks(plan));
   }
 }
 
@@ -517,7 +519,7 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
   r.cols = n;
   r.out = mm.c.data;
   r.out_stride = mm.c.stride;
-  detail::launch_reduce_slots(r, ct, device_sms(plan), pl.main());
+  detail::launch_reduce_slots(r, ct, tail_blocks(plan), pl.main());
   pl.join();
 }
 
@@ -586,7 +588,7 @@ void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPl
     pl.wait(pl.main(), w + s * kAllGatherBands, bands, 1, -1, detail::FusedWait::kData);
     if (c_symmetric) continue;
     const Tensor from = Tensor::matrix(pl.staging(s * slot_bytes), ct, mr, n, n);
-    pl.copy(pl.main(), from, rows_of(mm.c, s * mr, mr).data, mm.c.stride, device_sms(plan));
+    pl.copy(pl.main(), from, rows_of(mm.c, s * mr, mr).data, mm.c.stride, tail_blocks(plan));
   }
   pl.join();
 }
@@ -599,11 +601,13 @@ bool symmetric_view(const Context& ctx, const Tensor& t) {
 }
 
 void check_tile(const FusedPlan& p, const MatmulOperands& mm) {
-  const bool ok = std::find(kGemmTiles.begin(), kGemmTiles.end(), p.tile) != kGemmTiles.end();
-  std::string supported;
-  for (const GemmTile& t : kGemmTiles) supported += str_cat(supported.empty() ? "" : ", ", t.m, "x", t.n, "x", t.k);
-  IRIS_CHECK_ARG(ok, ccl::op_name(p.sig.op), ": block_size_m x block_size_n x block_size_k = ", p.tile.m, "x", p.tile.n,
-                 "x", p.tile.k, " is not a tile of the GEMM core; the fused kernels run ", supported, ".");
+  if (std::find(kGemmTiles.begin(), kGemmTiles.end(), p.tile) == kGemmTiles.end()) {
+    std::string supported;  // only on the error path: this check runs on every call
+    for (const GemmTile& t : kGemmTiles) supported += str_cat(supported.empty() ? "" : ", ", t.m, "x", t.n, "x", t.k);
+    throw InvalidArgument(str_cat(ccl::op_name(p.sig.op), ": block_size_m x block_size_n x block_size_k = ", p.tile.m,
+                                  "x", p.tile.n, "x", p.tile.k, " is not a tile of the GEMM core; the fused kernels run ",
+                                  supported, "."));
+  }
   // Before any launch, so that no rank starts a call that its GEMM would then refuse.
   IRIS_CHECK_ARG(!(p.tile == kGemmTileSmall && mm.c.dtype == DType::kFloat32), ccl::op_name(p.sig.op),
                  ": the GEMM tile 128x128x64 is built for 16-bit outputs only; C is float32: use 128x256x64.");
@@ -632,7 +636,7 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
     return;
   }
   Pipeline pl(ctx, p, config.copy_engine, ws, stream);
-  const int min_tiles = config.min_band_tiles > 0 ? config.min_band_tiles : std::max(1, ccl::detail::sm_count(ctx) / 2);
+  const int min_tiles = config.min_band_tiles > 0 ? config.min_band_tiles : std::max(1, p.device_sms / 2);
   switch (p.sig.op) {
     case OpKind::kMatmulAllReduce:
       if (config.all_reduce_variant == AllReduceVariant::kOneShot)

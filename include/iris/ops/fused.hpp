@@ -129,8 +129,9 @@ struct FusedPlan {
   ccl::WorkspaceNeeds needs;
   GemmTile tile;      // the GEMM tile (config.tile())
   int64_t tiles = 0;  // T above
-  int gemm_sms = 0;   // resolved
-  int comm_sms = 0;   // resolved
+  int gemm_sms = 0;    // resolved
+  int comm_sms = 0;    // resolved
+  int device_sms = 0;  // the device's SMs the plan was made for
 };
 
 // The plans. Validate the config and the operands (throwing InvalidArgument naming the op) and size
