@@ -643,21 +643,24 @@ void call(Context& ctx, Op op, const Tensor& out, const Tensor& in, Workspace& w
 
 // A workspace prepared for a 1x1 block, then a call and a preamble for a larger block: both raise the
 // exact message, and nothing is allocated.
-void expect_too_small(Context& ctx, Op op, int64_t m, int64_t n, const std::string& message) {
+void expect_too_small(Context& ctx, Op op, int64_t m, int64_t n, const std::string& message, int64_t small_m = 1,
+                      int64_t small_n = 1) {
   SCOPED_TRACE(op_name(op));
-  OpCall small = make_call(ctx, op, 1, 1), large = make_call(ctx, op, m, n);
+  OpCall small = make_call(ctx, op, small_m, small_n), large = make_call(ctx, op, m, n);
   Workspace ws;
   preamble(ctx, op, small.out.view, small.in.view, ws);
   const uint64_t before = ctx.allocation_count();
   try {
     call(ctx, op, large.out.view, large.in.view, ws);
-    ADD_FAILURE() << op_name(op) << " ran with a workspace prepared for a 1x1 block on " << m << "x" << n;
+    ADD_FAILURE() << op_name(op) << " ran with a workspace prepared for a " << small_m << "x" << small_n << " block on "
+                  << m << "x" << n;
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), message);
   }
   try {
     preamble(ctx, op, large.out.view, large.in.view, ws);
-    ADD_FAILURE() << "the preamble accepted a workspace prepared for a 1x1 block for " << m << "x" << n;
+    ADD_FAILURE() << "the preamble accepted a workspace prepared for a " << small_m << "x" << small_n << " block for "
+                  << m << "x" << n;
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), message);
   }
@@ -674,14 +677,17 @@ TEST_P(Collective, WorkspaceTooSmallForStagingIsRejected) {
   IRIS_TEST_REQUIRE_GPUS(GetParam().world);
   if (GetParam().world < 2) GTEST_SKIP() << "one rank needs no staging";
   test::run_ranks(GetParam(), [](Context& ctx) {
-    const size_t peers = ctx.world_size() - 1;
-    // 1x1000 fp32: 4000 bytes in one chunk, a 4096-byte slot (1x1: 256). The flags fit (one chunk).
+    const size_t world = ctx.world_size();
+    // 1x1000 fp32, 4000 bytes. broadcast: one chunk, a 4096-byte slot (1x1: 256); the flags fit (one
+    // chunk). The exchanges take the LL path for blocks this small: 2 parities x W sources x 500 lines
+    // of 16 bytes, rounded up to 256 bytes (1x1: one line each, 256 bytes).
+    auto round256 = [](size_t b) { return (b + 255) / 256 * 256; };
     for (Op op : kOps) {
-      const size_t slots = op == Op::kBroadcast ? 1 : 2 * peers;  // exchanges: 2 parities x W-1 sources
+      const size_t have = op == Op::kBroadcast ? 256 : round256(2 * world * 16);
+      const size_t need = op == Op::kBroadcast ? 4096 : round256(2 * world * 500 * 16);
       expect_too_small(ctx, op, 1, 1000,
-                       "Staging buffer too small: have " + std::to_string(slots * 256) + " bytes but need " +
-                           std::to_string(slots * 4096) +
-                           ". Pre-allocate workspace with the largest tensor you intend to use.");
+                       "Staging buffer too small: have " + std::to_string(have) + " bytes but need " +
+                           std::to_string(need) + ". Pre-allocate workspace with the largest tensor you intend to use.");
     }
   }, big_heap(GetParam().world));
 }
@@ -691,13 +697,16 @@ TEST_P(Collective, WorkspaceTooSmallForFlagsIsRejected) {
   if (GetParam().world < 2) GTEST_SKIP() << "one rank needs no flags";
   test::run_ranks(GetParam(), [](Context& ctx) {
     const size_t peers = ctx.world_size() - 1;
-    // 64x1000 fp32: 256000 bytes in 8 KiB chunks = 32 chunks (1x1: one). Flags are checked first.
+    // 64x1000 fp32: 256000 bytes in 8 KiB chunks = 32 chunks. The workspace is prepared for 17x1000
+    // (68000 bytes: 9 chunks, past the blocks the LL exchanges take, so it has flags). Flags are
+    // checked first.
     for (Op op : kOps) {
       const size_t per_chunk = op == Op::kBroadcast ? 1 : 2 * peers;
       expect_too_small(ctx, op, 64, 1000,
-                       "Flags array too small: have " + std::to_string(per_chunk) + " but need " +
+                       "Flags array too small: have " + std::to_string(per_chunk * 9) + " but need " +
                            std::to_string(per_chunk * 32) +
-                           ". Pre-allocate workspace with the smallest block sizes you intend to use.");
+                           ". Pre-allocate workspace with the smallest block sizes you intend to use.",
+                       17, 1000);
     }
   }, big_heap(GetParam().world));
 }

@@ -26,10 +26,12 @@ namespace {
 
 template <typename U, bool kVec>
 __global__ void __launch_bounds__(kThreads) all_gather_kernel(const __grid_constant__ ExchangeArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, peers = world - 1;
   const uint64_t epoch = begin_call(a.state);
-  const ExchangeStaging<U> stage(a, world, epoch);
+  const ExchangeStaging<U> stage(a, epoch);
   const View<const U> in{static_cast<const U*>(a.in), a.cols, a.in_stride};
   auto out_block = [&](int r) {
     return View<U>{static_cast<U*>(a.out) + r * a.block_rows * a.out_stride, a.cols, a.out_stride};
@@ -63,9 +65,9 @@ void launch_all_gather(const ExchangeArgs& args, DType dtype, int blocks, cudaSt
   dispatch_bits(dtype, [&](auto u) {
     using U = decltype(u);
     if (args.vec)
-      all_gather_kernel<U, true><<<blocks, kThreads, 0, stream>>>(args);
+      launch_collective(all_gather_kernel<U, true>, blocks, kThreads, stream, args);
     else
-      all_gather_kernel<U, false><<<blocks, kThreads, 0, stream>>>(args);
+      launch_collective(all_gather_kernel<U, false>, blocks, kThreads, stream, args);
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include "ccl/all_reduce_kernels.hpp"
 #include "ccl/ccl_host.hpp"
+#include "ccl/collective_kernels.hpp"
 #include "iris/ccl/collectives.hpp"
 #include "iris/core/cuda_check.hpp"
 
@@ -16,10 +17,11 @@ constexpr int kEpochWords = 2;
 constexpr int kPlanBlocks = 128;
 
 // The measured rule behind `auto`: one_shot up to this size, two_shot above. Measured with iris-bench
-// on 2 x H200 (bf16, CUDA-graph replay, 2026-11-29): one_shot / two_shot = 5.9 / 8.5 us at 8 KiB,
-// 10.3 / 12.8 us at 1 MiB, 18.7 / 15.5 us at 2 MiB, 35.9 / 23.5 us at 4 MiB. One_shot's LL words
-// carry 4 data bytes in 8, so past about 1 MiB the doubled traffic costs more than two_shot's
-// second flag round trip. Not yet measured for more than 2 ranks.
+// on 2 x H200 (bf16, CUDA-graph replay of 50 calls, 2026-11-29, LL lines and PDL): one_shot / two_shot
+// = 3.85 / ~7 us at 8 KiB, 7.6 / 11.1 us at 512 KiB, 10.7 / 12.2 us at 1 MiB, 18.5 / 14.8 us at
+// 2 MiB, 31.1 / 22.9 us at 4 MiB. One_shot's LL words carry 4 data bytes in 8, so past about 1 MiB
+// the doubled traffic costs more than two_shot's second flag round trip. Not yet re-measured for more
+// than 2 ranks.
 constexpr size_t kOneShotMaxBytes = size_t{1} << 20;
 
 struct Plan {
@@ -62,10 +64,9 @@ Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Co
   const size_t esz = in.element_size();
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
-      p.words = detail::one_shot_words(in.numel(), in.dtype);
-      p.needs.staging_bytes = align256(2 * static_cast<size_t>(world) * p.words * sizeof(uint64_t));
-      const int64_t want = (p.words + detail::kThreads * 4 - 1) / (detail::kThreads * 4);
-      p.blocks = static_cast<int>(std::clamp<int64_t>(want, 1, config.comm_sms > 0 ? config.comm_sms : sms));
+      p.words = detail::ll_words(in.numel(), in.dtype);
+      p.needs.staging_bytes = detail::ll_staging_bytes(in.numel(), in.dtype, world);
+      p.blocks = detail::ll_blocks(p.words, config.comm_sms > 0 ? config.comm_sms : sms);
       break;
     }
     case AllReduceVariant::kTwoShot: {
@@ -90,7 +91,8 @@ Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Co
         p.needs.staging_bytes = align256(2 * static_cast<size_t>(p.tiles) * tile_elems * esz);
       } else {
         p.needs.flags = 2 * static_cast<size_t>(p.tiles);
-        p.needs.staging_bytes = align256(p.tiles_per_rank * tile_elems * 4) + align256(p.tiles_per_rank * tile_elems * esz);
+        p.needs.staging_bytes =
+            align256(p.tiles_per_rank * tile_elems * 4) + align256(p.tiles_per_rank * tile_elems * esz);
         if (p.variant == AllReduceVariant::kSpinlock) p.needs.locks = static_cast<size_t>(p.tiles);
       }
       p.blocks = static_cast<int>(std::clamp<int64_t>(p.tiles, 1, config.comm_sms > 0 ? config.comm_sms : sms));
@@ -128,9 +130,8 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   const DeviceContext dctx = ctx.device_context();
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
-      detail::OneShotArgs a{dctx,      in.data,    out.data, in.numel(),  in.cols,
-                            in.stride, out.stride, p.words,  static_cast<uint64_t*>(ws.staging()), ws.block_state()};
-      detail::launch_one_shot(a, in.dtype, op, p.blocks, stream);
+      const detail::LLArgs a = detail::ll_args(ctx, in, out, in.rows, p.words, ws);
+      detail::launch_ll(a, detail::LLMode::kAllReduce, in.dtype, op, p.blocks, stream);
       break;
     }
     case AllReduceVariant::kTwoShot: {
@@ -178,9 +179,12 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       a.slices = p.slices;
       a.rings = config.all_reduce_num_rings;
       (void)tile_elems;
-      if (p.variant == AllReduceVariant::kAtomic) detail::launch_atomic(a, in.dtype, op, p.blocks, stream);
-      else if (p.variant == AllReduceVariant::kSpinlock) detail::launch_spinlock(a, in.dtype, op, p.blocks, stream);
-      else detail::launch_ring(a, in.dtype, op, p.blocks, stream);
+      if (p.variant == AllReduceVariant::kAtomic)
+        detail::launch_atomic(a, in.dtype, op, p.blocks, stream);
+      else if (p.variant == AllReduceVariant::kSpinlock)
+        detail::launch_spinlock(a, in.dtype, op, p.blocks, stream);
+      else
+        detail::launch_ring(a, in.dtype, op, p.blocks, stream);
       break;
     }
     case AllReduceVariant::kAuto:

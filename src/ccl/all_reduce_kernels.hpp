@@ -24,36 +24,67 @@ template <typename F>
 void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
   auto with_op = [&](auto t) {
     switch (op) {
-      case ReduceOp::kSum: f(t, std::integral_constant<ReduceOp, ReduceOp::kSum>{}); return;
-      case ReduceOp::kMax: f(t, std::integral_constant<ReduceOp, ReduceOp::kMax>{}); return;
-      case ReduceOp::kMin: f(t, std::integral_constant<ReduceOp, ReduceOp::kMin>{}); return;
+      case ReduceOp::kSum:
+        f(t, std::integral_constant<ReduceOp, ReduceOp::kSum>{});
+        return;
+      case ReduceOp::kMax:
+        f(t, std::integral_constant<ReduceOp, ReduceOp::kMax>{});
+        return;
+      case ReduceOp::kMin:
+        f(t, std::integral_constant<ReduceOp, ReduceOp::kMin>{});
+        return;
     }
     throw InvalidArgument("unknown reduce op");
   };
   switch (dtype) {
-    case DType::kFloat32: with_op(float{}); return;
-    case DType::kFloat16: with_op(__half{}); return;
-    case DType::kBFloat16: with_op(__nv_bfloat16{}); return;
-    case DType::kInt32: with_op(int32_t{}); return;
+    case DType::kFloat32:
+      with_op(float{});
+      return;
+    case DType::kFloat16:
+      with_op(__half{});
+      return;
+    case DType::kBFloat16:
+      with_op(__nv_bfloat16{});
+      return;
+    case DType::kInt32:
+      with_op(int32_t{});
+      return;
   }
   throw InvalidArgument("unknown dtype");
 }
 
-// ---- one_shot (LL) ------------------------------------------------------------------------------
-struct OneShotArgs {
+// ---- LL exchanges: all_reduce one_shot, and all_gather / reduce_scatter / all_to_all of small blocks ----
+// Every rank sends one block (block_rows x cols) to every peer: its whole input (all_reduce,
+// all_gather) or its input's block p to rank p (reduce_scatter, all_to_all). The receiver reduces the
+// W blocks in rank order into out (all_reduce, reduce_scatter) or copies block s into out's block s
+// (all_gather, all_to_all). The protocol is in ll_exchange.cu.
+enum class LLMode { kAllReduce, kReduceScatter, kAllGather, kAllToAll };
+
+struct LLArgs {
   DeviceContext ctx;
   const void* in;
   void* out;
-  int64_t numel;
   int64_t cols;
   int64_t in_stride;
   int64_t out_stride;
-  int64_t words;       // LL words per source per parity
-  uint64_t* staging;   // this rank's: [2][W][words]
-  uint64_t* state;     // epoch state (2 words)
+  int64_t block_rows;    // rows of one block
+  int64_t numel;         // elements of one block
+  int64_t words;         // LL words per source slot per parity: two per 16-byte line of 8 data bytes
+  int64_t parity_words;  // words from parity 0 to parity 1: half the staging capacity (even)
+  uint64_t* staging;     // this rank's: [2][W][words], slot s written by rank s
+  uint64_t* state;       // epoch state (2 words)
+  bool in_vec8;          // every block of in / out is contiguous and 8-byte aligned: a line is one access
+  bool out_vec8;
+  bool in_place;  // all_gather: in is out's block `rank` (no local copy)
 };
-int64_t one_shot_words(int64_t numel, DType dtype);
-void launch_one_shot(const OneShotArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+// LL words of one slot for a block of `numel` elements, and the staging bytes of a W-rank exchange.
+int64_t ll_words(int64_t numel, DType dtype);
+size_t ll_staging_bytes(int64_t numel, DType dtype, int world);
+// Blocks of a launch over `words`: enough for a few lines per thread, at most `limit`.
+int ll_blocks(int64_t words, int limit);
+// True when every block of `block_rows` rows of t can move in 8-byte accesses.
+bool ll_vec8(const Tensor& t, int64_t block_rows);
+void launch_ll(const LLArgs& args, LLMode mode, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 
 // ---- flat chunked schedules (two_shot, and the other collectives) -------------------------------
 // Elements are split into `nchunks` chunks of `chunk` elements (the last may be shorter); chunk c is
@@ -75,12 +106,12 @@ struct TwoShotArgs {
   int64_t in_stride;
   int64_t out_stride;
   ChunkPlan plan;
-  void* rs_stage;       // this rank's: [per_rank][W][chunk] elements, pushed by peers
-  void* ag_stage;       // this rank's: [per_rank][chunk] reduced chunks, pulled by peers
-  uint64_t* rs_flags;   // this rank's: [per_rank][W]
-  uint64_t* ag_flags;   // this rank's: [nchunks]
+  void* rs_stage;      // this rank's: [per_rank][W][chunk] elements, pushed by peers
+  void* ag_stage;      // this rank's: [per_rank][chunk] reduced chunks, pulled by peers
+  uint64_t* rs_flags;  // this rank's: [per_rank][W]
+  uint64_t* ag_flags;  // this rank's: [nchunks]
   uint64_t* state;
-  bool vec;             // 16-byte accesses on in/out
+  bool vec;  // 16-byte accesses on in/out
 };
 void launch_two_shot(const TwoShotArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 
@@ -96,14 +127,14 @@ struct TileArgs {
   int block_m;
   int block_n;
   int swizzle;
-  int64_t tiles;        // ceil(rows / block_m) * ceil(cols / block_n)
+  int64_t tiles;  // ceil(rows / block_m) * ceil(cols / block_n)
   int64_t tiles_per_rank;
-  uint32_t* locks;      // spinlock: [tiles]
-  uint64_t* flags;      // atomic/spinlock: [2 * tiles] (arrivals, done); ring: [tiles][2 * slices]
-  void* stage;          // see each variant
+  uint32_t* locks;  // spinlock: [tiles]
+  uint64_t* flags;  // atomic/spinlock: [2 * tiles] (arrivals, done); ring: [tiles][2 * slices]
+  void* stage;      // see each variant
   uint64_t* state;
-  int slices;           // ring: column slices per tile
-  int rings;            // ring: concurrent rings
+  int slices;  // ring: column slices per tile
+  int rings;   // ring: concurrent rings
 };
 void launch_atomic(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 void launch_spinlock(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);

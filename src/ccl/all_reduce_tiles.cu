@@ -133,6 +133,8 @@ __device__ bool pull_results(const TileArgs& a, uint64_t epoch, T* res_stage, co
 
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant__ TileArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   using E = Elem<T>;
   using Acc = typename E::Acc;
   using P = Pack<T, kVec>;
@@ -168,6 +170,8 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
 
 template <typename T, ReduceOp kOp, bool kVec>
 __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constant__ TileArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   using E = Elem<T>;
   using Acc = typename E::Acc;
   using P = Pack<T, kVec>;
@@ -225,6 +229,8 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
 
 template <typename T, ReduceOp kOp, bool kVec>
 __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ TileArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   using E = Elem<T>;
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
@@ -306,24 +312,24 @@ bool tile_vec(const TileArgs& a, DType dtype) {
 void launch_atomic(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
   dispatch_typed(dtype, op, [&](auto t, auto) {
     using T = decltype(t);
-    if (tile_vec(a, dtype)) atomic_kernel<T, true><<<blocks, kThreads, 0, stream>>>(a);
-    else atomic_kernel<T, false><<<blocks, kThreads, 0, stream>>>(a);
+    if (tile_vec(a, dtype)) launch_collective(atomic_kernel<T, true>, blocks, kThreads, stream, a);
+    else launch_collective(atomic_kernel<T, false>, blocks, kThreads, stream, a);
   });
 }
 
 void launch_spinlock(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
   dispatch_typed(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
-    if (tile_vec(a, dtype)) spinlock_kernel<T, decltype(o)::value, true><<<blocks, kThreads, 0, stream>>>(a);
-    else spinlock_kernel<T, decltype(o)::value, false><<<blocks, kThreads, 0, stream>>>(a);
+    if (tile_vec(a, dtype)) launch_collective(spinlock_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, a);
+    else launch_collective(spinlock_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, a);
   });
 }
 
 void launch_ring(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
   dispatch_typed(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
-    if (tile_vec(a, dtype)) ring_kernel<T, decltype(o)::value, true><<<blocks, kThreads, 0, stream>>>(a);
-    else ring_kernel<T, decltype(o)::value, false><<<blocks, kThreads, 0, stream>>>(a);
+    if (tile_vec(a, dtype)) launch_collective(ring_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, a);
+    else launch_collective(ring_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, a);
   });
 }
 

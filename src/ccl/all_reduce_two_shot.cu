@@ -59,6 +59,8 @@ __device__ __forceinline__ void block_copy(Dst dst_at, Src src_at, int64_t len) 
 
 template <typename T, ReduceOp kOp, bool kVec>
 __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constant__ TwoShotArgs args) {
+  pdl_wait();
+  pdl_launch_dependents();
   using E = Elem<T>;
   using P = Pack<T, kVec>;
   constexpr int kN = P::kN;
@@ -158,9 +160,9 @@ void launch_two_shot(const TwoShotArgs& args, DType dtype, ReduceOp op, int bloc
   dispatch_typed(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
     if (args.vec)
-      two_shot_kernel<T, decltype(o)::value, true><<<blocks, kThreads, 0, stream>>>(args);
+      launch_collective(two_shot_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, args);
     else
-      two_shot_kernel<T, decltype(o)::value, false><<<blocks, kThreads, 0, stream>>>(args);
+      launch_collective(two_shot_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, args);
   });
 }
 

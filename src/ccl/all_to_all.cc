@@ -22,8 +22,8 @@ detail::ExchangePlan make_plan(const Context& ctx, const Tensor& out, const Tens
   IRIS_CHECK_ARG(in.rows % world == 0, kOp, ": ", in.rows, " rows do not split into ", world,
                  " equal blocks (one per rank).");
   IRIS_CHECK_ARG(!detail::overlaps(in, out), kOp, ": output and input overlap; pass separate buffers.");
-  return detail::plan_exchange(ctx, detail::collective_signature(OpKind::kAllToAll, in, world, config),
-                               in.rows / world, in.cols, in.dtype, config);
+  return detail::plan_exchange(ctx, detail::collective_signature(OpKind::kAllToAll, in, world, config), in.rows / world,
+                               in.cols, in.dtype, config);
 }
 
 }  // namespace
@@ -38,6 +38,13 @@ void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   detail::require_op(kOp, kPreamble, ws, OpKind::kAllToAll);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;
+  if (p.ll) {
+    detail::launch_ll(detail::ll_args(ctx, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kAllToAll, in.dtype,
+                      ReduceOp::kSum, p.blocks, detail::pick_stream(ctx, stream));
+    IRIS_CUDA_CHECK_LAUNCH();
+    ws.count_call();
+    return;
+  }
   detail::ExchangeArgs a = detail::exchange_args(ctx, p, in, out, ws);
   a.vec = detail::vec_ok(in, p.block_rows) && detail::vec_ok(out, p.block_rows);
   detail::launch_all_to_all(a, in.dtype, p.blocks, detail::pick_stream(ctx, stream));

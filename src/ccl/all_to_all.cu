@@ -27,10 +27,12 @@ namespace {
 
 template <typename U, bool kVec>
 __global__ void __launch_bounds__(kThreads) all_to_all_kernel(const __grid_constant__ ExchangeArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, peers = world - 1;
   const uint64_t epoch = begin_call(a.state);
-  const ExchangeStaging<U> stage(a, world, epoch);
+  const ExchangeStaging<U> stage(a, epoch);
   auto in_block = [&](int r) {
     return View<const U>{static_cast<const U*>(a.in) + r * a.block_rows * a.in_stride, a.cols, a.in_stride};
   };
@@ -67,9 +69,9 @@ void launch_all_to_all(const ExchangeArgs& args, DType dtype, int blocks, cudaSt
   dispatch_bits(dtype, [&](auto u) {
     using U = decltype(u);
     if (args.vec)
-      all_to_all_kernel<U, true><<<blocks, kThreads, 0, stream>>>(args);
+      launch_collective(all_to_all_kernel<U, true>, blocks, kThreads, stream, args);
     else
-      all_to_all_kernel<U, false><<<blocks, kThreads, 0, stream>>>(args);
+      launch_collective(all_to_all_kernel<U, false>, blocks, kThreads, stream, args);
   });
 }
 

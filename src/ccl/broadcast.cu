@@ -31,6 +31,8 @@ namespace {
 
 template <typename U, bool kVec>
 __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_constant__ BroadcastArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, root = a.root;
   const uint64_t epoch = begin_call(a.state);
@@ -103,9 +105,9 @@ void launch_broadcast(const BroadcastArgs& args, DType dtype, int blocks, cudaSt
   dispatch_bits(dtype, [&](auto u) {
     using U = decltype(u);
     if (args.vec)
-      broadcast_kernel<U, true><<<blocks, kThreads, 0, stream>>>(args);
+      launch_collective(broadcast_kernel<U, true>, blocks, kThreads, stream, args);
     else
-      broadcast_kernel<U, false><<<blocks, kThreads, 0, stream>>>(args);
+      launch_collective(broadcast_kernel<U, false>, blocks, kThreads, stream, args);
   });
 }
 

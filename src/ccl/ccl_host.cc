@@ -1,13 +1,16 @@
 #include "ccl/ccl_host.hpp"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "iris/core/cuda_check.hpp"
 
 namespace iris::ccl::detail {
 
 void check_view(const char* op, const char* what, const Tensor& t) {
   IRIS_CHECK_ARG(t.rows >= 0 && t.cols >= 0, op, ": ", what, " has negative shape ", t.rows, "x", t.cols, ".");
-  IRIS_CHECK_ARG(t.stride >= t.cols || t.rows <= 1, op, ": ", what, " row stride ", t.stride,
-                 " is smaller than its ", t.cols, " columns.");
+  IRIS_CHECK_ARG(t.stride >= t.cols || t.rows <= 1, op, ": ", what, " row stride ", t.stride, " is smaller than its ",
+                 t.cols, " columns.");
   IRIS_CHECK_ARG(t.numel() == 0 || t.data != nullptr, op, ": ", what, " is null but has ", t.numel(), " elements.");
   IRIS_CHECK_ARG(reinterpret_cast<uintptr_t>(t.data) % t.element_size() == 0, op, ": ", what, " pointer ", t.data,
                  " is not aligned to its ", t.element_size(), "-byte ", dtype_name(t.dtype), " elements.");
@@ -35,6 +38,33 @@ int sm_count(const Context& ctx) {
 void require_prepared(const char* op, const char* preamble, const Workspace& ws) {
   IRIS_CHECK_ARG(ws.prepared(), op, ": the workspace was never prepared; call ", preamble,
                  " with the same arguments and this workspace first (on every rank).");
+}
+
+bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("IRIS_PDL");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return enabled;
+}
+
+// Per-block bytes up to which the exchanges use LL. Measured on 2 x H200 (iris-bench, bf16, CUDA-graph
+// replay of 50 calls, 2026-11-29), us per call, LL / chunked with release-acquire flags, by block size:
+//   all_gather      1K 2.95 / 3.50   4K 3.40 / 3.64   8K 4.03 / 3.60   64K 5.12 / 4.13
+//   all_to_all      1K 2.95 / 3.69   4K 3.37 / 3.68   8K 4.22 / 3.73   64K 4.75 / 4.31
+//   reduce_scatter  1K 2.74 / 3.98   4K 3.23 / 4.03   8K 3.95 / 4.04   64K 4.44 / 4.56  128K 5.08 / 4.82
+// LL sends twice the bytes from few SMs, so it loses once a block passes a few KiB; reduce_scatter's
+// chunked path pays a second local pass (the reduction), so LL stays ahead of it longer.
+constexpr size_t kLLMaxBytesCopy = size_t{4} << 10;
+constexpr size_t kLLMaxBytesReduce = size_t{64} << 10;
+
+size_t ll_max_bytes(OpKind op) {
+  static const char* env = std::getenv("IRIS_LL_MAX_BYTES");
+  if (env != nullptr) {
+    static const size_t bytes = static_cast<size_t>(std::strtoull(env, nullptr, 10));
+    return bytes;
+  }
+  return op == OpKind::kReduceScatter ? kLLMaxBytesReduce : kLLMaxBytesCopy;
 }
 
 }  // namespace iris::ccl::detail

@@ -30,6 +30,13 @@ inline cudaStream_t pick_stream(const Context& ctx, cudaStream_t s) { return s !
 // Rounds up to 256 bytes (heap alignment) so arrays carved from one staging buffer stay aligned.
 inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
+// LL exchanges (ll_exchange.cu) serve all_gather, reduce_scatter and all_to_all blocks of at most
+// ll_max_bytes(op) bytes: the measured rule in ccl_host.cc, or IRIS_LL_MAX_BYTES for every op (read
+// once; it must be the same on every rank).
+size_t ll_max_bytes(OpKind op);
+// Words from parity 0 to parity 1 of an LL staging: half the capacity, in whole 16-byte lines.
+inline int64_t ll_parity_words(const Workspace& ws) { return static_cast<int64_t>(ws.staging_capacity() / 2 / 16 * 2); }
+
 // A workspace that was never prepared cannot be launched with.
 void require_prepared(const char* op, const char* preamble, const Workspace& ws);
 

@@ -6,7 +6,11 @@
 // holds, in its workspace:
 //   staging  [2 parities][W-1 sources][slot]   data pushed by peers; source slot k-1 holds rank me-k's
 //   flags    [2 parities][W-1 sources][nchunks] one epoch-valued word per pushed chunk
-// Call e uses parity e & 1 of both; the reuse argument is in each kernel's header comment.
+// or, for small blocks, the LL layout of ll_exchange.cu (staging [2 parities][W sources][words], no
+// flags). Call e uses parity e & 1; the reuse argument is in each kernel's header comment. Parity p
+// starts at p x half the array's capacity, not at an offset computed from the call's shape, so a call
+// never touches the other parity's bytes whatever the shapes on one workspace (or the mix of LL and
+// chunked calls): the argument "a peer is at most one call ahead" then covers every mix of calls.
 // broadcast uses one slot and one flag per chunk (see broadcast.cu).
 //
 // Host helpers of these four ops: overlaps, row_block, same_view, vec_ok, dispatch_bits; on the device
@@ -74,12 +78,14 @@ struct ExchangeArgs {
   int64_t numel;       // m * cols, elements of one block
   int64_t chunk;       // CopyPlan of one block
   int64_t nchunks;
-  int64_t slot;     // elements between consecutive staging slots (a multiple of 256 bytes)
-  void* staging;    // this rank's: [2][W-1][slot] elements
-  uint64_t* flags;  // this rank's: [2][W-1][nchunks]
-  uint64_t* state;  // epoch (kCollectiveEpochWords)
-  bool vec;         // 16-byte packs on in, out and staging
-  bool in_place;    // all_gather: in is out's block `rank` (no local copy)
+  int64_t slot;          // elements between consecutive staging slots (a multiple of 256 bytes)
+  int64_t parity_elems;  // staging elements from parity 0 to parity 1 (half the capacity)
+  int64_t parity_flags;  // flags from parity 0 to parity 1 (half the capacity)
+  void* staging;         // this rank's: [2][W-1][slot] elements
+  uint64_t* flags;       // this rank's: [2][W-1][nchunks]
+  uint64_t* state;       // epoch (kCollectiveEpochWords)
+  bool vec;              // 16-byte packs on in, out and staging
+  bool in_place;         // all_gather: in is out's block `rank` (no local copy)
 };
 static_assert(std::is_trivially_copyable_v<ExchangeArgs>);
 
@@ -189,6 +195,8 @@ struct ExchangePlan {
   int64_t block_rows = 0;
   int64_t slot = 0;  // elements between staging slots (a multiple of 256 bytes)
   int blocks = 1;
+  bool ll = false;       // small blocks: the LL exchange (ll_exchange.cu), no flags
+  int64_t ll_words = 0;  // LL words per staging slot
 };
 
 inline ExchangePlan plan_exchange(const Context& ctx, const OpSignature& sig, int64_t block_rows, int64_t cols,
@@ -202,12 +210,41 @@ inline ExchangePlan plan_exchange(const Context& ctx, const OpSignature& sig, in
   p.chunks = plan_copy_chunks(numel, dtype);
   p.slot = static_cast<int64_t>(align256(static_cast<size_t>(numel) * esz) / esz);
   p.needs.block_state = kCollectiveEpochWords;
+  p.ll = world > 1 && static_cast<size_t>(numel) * esz <= ll_max_bytes(sig.op);
+  if (p.ll) {
+    p.ll_words = ll_words(numel, dtype);
+    p.needs.staging_bytes = ll_staging_bytes(numel, dtype, world);
+    p.blocks = ll_blocks(p.ll_words, config.comm_sms > 0 ? config.comm_sms : sm_count(ctx));
+    return p;
+  }
   if (world > 1) {
     p.needs.staging_bytes = 2 * static_cast<size_t>(world - 1) * static_cast<size_t>(p.slot) * esz;
     p.needs.flags = 2 * static_cast<size_t>(world - 1) * static_cast<size_t>(p.chunks.nchunks);
   }
   p.blocks = launch_blocks(ctx, config, p.chunks.nchunks);
   return p;
+}
+
+// The launch arguments of an LL exchange of blocks of `block_rows` rows (`words` LL words per slot).
+inline LLArgs ll_args(const Context& ctx, const Tensor& in, const Tensor& out, int64_t block_rows, int64_t words,
+                      const Workspace& ws, bool in_place = false) {
+  LLArgs a{};
+  a.ctx = ctx.device_context();
+  a.in = in.data;
+  a.out = out.data;
+  a.cols = in.cols;
+  a.in_stride = in.stride;
+  a.out_stride = out.stride;
+  a.block_rows = block_rows;
+  a.numel = block_rows * in.cols;
+  a.words = words;
+  a.parity_words = ll_parity_words(ws);
+  a.staging = static_cast<uint64_t*>(ws.staging());
+  a.state = ws.block_state();
+  a.in_vec8 = ll_vec8(in, block_rows);
+  a.out_vec8 = ll_vec8(out, block_rows);
+  a.in_place = in_place;
+  return a;
 }
 
 // The launch arguments of an exchange over `in` and `out`; the caller decides vec and in_place.
@@ -225,6 +262,8 @@ inline ExchangeArgs exchange_args(const Context& ctx, const ExchangePlan& p, con
   a.chunk = p.chunks.chunk;
   a.nchunks = p.chunks.nchunks;
   a.slot = p.slot;
+  a.parity_elems = static_cast<int64_t>(ws.staging_capacity() / 2 / 16 * 16 / dtype_size(in.dtype));
+  a.parity_flags = static_cast<int64_t>(ws.flag_capacity() / 2);
   a.staging = ws.staging();
   a.flags = ws.flags();
   a.state = ws.block_state();
@@ -331,10 +370,10 @@ struct ExchangeStaging {
   uint64_t* flags;
   int64_t slot;
   int64_t nchunks;
-  __device__ __forceinline__ ExchangeStaging(const ExchangeArgs& a, int world, uint64_t epoch) {
-    const int64_t parity = static_cast<int64_t>(epoch & 1), peers = world - 1;
-    slots = static_cast<T*>(a.staging) + parity * peers * a.slot;
-    flags = a.flags + parity * peers * a.nchunks;
+  __device__ __forceinline__ ExchangeStaging(const ExchangeArgs& a, uint64_t epoch) {
+    const int64_t parity = static_cast<int64_t>(epoch & 1);
+    slots = static_cast<T*>(a.staging) + parity * a.parity_elems;
+    flags = a.flags + parity * a.parity_flags;
     slot = a.slot;
     nchunks = a.nchunks;
   }

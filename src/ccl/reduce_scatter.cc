@@ -10,7 +10,8 @@ namespace {
 constexpr const char* kOp = "reduce_scatter";
 constexpr const char* kPreamble = "reduce_scatter_preamble";
 
-detail::ExchangePlan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config, ReduceOp rop) {
+detail::ExchangePlan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config,
+                               ReduceOp rop) {
   const int world = ctx.world_size();
   config.validate(world);
   detail::check_view(kOp, "input", in);
@@ -43,6 +44,13 @@ void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Con
   detail::require_op(kOp, kPreamble, ws, OpKind::kReduceScatter);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (out.numel() == 0) return;
+  if (p.ll) {
+    detail::launch_ll(detail::ll_args(ctx, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kReduceScatter,
+                      in.dtype, op, p.blocks, detail::pick_stream(ctx, stream));
+    IRIS_CUDA_CHECK_LAUNCH();
+    ws.count_call();
+    return;
+  }
   detail::ExchangeArgs a = detail::exchange_args(ctx, p, in, out, ws);
   a.vec = detail::vec_ok(in, out.rows) && detail::vec_ok(out, 0);
   detail::launch_reduce_scatter(a, in.dtype, op, p.blocks, detail::pick_stream(ctx, stream));

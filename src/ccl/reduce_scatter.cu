@@ -26,13 +26,15 @@ namespace {
 
 template <typename T, ReduceOp kOp, bool kVec>
 __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(const __grid_constant__ ExchangeArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   using E = Elem<T>;
   using P = Pack<T, kVec>;
   constexpr int kN = P::kN;
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, peers = world - 1;
   const uint64_t epoch = begin_call(a.state);
-  const ExchangeStaging<T> stage(a, world, epoch);
+  const ExchangeStaging<T> stage(a, epoch);
   auto in_block = [&](int r) {
     return View<const T>{static_cast<const T*>(a.in) + r * a.block_rows * a.in_stride, a.cols, a.in_stride};
   };
@@ -91,9 +93,9 @@ void launch_reduce_scatter(const ExchangeArgs& args, DType dtype, ReduceOp op, i
   dispatch_typed(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
     if (args.vec)
-      reduce_scatter_kernel<T, decltype(o)::value, true><<<blocks, kThreads, 0, stream>>>(args);
+      launch_collective(reduce_scatter_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, args);
     else
-      reduce_scatter_kernel<T, decltype(o)::value, false><<<blocks, kThreads, 0, stream>>>(args);
+      launch_collective(reduce_scatter_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, args);
   });
 }
 
