@@ -12,7 +12,10 @@ namespace {
 
 using detail::align256;
 
+// Epoch (2 words), then the layout fence's words: the last call's layout key and one word per rank
+// (ccl_common.cuh, layout_fence).
 constexpr int kEpochWords = 2;
+int state_words(int world) { return kEpochWords + 1 + world; }
 // Chunk plans do not depend on the launch's block count, so a workspace serves any comm_sms.
 constexpr int kPlanBlocks = 128;
 
@@ -59,7 +62,7 @@ Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Co
                  reduce_op_name(rop), ".");
   p.sig = OpSignature{OpKind::kAllReduce, in.rows, in.cols, in.dtype, world, p.variant,
                       config.block_size_m, config.block_size_n, -1, rop};
-  p.needs.block_state = kEpochWords;
+  p.needs.block_state = static_cast<size_t>(state_words(world));
   const int sms = detail::sm_count(ctx);
   const size_t esz = in.element_size();
   switch (p.variant) {
@@ -104,6 +107,25 @@ Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Co
   return p;
 }
 
+// What places data in the staging and flags: calls with equal keys have the same layout, and a call
+// whose key differs from the previous call's on the workspace fences first (layout_fence). one_shot
+// finds its parity at half the staging's capacity whatever the shape, so its key is the variant alone.
+uint64_t layout_key(const Plan& p, size_t esz) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over 64-bit fields
+  auto mix = [&h](uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ull;
+  };
+  mix(static_cast<uint64_t>(p.variant) + 1);
+  if (p.variant != AllReduceVariant::kOneShot) {
+    for (int64_t v : {p.chunks.chunk, p.chunks.nchunks, p.chunks.per_rank, int64_t{p.chunks.distribution}, p.tiles,
+                      p.tiles_per_rank, int64_t{p.slices}, int64_t{p.sig.block_size_m}, int64_t{p.sig.block_size_n},
+                      static_cast<int64_t>(esz)})
+      mix(static_cast<uint64_t>(v));
+  }
+  return h | 1;  // 0 means "no fence"
+}
+
 }  // namespace
 
 AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size, size_t bytes, DType dtype,
@@ -130,7 +152,8 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   const DeviceContext dctx = ctx.device_context();
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
-      const detail::LLArgs a = detail::ll_args(ctx, in, out, in.rows, p.words, ws);
+      detail::LLArgs a = detail::ll_args(ctx, in, out, in.rows, p.words, ws);
+      a.layout_key = layout_key(p, in.element_size());
       detail::launch_ll(a, detail::LLMode::kAllReduce, in.dtype, op, p.blocks, stream);
       break;
     }
@@ -152,6 +175,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       a.ag_flags = ws.flags() + p.chunks.per_rank * ctx.world_size();
       a.state = ws.block_state();
       a.vec = detail::vec16(in) && detail::vec16(out);
+      a.layout_key = layout_key(p, esz);
       detail::launch_two_shot(a, in.dtype, op, p.blocks, stream);
       break;
     }
@@ -178,6 +202,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       a.state = ws.block_state();
       a.slices = p.slices;
       a.rings = config.all_reduce_num_rings;
+      a.layout_key = layout_key(p, in.element_size());
       (void)tile_elems;
       if (p.variant == AllReduceVariant::kAtomic)
         detail::launch_atomic(a, in.dtype, op, p.blocks, stream);

@@ -76,6 +76,7 @@ struct LLArgs {
   bool in_vec8;          // every block of in / out is contiguous and 8-byte aligned: a line is one access
   bool out_vec8;
   bool in_place;  // all_gather: in is out's block `rank` (no local copy)
+  uint64_t layout_key;  // all_reduce: layout_fence (ccl_common.cuh); 0 for the other ops
 };
 // LL words of one slot for a block of `numel` elements, and the staging bytes of a W-rank exchange.
 int64_t ll_words(int64_t numel, DType dtype);
@@ -112,6 +113,7 @@ struct TwoShotArgs {
   uint64_t* ag_flags;  // this rank's: [nchunks]
   uint64_t* state;
   bool vec;  // 16-byte accesses on in/out
+  uint64_t layout_key;  // layout_fence (ccl_common.cuh)
 };
 void launch_two_shot(const TwoShotArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 
@@ -135,6 +137,7 @@ struct TileArgs {
   uint64_t* state;
   int slices;  // ring: column slices per tile
   int rings;   // ring: concurrent rings
+  uint64_t layout_key;  // layout_fence (ccl_common.cuh)
 };
 void launch_atomic(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 void launch_spinlock(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);

@@ -146,6 +146,10 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
                                       (a.tiles_per_rank * tile_elems * 4 + 255) / 256 * 256);
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
+  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(atomic)")) {
+    end_call(a.state, epoch);
+    return;
+  }
   // 1. add my tile into its owner's accumulator; count myself.
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
     const int o = static_cast<int>(t % world);
@@ -165,7 +169,7 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
   // 2. owners publish; 3. everyone pulls.
   if (finish_owned_tiles<T, kVec, /*kZeroAfter=*/true>(a, epoch, acc_stage, res_stage, "all_reduce(atomic) reduce"))
     pull_results<T, kVec>(a, epoch, res_stage, "all_reduce(atomic) gather");
-  end_call(a.state, epoch);
+  end_call(a.state, epoch, a.layout_key);
 }
 
 template <typename T, ReduceOp kOp, bool kVec>
@@ -183,6 +187,10 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
                                       (a.tiles_per_rank * tile_elems * 4 + 255) / 256 * 256);
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
+  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(spinlock)")) {
+    end_call(a.state, epoch);
+    return;
+  }
   __shared__ int s_first, s_ok;
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
     const int o = static_cast<int>(t % world);
@@ -224,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
   }
   if (finish_owned_tiles<T, kVec, /*kZeroAfter=*/false>(a, epoch, acc_stage, res_stage, "all_reduce(spinlock) reduce"))
     pull_results<T, kVec>(a, epoch, res_stage, "all_reduce(spinlock) gather");
-  end_call(a.state, epoch);
+  end_call(a.state, epoch, a.layout_key);
 }
 
 template <typename T, ReduceOp kOp, bool kVec>
@@ -239,6 +247,10 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
   const int slice_n = a.block_n / a.slices;
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
+  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(ring)")) {
+    end_call(a.state, epoch);
+    return;
+  }
   const int parity = static_cast<int>(epoch & 1);
   T* stage = static_cast<T*>(a.stage);
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
@@ -297,7 +309,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
       if (forward) block_signal(ctx, flags + s, ag_mark, next);
     }
   }
-  end_call(a.state, epoch);
+  end_call(a.state, epoch, a.layout_key);
 }
 
 bool tile_vec(const TileArgs& a, DType dtype) {

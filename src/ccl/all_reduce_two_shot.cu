@@ -73,6 +73,10 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
   T* rs_stage = static_cast<T*>(args.rs_stage);
   T* ag_stage = static_cast<T*>(args.ag_stage);
   const uint64_t epoch = begin_call(args.state);
+  if (!layout_fence(ctx, args.state, args.layout_key, epoch, "all_reduce(two_shot)")) {
+    end_call(args.state, epoch);
+    return;
+  }
   auto length = [&](int64_t c) { return min(chunk, args.numel - c * chunk); };
 
   // 1. push my part of every chunk I do not own into its owner's rs_stage.
@@ -136,7 +140,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
     block_copy<T, kVec>([&](int64_t e) { return out.at(base + e); }, [&](int64_t e) { return remote + e; },
                         length(c));
   }
-  end_call(args.state, epoch);
+  end_call(args.state, epoch, args.layout_key);
 }
 
 }  // namespace

@@ -157,19 +157,61 @@ __device__ __forceinline__ uint64_t begin_call(const uint64_t* state) {
 // but "this block has read the epoch", which it did before using it at the start, and an acq_rel
 // count would put a fence behind thread 0's stores to peers. (On 2 x H200 the one_shot call at
 // 8 KiB went from 6.05 to 5.91 us with this change: a small part of the gap to the 3 us target.)
-__device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch) {
+// `layout_key` (all_reduce only, whose state has kLayoutWords more words): when non-zero, stored as
+// the last call's layout next to the epoch (layout_fence below reads it).
+__device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64_t layout_key = 0) {
   __syncthreads();
   if (gridDim.x == 1) {  // one block: it has read the epoch (bar.sync above); no count needed
-    if (threadIdx.x == 0) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state, epoch);
+    if (threadIdx.x == 0) {
+      if (layout_key != 0) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2, layout_key);
+      dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state, epoch);
+    }
     return;
   }
   if (threadIdx.x == 0) {
     const uint64_t done = dev::atomic_add<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 1, uint64_t{1});
     if (done == gridDim.x - 1) {  // the last block: every block has read the epoch already
+      if (layout_key != 0) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2, layout_key);
       dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 1, uint64_t{0});
       dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state, epoch);
     }
   }
+}
+
+// ---- layout fence (all_reduce) ----------------------------------------------------------------------
+//
+// The reuse arguments of the all_reduce kernels ("a peer is at most one call ahead, so it cannot
+// overwrite what we still read") hold between calls with the same staging layout. One workspace may
+// serve calls of different variants and shapes (one_shot's LL lines and two_shot's slots and tiles
+// overlap in the staging), so when a call's layout differs from the previous call's on this
+// workspace, nobody may touch a peer's staging before every rank has finished the previous call.
+// The all_reduce state has kLayoutWords more words: state[2] is the layout key of the last call
+// (end_call stores it), state[3 + s] the epoch at which rank s last passed a fence (written by s).
+// Every rank makes the same calls, so every rank sees the same change and fences in the same call.
+// Block 0 tells every peer it has started this call (release at system scope: its earlier kernels,
+// the previous call included, have completed, and their staging reads are ordered before the word);
+// every block waits, with acquire, until every peer said the same. Cost: one NVLink round trip, on
+// a change of layout only (the first call on a workspace included). False on timeout (the kernel
+// must end).
+__device__ __forceinline__ bool layout_fence(const DeviceContext& ctx, uint64_t* state, uint64_t layout_key,
+                                             uint64_t epoch, const char* op) {
+  if (layout_key == 0 || dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2) == layout_key) return true;
+  const int me = ctx.rank, world = ctx.world_size;
+  __shared__ int fence_ok;
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0)
+      for (int k = 1; k < world; ++k)
+        dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, state + 3 + me, epoch, (me + k) % world);
+    bool ok = true;
+    for (int k = 1; k < world && ok; ++k)
+      ok = dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(ctx, state + 3 + (me + k) % world,
+                                                                   dev::Cmp::kReached, epoch, op);
+    fence_ok = ok ? 1 : 0;
+  }
+  __syncthreads();
+  const bool ok = fence_ok != 0;
+  __syncthreads();
+  return ok;
 }
 
 // ---- flags ------------------------------------------------------------------------------------------
