@@ -199,31 +199,42 @@ struct ExchangePlan {
   int64_t ll_words = 0;  // LL words per staging slot
 };
 
-inline ExchangePlan plan_exchange(const Context& ctx, const OpSignature& sig, int64_t block_rows, int64_t cols,
-                                  DType dtype, const Config& config) {
-  const int world = ctx.world_size();
+// The staging layout and workspace needs of an exchange of `block_rows` x `cols` blocks between
+// `world` ranks (everything in the plan but its signature and launch size; needs no GPU).
+inline ExchangePlan plan_exchange_layout(OpKind op, int world, int64_t block_rows, int64_t cols, DType dtype) {
   const size_t esz = dtype_size(dtype);
   const int64_t numel = block_rows * cols;
   ExchangePlan p;
-  p.sig = sig;
   p.block_rows = block_rows;
   p.chunks = plan_copy_chunks(numel, dtype);
   p.slot = static_cast<int64_t>(align256(static_cast<size_t>(numel) * esz) / esz);
   p.needs.block_state = kCollectiveEpochWords;
-  p.ll = world > 1 && static_cast<size_t>(numel) * esz <= ll_max_bytes(sig.op);
+  p.ll = world > 1 && static_cast<size_t>(numel) * esz <= ll_max_bytes(op);
   if (p.ll) {
     p.ll_words = ll_words(numel, dtype);
     p.needs.staging_bytes = ll_staging_bytes(numel, dtype, world);
-    p.blocks = ll_blocks(p.ll_words, config.comm_sms > 0 ? config.comm_sms : sm_count(ctx));
-    return p;
-  }
-  if (world > 1) {
+  } else if (world > 1) {
     p.needs.staging_bytes = 2 * static_cast<size_t>(world - 1) * static_cast<size_t>(p.slot) * esz;
     p.needs.flags = 2 * static_cast<size_t>(world - 1) * static_cast<size_t>(p.chunks.nchunks);
   }
-  p.blocks = launch_blocks(ctx, config, p.chunks.nchunks);
   return p;
 }
+
+inline ExchangePlan plan_exchange(const Context& ctx, const OpSignature& sig, int64_t block_rows, int64_t cols,
+                                  DType dtype, const Config& config) {
+  ExchangePlan p = plan_exchange_layout(sig.op, ctx.world_size(), block_rows, cols, dtype);
+  p.sig = sig;
+  p.blocks = p.ll ? ll_blocks(p.ll_words, config.comm_sms > 0 ? config.comm_sms : sm_count(ctx))
+                  : launch_blocks(ctx, config, p.chunks.nchunks);
+  return p;
+}
+
+// Where parity 1 starts (collective_kernels.hpp, top): half of each array's capacity, in elements of
+// `dtype` for the staging (kept 16-byte aligned) and in words for the flags.
+inline int64_t exchange_parity_elems(const Workspace& ws, DType dtype) {
+  return static_cast<int64_t>(ws.staging_capacity() / 2 / 16 * 16 / dtype_size(dtype));
+}
+inline int64_t exchange_parity_flags(const Workspace& ws) { return static_cast<int64_t>(ws.flag_capacity() / 2); }
 
 // The launch arguments of an LL exchange of blocks of `block_rows` rows (`words` LL words per slot).
 inline LLArgs ll_args(const Context& ctx, const Tensor& in, const Tensor& out, int64_t block_rows, int64_t words,
@@ -262,8 +273,8 @@ inline ExchangeArgs exchange_args(const Context& ctx, const ExchangePlan& p, con
   a.chunk = p.chunks.chunk;
   a.nchunks = p.chunks.nchunks;
   a.slot = p.slot;
-  a.parity_elems = static_cast<int64_t>(ws.staging_capacity() / 2 / 16 * 16 / dtype_size(in.dtype));
-  a.parity_flags = static_cast<int64_t>(ws.flag_capacity() / 2);
+  a.parity_elems = exchange_parity_elems(ws, in.dtype);
+  a.parity_flags = exchange_parity_flags(ws);
   a.staging = ws.staging();
   a.flags = ws.flags();
   a.state = ws.block_state();

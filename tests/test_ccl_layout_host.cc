@@ -1,0 +1,137 @@
+// Host tests (CI, no GPU) of the exchange staging layout: the LL line arithmetic, the LL / chunked
+// choice, and the claim the kernels' reuse arguments rest on: parity 1 starts at half of each array's
+// capacity, so for every shape a workspace can serve, the bytes of one parity never reach the other's.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "ccl/collective_kernels.hpp"
+#include "iris/ccl/workspace.hpp"
+#include "support/fake_workspace_host.hpp"
+
+namespace iris::ccl {
+namespace {
+
+using detail::ExchangePlan;
+using detail::plan_exchange_layout;
+
+struct Block {
+  int64_t rows, cols;
+};
+
+// From 1 element to 2 MiB of fp32 per block: LL blocks, chunked blocks, blocks that are not a
+// multiple of a line, a chunk or 256 bytes.
+const Block kBlocks[] = {{1, 1},     {1, 7},     {1, 777},    {3, 1000},  {16, 1024},
+                         {17, 1000}, {64, 1000}, {300, 1000}, {512, 1024}};
+const OpKind kExchanges[] = {OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kAllToAll};
+
+OpSignature signature(OpKind op, const Block& b, DType dt, int world) {
+  OpSignature s;
+  s.op = op;
+  s.rows = b.rows;
+  s.cols = b.cols;
+  s.dtype = dt;
+  s.world_size = world;
+  return s;
+}
+
+TEST(CclLayout, LLLinesCarryEightDataBytesInSixteen) {
+  // A line is two 8-byte words, each {4 data bytes, 4 tag bytes}: words = 2 * ceil(bytes / 8).
+  EXPECT_EQ(detail::ll_words(1, DType::kFloat32), 2);
+  EXPECT_EQ(detail::ll_words(2, DType::kFloat32), 2);
+  EXPECT_EQ(detail::ll_words(3, DType::kFloat32), 4);
+  EXPECT_EQ(detail::ll_words(4, DType::kBFloat16), 2);
+  EXPECT_EQ(detail::ll_words(5, DType::kBFloat16), 4);
+  EXPECT_EQ(detail::ll_words(1000, DType::kFloat32), 1000);
+  // 2 parities x W slots x words x 8 bytes, rounded up to 256.
+  EXPECT_EQ(detail::ll_staging_bytes(1000, DType::kFloat32, 2), 32000u);
+  EXPECT_EQ(detail::ll_staging_bytes(1, DType::kInt32, 8), 256u);
+  // One block of 512 threads holds 1024 lines (two per thread); more lines, more blocks, up to the limit.
+  EXPECT_EQ(detail::ll_blocks(2, 132), 1);
+  EXPECT_EQ(detail::ll_blocks(2048, 132), 1);
+  EXPECT_EQ(detail::ll_blocks(2050, 132), 2);
+  EXPECT_EQ(detail::ll_blocks(int64_t{1} << 30, 132), 132);
+}
+
+TEST(CclLayout, LLVec8NeedsContiguousEightByteAlignedBlocks) {
+  alignas(16) static float buf[4096];
+  EXPECT_TRUE(detail::ll_vec8(Tensor{buf, DType::kFloat32, 4, 100, 100}, 2));
+  EXPECT_FALSE(detail::ll_vec8(Tensor{buf + 1, DType::kFloat32, 4, 100, 100}, 2));  // 4-byte aligned
+  EXPECT_FALSE(detail::ll_vec8(Tensor{buf, DType::kFloat32, 4, 100, 101}, 2));      // row gaps
+  EXPECT_FALSE(detail::ll_vec8(Tensor{buf, DType::kFloat32, 4, 101, 101}, 1));      // block 1 at 404 bytes
+  EXPECT_FALSE(detail::ll_vec8(Tensor{buf, DType::kFloat32, 1, 101, 101}, 1));      // (conservative: one block)
+  EXPECT_FALSE(detail::ll_vec8(Tensor{buf, DType::kBFloat16, 6, 3, 3}, 1));         // block 1 at 6 bytes
+  EXPECT_TRUE(detail::ll_vec8(Tensor{buf, DType::kBFloat16, 8, 4, 4}, 1));
+}
+
+TEST(CclLayout, SmallBlocksTakeLLAndLargeOnesChunkedByTheMeasuredRule) {
+  if (std::getenv("IRIS_LL_MAX_BYTES") != nullptr) GTEST_SKIP() << "IRIS_LL_MAX_BYTES overrides the rule";
+  // all_gather and all_to_all: blocks up to 4 KiB; reduce_scatter: up to 64 KiB. One rank: neither.
+  EXPECT_TRUE(plan_exchange_layout(OpKind::kAllGather, 2, 1, 1024, DType::kFloat32).ll);
+  EXPECT_FALSE(plan_exchange_layout(OpKind::kAllGather, 2, 1, 1025, DType::kFloat32).ll);
+  EXPECT_TRUE(plan_exchange_layout(OpKind::kAllToAll, 4, 2, 1024, DType::kBFloat16).ll);
+  EXPECT_FALSE(plan_exchange_layout(OpKind::kAllToAll, 4, 2, 1025, DType::kBFloat16).ll);
+  EXPECT_TRUE(plan_exchange_layout(OpKind::kReduceScatter, 2, 16, 1024, DType::kFloat32).ll);
+  EXPECT_FALSE(plan_exchange_layout(OpKind::kReduceScatter, 2, 16, 1025, DType::kFloat32).ll);
+  EXPECT_FALSE(plan_exchange_layout(OpKind::kAllGather, 1, 1, 1, DType::kFloat32).ll);
+  // LL needs no flags; chunked needs one per chunk, source and parity.
+  const ExchangePlan ll = plan_exchange_layout(OpKind::kAllGather, 4, 1, 1000, DType::kFloat32);
+  EXPECT_EQ(ll.needs.flags, 0u);
+  EXPECT_EQ(ll.needs.staging_bytes, detail::ll_staging_bytes(1000, DType::kFloat32, 4));
+  const ExchangePlan chunked = plan_exchange_layout(OpKind::kAllGather, 4, 64, 1000, DType::kFloat32);
+  EXPECT_EQ(chunked.needs.flags, 2u * 3 * static_cast<size_t>(chunked.chunks.nchunks));
+}
+
+// For every pair (shape the workspace was prepared for, shape it then serves) with every world size
+// and dtype: both parities of the served call fit in the arrays, and parity 0's bytes end before
+// parity 1's begin, whether the call is LL or chunked and whatever the call before it was.
+TEST(CclLayout, ParityHalvesNeverOverlapForAnyShapeAWorkspaceServes) {
+  int pairs = 0;
+  for (OpKind op : kExchanges)
+    for (int world : {2, 3, 4, 8})
+      for (DType dt : {DType::kFloat32, DType::kBFloat16})
+        for (const Block& first : kBlocks) {
+          test::FakeWorkspaceHost host;
+          Workspace ws;
+          const ExchangePlan big = plan_exchange_layout(op, world, first.rows, first.cols, dt);
+          ws.prepare(host, signature(op, first, dt, world), big.needs);
+          for (const Block& b : kBlocks) {
+            const ExchangePlan p = plan_exchange_layout(op, world, b.rows, b.cols, dt);
+            try {
+              ws.check_capacity(p.needs);
+            } catch (const std::invalid_argument&) {
+              continue;  // this workspace cannot serve b: the call raises (tested elsewhere)
+            }
+            SCOPED_TRACE(std::string(op_name(op)) + " W=" + std::to_string(world) + " " + dtype_name(dt) + " " +
+                         std::to_string(first.rows) + "x" + std::to_string(first.cols) + " then " +
+                         std::to_string(b.rows) + "x" + std::to_string(b.cols));
+            ++pairs;
+            const size_t esz = dtype_size(dt);
+            if (p.ll) {
+              const size_t parity_bytes = static_cast<size_t>(detail::ll_parity_words(ws)) * 8;
+              const size_t used = static_cast<size_t>(world) * static_cast<size_t>(p.ll_words) * 8;
+              EXPECT_EQ(parity_bytes % 16, 0u);
+              EXPECT_LE(used, parity_bytes);
+              EXPECT_LE(parity_bytes + used, ws.staging_capacity());
+            } else {
+              const size_t parity_bytes = static_cast<size_t>(detail::exchange_parity_elems(ws, dt)) * esz;
+              const size_t used = static_cast<size_t>(world - 1) * static_cast<size_t>(p.slot) * esz;
+              EXPECT_EQ(parity_bytes % 16, 0u);
+              EXPECT_LE(used, parity_bytes);
+              EXPECT_LE(parity_bytes + used, ws.staging_capacity());
+              const size_t parity_flags = static_cast<size_t>(detail::exchange_parity_flags(ws));
+              const size_t flags = static_cast<size_t>(world - 1) * static_cast<size_t>(p.chunks.nchunks);
+              EXPECT_LE(flags, parity_flags);
+              EXPECT_LE(parity_flags + flags, ws.flag_capacity());
+            }
+          }
+          ws.release(host);
+        }
+  EXPECT_GT(pairs, 300);  // the loop above really checked something
+}
+
+}  // namespace
+}  // namespace iris::ccl
