@@ -29,13 +29,7 @@ const Block kBlocks[] = {{1, 1},     {1, 7},     {1, 777},    {3, 1000},  {16, 1
 const OpKind kExchanges[] = {OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kAllToAll};
 
 OpSignature signature(OpKind op, const Block& b, DType dt, int world) {
-  OpSignature s;
-  s.op = op;
-  s.rows = b.rows;
-  s.cols = b.cols;
-  s.dtype = dt;
-  s.world_size = world;
-  return s;
+  return detail::collective_signature(op, Tensor{nullptr, dt, b.rows, b.cols, b.cols}, world, Config{});
 }
 
 TEST(CclLayout, LLLinesCarryEightDataBytesInSixteen) {

@@ -236,10 +236,10 @@ inline int64_t exchange_parity_elems(const Workspace& ws, DType dtype) {
 }
 inline int64_t exchange_parity_flags(const Workspace& ws) { return static_cast<int64_t>(ws.flag_capacity() / 2); }
 
-// The launch arguments of an LL exchange of blocks of `block_rows` rows (`words` LL words per slot).
-inline LLArgs ll_args(const Context& ctx, const Tensor& in, const Tensor& out, int64_t block_rows, int64_t words,
-                      const Workspace& ws, bool in_place = false) {
-  LLArgs a{};
+// The fields the arguments of every exchange kernel share: the context, and in and out cut into
+// blocks of `block_rows` rows (numel: elements of one block).
+template <typename Args>
+void fill_block_views(Args& a, const Context& ctx, const Tensor& in, const Tensor& out, int64_t block_rows) {
   a.ctx = ctx.device_context();
   a.in = in.data;
   a.out = out.data;
@@ -248,6 +248,13 @@ inline LLArgs ll_args(const Context& ctx, const Tensor& in, const Tensor& out, i
   a.out_stride = out.stride;
   a.block_rows = block_rows;
   a.numel = block_rows * in.cols;
+}
+
+// The launch arguments of an LL exchange of blocks of `block_rows` rows (`words` LL words per slot).
+inline LLArgs ll_args(const Context& ctx, const Tensor& in, const Tensor& out, int64_t block_rows, int64_t words,
+                      const Workspace& ws, bool in_place = false) {
+  LLArgs a{};
+  fill_block_views(a, ctx, in, out, block_rows);
   a.words = words;
   a.parity_words = ll_parity_words(ws);
   a.staging = static_cast<uint64_t*>(ws.staging());
@@ -262,14 +269,7 @@ inline LLArgs ll_args(const Context& ctx, const Tensor& in, const Tensor& out, i
 inline ExchangeArgs exchange_args(const Context& ctx, const ExchangePlan& p, const Tensor& in, const Tensor& out,
                                   const Workspace& ws) {
   ExchangeArgs a{};
-  a.ctx = ctx.device_context();
-  a.in = in.data;
-  a.out = out.data;
-  a.cols = in.cols;
-  a.in_stride = in.stride;
-  a.out_stride = out.stride;
-  a.block_rows = p.block_rows;
-  a.numel = p.block_rows * in.cols;
+  fill_block_views(a, ctx, in, out, p.block_rows);
   a.chunk = p.chunks.chunk;
   a.nchunks = p.chunks.nchunks;
   a.slot = p.slot;
