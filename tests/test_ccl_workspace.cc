@@ -10,6 +10,7 @@
 #include "iris/ccl/config.hpp"
 #include "iris/ccl/workspace.hpp"
 #include "iris/runtime/bootstrap.hpp"
+#include "support/error_text.hpp"
 #include "support/fake_workspace_host.hpp"
 
 namespace iris::ccl {
@@ -51,22 +52,14 @@ TEST(CclTiles, CountsCeilTilesIncludingEdges) {
 }
 
 TEST(CclCapacity, ExactMessages) {
-  try {
-    check_lock_capacity(16, 64);
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(),
-                 "Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you "
-                 "intend to use.");
-  }
-  try {
-    check_flag_capacity(16, 64);
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(),
-                 "Flags array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes "
-                 "you intend to use.");
-  }
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] { check_lock_capacity(16, 64); }),
+      std::string("Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you "
+                  "intend to use."));
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] { check_flag_capacity(16, 64); }),
+      std::string("Flags array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes "
+                  "you intend to use."));
   EXPECT_NO_THROW(check_lock_capacity(64, 64));
   EXPECT_NO_THROW(check_flag_capacity(65, 64));
 }
@@ -76,12 +69,7 @@ TEST(CclConfig, DefaultsAreValidAndBadFieldsAreNamed) {
   EXPECT_NO_THROW(c.validate(1));
   EXPECT_NO_THROW(c.validate(8));
   auto expect_msg = [](Config cfg, int world, const std::string& msg) {
-    try {
-      cfg.validate(world);
-      ADD_FAILURE() << "accepted: " << msg;
-    } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(e.what(), msg);
-    }
+    EXPECT_EQ(test::error_text<std::invalid_argument>([&] { cfg.validate(world); }), msg);
   };
   Config bad = c;
   bad.block_size_m = 0;
@@ -155,18 +143,11 @@ TEST(CclWorkspace, TooSmallLockArrayIsRejectedByPreambleAndLaunchCheck) {
   const char* msg =
       "Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend "
       "to use.";
-  try {
-    ws.check_capacity(lock_needs(512, 512, 64, 64));
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), msg);
-  }
-  try {
-    ws.prepare(host, spinlock_sig(512, 512, 64, 64), lock_needs(512, 512, 64, 64));
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), msg);
-  }
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ws.check_capacity(lock_needs(512, 512, 64, 64)); }),
+            std::string(msg));
+  EXPECT_EQ(test::error_text<std::invalid_argument>(
+                [&] { ws.prepare(host, spinlock_sig(512, 512, 64, 64), lock_needs(512, 512, 64, 64)); }),
+            std::string(msg));
   EXPECT_EQ(host.allocs, 1) << "a rejected preamble allocates nothing";
   ws.release(host);
 }
@@ -193,26 +174,22 @@ TEST(CclWorkspace, LargerArraysAreKeptWithoutReallocation) {
   EXPECT_EQ(ws.flag_capacity(), 128u);
   EXPECT_EQ(ws.block_state_capacity(), 132u);
   EXPECT_EQ(host.allocs, 3);
-  try {
-    WorkspaceNeeds more = ring;
-    more.flags = 129;
-    ws.check_capacity(more);
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(),
-                 "Flags array too small: have 128 but need 129. Pre-allocate workspace with the smallest block sizes "
-                 "you intend to use.");
-  }
-  try {
-    WorkspaceNeeds more = ring;
-    more.block_state = 264;
-    ws.check_capacity(more);
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(),
-                 "Block state array too small: have 132 but need 264. Pre-allocate workspace with the largest comm_sms "
-                 "you intend to use.");
-  }
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] {
+        WorkspaceNeeds more = ring;
+        more.flags = 129;
+        ws.check_capacity(more);
+      }),
+      std::string("Flags array too small: have 128 but need 129. Pre-allocate workspace with the smallest block sizes "
+                  "you intend to use."));
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] {
+              WorkspaceNeeds more = ring;
+              more.block_state = 264;
+              ws.check_capacity(more);
+            }),
+            std::string(
+                "Block state array too small: have 132 but need 264. Pre-allocate workspace with the largest comm_sms "
+                "you intend to use."));
   ws.release(host);
   EXPECT_EQ(host.live, 0);
 }

@@ -13,6 +13,7 @@
 #include "iris/ops/fused.hpp"
 #include "iris/ops/gemm.hpp"
 #include "iris/runtime/bootstrap.hpp"
+#include "support/error_text.hpp"
 #include "support/fake_workspace_host.hpp"
 
 namespace iris::ops {
@@ -52,12 +53,7 @@ FusedConfig blocks(int bm, int bn, AllReduceVariant v = AllReduceVariant::kTwoSh
 
 template <typename Fn>
 std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no std::invalid_argument thrown)";
+  return test::error_text<std::invalid_argument>(fn);
 }
 
 const char* kLock16Need64 =

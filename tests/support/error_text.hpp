@@ -3,18 +3,20 @@
 
 #include <exception>
 #include <string>
+#include <type_traits>
 
 namespace iris::test {
 
-// what() of the exception fn throws, or "(nothing thrown)".
-template <typename Fn>
+// what() of the exception of type E (or derived) that fn throws, or a text saying none was. Other
+// exceptions propagate, so error_text<std::invalid_argument> also checks the type.
+template <typename E = std::exception, typename Fn>
 std::string error_text(Fn&& fn) {
   try {
     fn();
-  } catch (const std::exception& e) {
+  } catch (const E& e) {
     return e.what();
   }
-  return "(nothing thrown)";
+  return std::is_same_v<E, std::exception> ? "(nothing thrown)" : "(no exception of the expected type thrown)";
 }
 
 }  // namespace iris::test
