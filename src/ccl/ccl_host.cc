@@ -60,8 +60,16 @@ constexpr size_t kLLMaxBytesReduce = size_t{64} << 10;
 
 size_t ll_max_bytes(OpKind op) {
   static const char* env = std::getenv("IRIS_LL_MAX_BYTES");
-  if (env != nullptr) {
-    static const size_t bytes = static_cast<size_t>(std::strtoull(env, nullptr, 10));
+  if (env != nullptr && *env != '\0') {
+    // Read (and a bad value raised) at the first plan, which every rank makes together.
+    static const size_t bytes = [] {
+      if (std::strcmp(env, "0") == 0) return size_t{0};  // never LL
+      try {
+        return parse_byte_size(env);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(std::string("IRIS_LL_MAX_BYTES: ") + e.what() + " (or 0: never use LL)");
+      }
+    }();
     return bytes;
   }
   return op == OpKind::kReduceScatter ? kLLMaxBytesReduce : kLLMaxBytesCopy;
