@@ -150,10 +150,11 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   if (in.numel() == 0) return;
   stream = detail::pick_stream(ctx, stream);
   const DeviceContext dctx = ctx.device_context();
+  const uint64_t key = layout_key(p, in.element_size());
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
       detail::LLArgs a = detail::ll_args(ctx, in, out, in.rows, p.words, ws);
-      a.layout_key = layout_key(p, in.element_size());
+      a.layout_key = key;
       detail::launch_ll(a, detail::LLMode::kAllReduce, in.dtype, op, p.blocks, stream);
       break;
     }
@@ -175,7 +176,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       a.ag_flags = ws.flags() + p.chunks.per_rank * ctx.world_size();
       a.state = ws.block_state();
       a.vec = detail::vec16(in) && detail::vec16(out);
-      a.layout_key = layout_key(p, esz);
+      a.layout_key = key;
       detail::launch_two_shot(a, in.dtype, op, p.blocks, stream);
       break;
     }
@@ -202,7 +203,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       a.state = ws.block_state();
       a.slices = p.slices;
       a.rings = config.all_reduce_num_rings;
-      a.layout_key = layout_key(p, in.element_size());
+      a.layout_key = key;
       (void)tile_elems;
       if (p.variant == AllReduceVariant::kAtomic)
         detail::launch_atomic(a, in.dtype, op, p.blocks, stream);

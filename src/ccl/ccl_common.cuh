@@ -157,7 +157,7 @@ __device__ __forceinline__ uint64_t begin_call(const uint64_t* state) {
 // but "this block has read the epoch", which it did before using it at the start, and an acq_rel
 // count would put a fence behind thread 0's stores to peers. (On 2 x H200 the one_shot call at
 // 8 KiB went from 6.05 to 5.91 us with this change: a small part of the gap to the 3 us target.)
-// `layout_key` (all_reduce only, whose state has kLayoutWords more words): when non-zero, stored as
+// `layout_key` (all_reduce only, whose state has 1 + W more words; all_reduce.cc): when non-zero, stored as
 // the last call's layout next to the epoch (layout_fence below reads it).
 __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64_t layout_key = 0) {
   __syncthreads();
@@ -185,7 +185,7 @@ __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64
 // serve calls of different variants and shapes (one_shot's LL lines and two_shot's slots and tiles
 // overlap in the staging), so when a call's layout differs from the previous call's on this
 // workspace, nobody may touch a peer's staging before every rank has finished the previous call.
-// The all_reduce state has kLayoutWords more words: state[2] is the layout key of the last call
+// The all_reduce state has 1 + W more words: state[2] is the layout key of the last call
 // (end_call stores it), state[3 + s] the epoch at which rank s last passed a fence (written by s).
 // Every rank makes the same calls, so every rank sees the same change and fences in the same call.
 // Block 0 tells every peer it has started this call (release at system scope: its earlier kernels,
