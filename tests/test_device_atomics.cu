@@ -455,6 +455,64 @@ TEST_P(DeviceAtomicsTest, FloatAndDoubleAddSubEveryOrderAndScope) {
       test::device_test_options());
 }
 
+// reduce_add_v4: thread i of rank s adds (s + 1, 2 (s + 1), 1, i % 3) to float4 slot i % kVecs of
+// rank (i / kVecs) % W, so every slot of every rank takes adds from every rank's threads at once. The
+// operands are small integers and the sums stay below 2^24: exact in float32 in any order, so the final
+// values must equal the host's sums (a lost, doubled or torn add shows).
+constexpr int kV4Vecs = 64;
+constexpr int kV4Threads = 4096;
+
+template <Order kOrder>
+__global__ void reduce_add_v4_kernel(DeviceContext ctx, float* words) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= kV4Threads) return;
+  const int to = (i / kV4Vecs) % ctx.world_size;
+  const float s = static_cast<float>(ctx.rank + 1);
+  dev::reduce_add_v4<kOrder, Scope::kSys>(dev::translate(ctx, words + 4 * (i % kV4Vecs), to),
+                                          make_float4(s, 2 * s, 1, static_cast<float>(i % 3)));
+}
+
+TEST_P(DeviceAtomicsTest, ReduceAddV4SumsEveryRanksAddsExactly) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int w = ctx.world_size(), me = ctx.rank();
+        std::vector<double> want(4 * kV4Vecs, 0.0);
+        for (int s = 0; s < w; ++s)
+          for (int i = 0; i < kV4Threads; ++i) {
+            if ((i / kV4Vecs) % w != me) continue;
+            double* slot = want.data() + 4 * (i % kV4Vecs);
+            slot[0] += s + 1;
+            slot[1] += 2 * (s + 1);
+            slot[2] += 1;
+            slot[3] += i % 3;
+          }
+        for (Order order : {Order::kRelaxed, Order::kRelease}) {
+          SCOPED_TRACE(order_name(order));
+          float* words = ctx.zeros<float>(4 * kV4Vecs);
+          ctx.barrier();  // every rank's words are zero before any rank adds
+          if (order == Order::kRelaxed)
+            reduce_add_v4_kernel<Order::kRelaxed>
+                <<<kV4Threads / 256, 256, 0, ctx.stream()>>>(ctx.device_context(), words);
+          else
+            reduce_add_v4_kernel<Order::kRelease>
+                <<<kV4Threads / 256, 256, 0, ctx.stream()>>>(ctx.device_context(), words);
+          IRIS_CUDA_CHECK(cudaGetLastError());
+          ctx.synchronize();
+          ctx.barrier();  // every rank's adds are complete
+          std::vector<float> got(4 * kV4Vecs);
+          IRIS_CUDA_CHECK(cudaMemcpy(got.data(), words, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+          int64_t wrong = 0;
+          for (size_t k = 0; k < got.size(); ++k) wrong += static_cast<double>(got[k]) != want[k];
+          EXPECT_EQ(wrong, 0) << "rank " << me << ": word 0 is " << got[0] << ", want " << want[0];
+          ctx.barrier();
+          ctx.free(words);
+        }
+      },
+      test::device_test_options());
+}
+
 // The host-side checker must reject what it is meant to catch (it guards every test above).
 TEST(DeviceAtomicsChecker, RejectsLostDuplicatedAndStaleUpdates) {
   // Three adds of 1, 2, 4 from 10: a valid order returns 10, 11, 13 and ends at 17.

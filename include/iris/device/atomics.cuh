@@ -17,7 +17,7 @@
 //
 // Types: add/sub take int32/uint32/int64/uint64 and float/double; and/or/xor/min/max take the four
 // integer types; xchg/cas take any of them (cas compares bit patterns). Words are naturally aligned.
-// Integer add/sub wrap modulo 2^bits.
+// Integer add/sub wrap modulo 2^bits. reduce_add_v4 adds four floats with one request and returns nothing.
 #pragma once
 
 #include <cstdint>
@@ -104,6 +104,31 @@ IRIS_DEVICE_INLINE T atomic_cas(T* ptr, std::type_identity_t<T> compare, std::ty
   T expected = compare;
   detail::atomic_ref_of<kScope>(ptr).compare_exchange_strong(expected, desired, detail::kCudaOrder<kOrder>);
   return expected;
+}
+
+// Adds four floats to the four consecutive words at ptr (16-byte aligned, global memory), without
+// returning the old values: one PTX `red.<order>.<scope>.global.add.v4.f32` (sm_90). Each word's add is
+// atomic on its own; the four are not one atomic unit. Order: kRelaxed or kRelease. Over NVLink this
+// moves 16 bytes per request instead of 4, which is what makes remote float accumulation usable.
+template <Order kOrder, Scope kScope>
+IRIS_DEVICE_INLINE void reduce_add_v4(float* ptr, float4 v) {
+  static_assert(kOrder == Order::kRelaxed || kOrder == Order::kRelease, "reduce_add_v4 is relaxed or release");
+#define IRIS_RED_V4(sem, scope)                                                                       \
+  asm volatile("red." sem "." scope ".global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "f"(v.x), \
+               "f"(v.y), "f"(v.z), "f"(v.w)                                                          \
+               : "memory")
+  constexpr bool kRel = kOrder == Order::kRelease;
+  if constexpr (kScope == Scope::kSys) {
+    if constexpr (kRel) IRIS_RED_V4("release", "sys");
+    else IRIS_RED_V4("relaxed", "sys");
+  } else if constexpr (kScope == Scope::kGpu) {
+    if constexpr (kRel) IRIS_RED_V4("release", "gpu");
+    else IRIS_RED_V4("relaxed", "gpu");
+  } else {
+    if constexpr (kRel) IRIS_RED_V4("release", "cta");
+    else IRIS_RED_V4("relaxed", "cta");
+  }
+#undef IRIS_RED_V4
 }
 
 // ---- on rank `to`'s copy of a heap word ----------------------------------------------------------
