@@ -123,8 +123,8 @@ struct Variant {
   iris::ops::FusedConfig config;
 };
 
-// Every row of an op: matmul_all_reduce once per fused variant measured, the others once with the
-// default config.
+// Every row of an op: matmul_all_reduce once per fused variant (atomic, spinlock, one_shot, two_shot),
+// the others once with the default config.
 // With --fused-copy both, each of those twice: copy engines, then copy kernels beside the GEMM ("+sm").
 // Every row runs the GEMM tile the GEMM core picks for this rank's GEMM (select_gemm_tile), as a user
 // following the GEMM core's advice would; FusedConfig's default is the large tile, which is 2-3x slower
@@ -135,7 +135,8 @@ std::vector<Variant> variants_for(FusedOp op, const Options& o, const Layout& l)
   if (op != FusedOp::kMatmulAllReduce) {
     base.push_back(Variant{"-", {}});
   } else {
-    for (auto v : {iris::ccl::AllReduceVariant::kOneShot, iris::ccl::AllReduceVariant::kTwoShot}) {
+    for (auto v : {iris::ccl::AllReduceVariant::kAtomic, iris::ccl::AllReduceVariant::kSpinlock,
+                   iris::ccl::AllReduceVariant::kOneShot, iris::ccl::AllReduceVariant::kTwoShot}) {
       Variant x{iris::ccl::variant_name(v), {}};
       x.config.all_reduce_variant = v;
       base.push_back(std::move(x));
@@ -148,6 +149,13 @@ std::vector<Variant> variants_for(FusedOp op, const Options& o, const Layout& l)
   }
   std::vector<Variant> out;
   for (const Variant& v : base) {
+    // atomic and spinlock add on SMs whatever copy_engine says: one row each.
+    const auto av = v.config.all_reduce_variant;
+    if (op == FusedOp::kMatmulAllReduce &&
+        (av == iris::ccl::AllReduceVariant::kAtomic || av == iris::ccl::AllReduceVariant::kSpinlock)) {
+      out.push_back(v);
+      continue;
+    }
     if (o.fused_copy_engine) out.push_back(v);
     if (o.fused_copy_sm) {
       Variant x = v;

@@ -1,9 +1,10 @@
 // GPU tests of the fused GEMM + communication ops (iris/ops/fused.hpp) against an fp64 host reference:
-// matmul_all_reduce (one_shot and two_shot), matmul_reduce_scatter, all_gather_matmul and
+// matmul_all_reduce (atomic, spinlock, one_shot, two_shot), matmul_reduce_scatter, all_gather_matmul and
 // matmul_all_gather, with bfloat16 and float16 inputs, B as K x N and N x K, 16-bit and float32
 // outputs, bias, both GEMM tiles, one tile / awkward / many-tile shapes, operands in cudaMalloc memory
 // and on the symmetric heap; then workspace reuse (a larger workspace, 100 calls), CUDA-graph replays
-// with changing inputs, the all_reduce variants that have no fused kernel, and ranks that disagree.
+// with changing inputs, the four all_reduce variants back to back on one workspace, and ranks that
+// disagree.
 // 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and processes.
 //
 // Inputs: rank r's A and B are test::input_value draws with r in the hash, so every rank regenerates
@@ -30,6 +31,7 @@
 #include <cstring>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -107,7 +109,9 @@ std::string flavor_name(const Flavor& f) {
   return s;
 }
 
-const Flavor kFlavors[] = {{Op::kMatmulAllReduce, AllReduceVariant::kOneShot},
+const Flavor kFlavors[] = {{Op::kMatmulAllReduce, AllReduceVariant::kAtomic},
+                           {Op::kMatmulAllReduce, AllReduceVariant::kSpinlock},
+                           {Op::kMatmulAllReduce, AllReduceVariant::kOneShot},
                            {Op::kMatmulAllReduce, AllReduceVariant::kTwoShot},
                            {Op::kMatmulReduceScatter},
                            {Op::kAllGatherMatmul},
@@ -569,35 +573,59 @@ TEST_P(FusedGpu, MatmulAllGatherMatchesFp64Reference) {
   run_correctness(GetParam(), {Op::kMatmulAllGather});
 }
 
-// atomic and spinlock are valid FusedConfig variants (the preamble sizes a workspace for them) but have
-// no fused kernel: the call says so instead of computing something else.
-TEST_P(FusedGpu, MatmulAllReduceAtomicAndSpinlockAreNotImplemented) {
+TEST_P(FusedGpu, MatmulAllReduceAtomicMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  run_correctness(GetParam(), {Op::kMatmulAllReduce, AllReduceVariant::kAtomic});
+}
+TEST_P(FusedGpu, MatmulAllReduceSpinlockMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  run_correctness(GetParam(), {Op::kMatmulAllReduce, AllReduceVariant::kSpinlock});
+}
+
+// The four matmul_all_reduce variants share the flag and staging arrays of one workspace, which each
+// reads in its own layout: atomic's accumulators and spinlock's first-writer marks may hold another
+// variant's bytes. Calls of every variant, pipelined and unfused, launched back to back on one stream
+// with no host synchronization in between, each into its own C, must all be right.
+TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        for (AllReduceVariant v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
-          SCOPED_TRACE(ccl::variant_name(v));
-          const Flavor flavor{Op::kMatmulAllReduce, v};
-          Problem p(ctx, flavor, {kOneTile, kBF16, kBF16, false, kGemmTileLarge});
-          p.upload(1, ctx.stream());
-          const FusedConfig config = config_for(flavor, kGemmTileLarge);
-          FusedWorkspace ws;
-          matmul_all_reduce_preamble(ctx, p.operands(), config, ws);
-          EXPECT_TRUE(ws.prepared());
-          std::string what = "(nothing thrown)";
-          try {
-            matmul_all_reduce(ctx, p.operands(), config, ws, nullptr);
-            ctx.synchronize();
-          } catch (const Error& e) {
-            what = e.what();
-          } catch (const std::exception& e) {
-            what = std::string("(not an iris::Error) ") + e.what();
-          }
-          EXPECT_NE(what.find("not implemented"), std::string::npos) << what;
-          EXPECT_EQ(what.find("(not an iris::Error)"), std::string::npos) << what;
-          release_workspace(ctx, ws);
+        using V = AllReduceVariant;
+        const V order[] = {V::kTwoShot, V::kAtomic, V::kSpinlock, V::kOneShot, V::kSpinlock,
+                           V::kAtomic,  V::kAtomic, V::kTwoShot,  V::kSpinlock};
+        const Case c{kManyAwkward, kBF16, kBF16, true, kGemmTileSmall, /*bias=*/true};
+        int sms = 0;
+        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
+        std::vector<std::unique_ptr<Problem>> problems;
+        std::vector<FusedConfig> configs;
+        ccl::WorkspaceNeeds most;
+        for (size_t i = 0; i < std::size(order); ++i) {
+          problems.push_back(std::make_unique<Problem>(ctx, Flavor{Op::kMatmulAllReduce, order[i]}, c));
+          configs.push_back(config_for(problems.back()->flavor(), c.tile, /*pipelined=*/i % 2 == 0));
+          const ccl::WorkspaceNeeds n =
+              plan_matmul_all_reduce(problems.back()->operands(), configs.back(), ctx.world_size(), sms).needs;
+          most.locks = std::max(most.locks, n.locks);
+          most.flags = std::max(most.flags, n.flags);
+          most.staging_bytes = std::max(most.staging_bytes, n.staging_bytes);
+          most.block_state = std::max(most.block_state, n.block_state);
         }
+        FusedWorkspace ws;
+        {
+          ccl::ContextWorkspaceHost host(ctx);
+          ws.prepare(host, plan_matmul_all_reduce(problems[0]->operands(), configs[0], ctx.world_size(), sms).sig,
+                     most);
+        }
+        const uint64_t first_seed = 1300;
+        for (size_t i = 0; i < problems.size(); ++i) problems[i]->upload(first_seed + i, ctx.stream());
+        for (size_t i = 0; i < problems.size(); ++i)
+          matmul_all_reduce(ctx, problems[i]->operands(), configs[i], ws, nullptr);
+        finish(ctx, nullptr);
+        for (size_t i = 0; i < problems.size(); ++i)
+          problems[i]->expect_matches(problems[i]->reference(first_seed + i), ctx.stream(),
+                                      "call " + std::to_string(i) + ": " + ccl::variant_name(order[i]) +
+                                          (i % 2 == 0 ? " pipelined" : " unfused"));
+        release_workspace(ctx, ws);
       },
       options());
 }

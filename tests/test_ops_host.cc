@@ -302,8 +302,20 @@ TEST(OpsFusedPlan, SignatureAndSmSplit) {
   c.gemm_sms = 120;
   EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
             "matmul_all_reduce: gemm_sms (120) + comm_sms (20) must leave at least one GEMM SM and fit the device's "
-            "132 SMs (copy_engine is false: the copy kernels run beside the GEMM).");
+            "132 SMs (copy_engine is false: the communication kernels run beside the GEMM).");
+  // atomic and spinlock add on SMs whatever copy_engine says: the same split, and its own reason.
   c.copy_engine = true;
+  c.all_reduce_variant = AllReduceVariant::kSpinlock;
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
+            "matmul_all_reduce: gemm_sms (120) + comm_sms (20) must leave at least one GEMM SM and fit the device's "
+            "132 SMs (the atomic and spinlock variants add on SMs: the communication kernels run beside the GEMM).");
+  for (auto v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
+    FusedConfig split = blocks(128, 128, v);
+    p = plan_matmul_all_reduce(operands(512, 256, 128, 512), split, 2, kSms);
+    EXPECT_EQ(p.comm_sms, 16);
+    EXPECT_EQ(p.gemm_sms, 116);
+  }
+  c.all_reduce_variant = AllReduceVariant::kTwoShot;
   EXPECT_NO_THROW(plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms));
   c.gemm_sms = 133;
   EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
@@ -318,11 +330,19 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   auto mar = [&](AllReduceVariant v) {
     return plan_matmul_all_reduce(operands(512, 256, 128, 512), blocks(128, 128, v), w, kSms).needs;
   };
+  // atomic, spinlock: ready by source + arrivals by (tile, source) + done by tile (+ spinlock's first-writer
+  // marks by tile); each rank owns 4 of the 8 tiles: 4 float32 accumulators, then 4 bf16 results.
+  EXPECT_EQ(mar(AllReduceVariant::kAtomic).flags, 2u + 2 * 8 + 8);
+  EXPECT_EQ(mar(AllReduceVariant::kSpinlock).flags, 2u + 2 * 8 + 8 + 8);
   for (auto v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
     EXPECT_EQ(mar(v).locks, 8u);
-    EXPECT_EQ(mar(v).flags, 16u);
-    EXPECT_EQ(mar(v).staging_bytes, 512u * 256 * 4);
+    EXPECT_EQ(mar(v).staging_bytes, 4u * 128 * 128 * 4 + 4u * 128 * 128 * 2);
   }
+  // Three ranks own ceil(8 / 3) = 3 tiles each (rank 2 one fewer; the arrays are sized alike).
+  const auto three =
+      plan_matmul_all_reduce(operands(512, 256, 128, 512), blocks(128, 128, AllReduceVariant::kAtomic), 3, kSms).needs;
+  EXPECT_EQ(three.flags, 3u + 3 * 8 + 8);
+  EXPECT_EQ(three.staging_bytes, 3u * 128 * 128 * 4 + 3u * 128 * 128 * 2);
   // one_shot: ready by source + data by (source, band of 4); one 512 x 256 slot per rank.
   EXPECT_EQ(mar(AllReduceVariant::kOneShot).flags, 2u + 2 * 4);
   EXPECT_EQ(mar(AllReduceVariant::kOneShot).staging_bytes, 2u * 512 * 256 * 2);
@@ -460,14 +480,14 @@ TEST(OpsFusedWorkspace, FlagsAndBlockStateTooSmall) {
             "intend to use.");
   // A variant whose flags outgrow the array, with the locks already large enough.
   ws.release(host);
-  const auto atomic = plan_matmul_all_reduce(mm, blocks(128, 128, AllReduceVariant::kAtomic), 1, kSms);  // 32 flags
+  const auto atomic = plan_matmul_all_reduce(mm, blocks(128, 128, AllReduceVariant::kAtomic), 1, kSms);
   ws.prepare(host, atomic.sig, atomic.needs);
-  EXPECT_EQ(ws.flag_capacity(), 32u);
+  EXPECT_EQ(ws.flag_capacity(), 33u) << "1 ready + 16 arrivals + 16 done";
   auto one_shot =
       plan_matmul_all_reduce(operands(512, 512, 256, 512), blocks(128, 128, AllReduceVariant::kOneShot), 8, kSms);
   EXPECT_EQ(one_shot.needs.flags, 8u * 5) << "8 ready + 8 x 4 data flags";
   EXPECT_EQ(error_of([&] { ws.check_capacity(one_shot.needs); }),
-            "Flags array too small: have 32 but need 40. Pre-allocate workspace with the smallest block sizes you "
+            "Flags array too small: have 33 but need 40. Pre-allocate workspace with the smallest block sizes you "
             "intend to use.");
   ws.release(host);
   EXPECT_EQ(host.live, 0);

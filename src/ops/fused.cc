@@ -59,13 +59,22 @@ void check_c_rows(const char* name, const MatmulOperands& mm, int64_t rows, cons
                  " (", rule, ").");
 }
 
+// True when the op's communication is done by kernels beside the GEMM rather than by the copy engines:
+// copy_engine is false, or matmul_all_reduce adds tiles into peers' accumulators (atomic, spinlock),
+// which a copy engine cannot do.
+bool comm_on_sms(OpKind op, const FusedConfig& config) {
+  const bool adds = op == OpKind::kMatmulAllReduce && (config.all_reduce_variant == AllReduceVariant::kAtomic ||
+                                                       config.all_reduce_variant == AllReduceVariant::kSpinlock);
+  return !config.copy_engine || adds;
+}
+
 // The SM split and the signature fields every op fills alike.
 FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms) {
   FusedPlan p;
   p.tile = config.tile();
   p.device_sms = device_sms;
   p.comm_sms = config.comm_sms > 0 ? config.comm_sms : default_comm_sms(device_sms);
-  if (config.copy_engine) {
+  if (!comm_on_sms(op, config)) {
     // The copies run on the copy engines: the GEMM may take every SM.
     p.gemm_sms = config.gemm_sms > 0 ? config.gemm_sms : device_sms;
     IRIS_CHECK_ARG(p.gemm_sms <= device_sms && p.comm_sms <= device_sms, ccl::op_name(op), ": gemm_sms (", p.gemm_sms,
@@ -74,7 +83,9 @@ FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& con
     p.gemm_sms = config.gemm_sms > 0 ? config.gemm_sms : device_sms - p.comm_sms;
     IRIS_CHECK_ARG(p.gemm_sms >= 1 && p.gemm_sms + p.comm_sms <= device_sms, ccl::op_name(op), ": gemm_sms (",
                    p.gemm_sms, ") + comm_sms (", p.comm_sms, ") must leave at least one GEMM SM and fit the device's ",
-                   device_sms, " SMs (copy_engine is false: the copy kernels run beside the GEMM).");
+                   device_sms, " SMs (",
+                   config.copy_engine ? "the atomic and spinlock variants add on SMs" : "copy_engine is false",
+                   ": the communication kernels run beside the GEMM).");
   }
   p.sig.op = op;
   p.sig.world_size = world_size;
@@ -138,10 +149,16 @@ FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& co
   const size_t esz = mm.c.element_size();
   switch (config.all_reduce_variant) {
     case AllReduceVariant::kAtomic:
-    case AllReduceVariant::kSpinlock:  // sized for the planned kernels; the op says they are not implemented
-      p.needs.flags = 2 * t;
-      p.needs.staging_bytes = align256(mn * sizeof(float));
+    case AllReduceVariant::kSpinlock: {
+      // Ready by source, arrivals by (tile, source), done by tile, and (spinlock) the first-writer
+      // marks by tile; the owned tiles' float32 accumulators, then their results in C's type.
+      const bool spin = config.all_reduce_variant == AllReduceVariant::kSpinlock;
+      const size_t owned = static_cast<size_t>(ceil_div(p.tiles, world_size));
+      const size_t tile_elems = static_cast<size_t>(config.block_size_m) * static_cast<size_t>(config.block_size_n);
+      p.needs.flags = w + w * t + t + (spin ? t : 0);
+      p.needs.staging_bytes = align256(owned * tile_elems * sizeof(float)) + align256(owned * tile_elems * esz);
       break;
+    }
     case AllReduceVariant::kOneShot:  // ready by source, data by (source, band); W slots of M x N
       p.needs.flags = w + w * kOneShotBands;
       p.needs.staging_bytes = w * align256(mn * esz);
@@ -280,6 +297,7 @@ class Pipeline {
     sync_.state = ws.block_state();
     sync_.flags = ws.flags();
     staging_ = static_cast<char*>(ws.staging());
+    locks_ = ws.locks();
   }
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -292,6 +310,8 @@ class Pipeline {
   cudaStream_t main() const { return main_; }
   cudaStream_t side() const { return side_; }
   char* staging(size_t byte_offset) const { return staging_ + byte_offset; }
+  uint32_t* locks() const { return locks_; }
+  const detail::FusedSync& sync() const { return sync_; }
   template <typename T>
   T* on(T* local, int to) const {
     return to == rank() ? local : ctx_.translate(local, to);
@@ -366,6 +386,7 @@ class Pipeline {
   cudaStream_t side_;
   detail::FusedSync sync_;
   char* staging_ = nullptr;
+  uint32_t* locks_ = nullptr;
   std::vector<cudaEvent_t> events_;
 };
 
@@ -523,6 +544,56 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
   pl.join();
 }
 
+// atomic and spinlock: the tile reduction of fused_kernels.hpp. The GEMM computes this rank's partial
+// product straight into C in up to kOneShotBands bands of whole tile rows; after each band a push
+// kernel on the side stream (comm_sms blocks beside a GEMM on gemm_sms SMs: a copy engine cannot add)
+// adds the band's tiles into their owners' accumulators. Once every band is pushed, the finish kernel
+// reduces the owned tiles and copies the others from their owners. atomic zeroes the owned
+// accumulators before the call's ready flag, so no peer adds into them before; spinlock needs no zeroing
+// (the first writer of a call overwrites). Staging: acc (float32), then res (C's type), each holding
+// ceil(T / W) tiles of block_size_m x block_size_n.
+void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int min_band_tiles,
+                                 bool spinlock) {
+  const int me = pl.rank(), w = pl.world();
+  const int64_t m = mm.a.rows, n = mm.c.cols;
+  const int64_t tiles_m = ceil_div(m, plan.tile.m), tiles_n = ceil_div(n, plan.tile.n);
+  const size_t owned = static_cast<size_t>(ceil_div(plan.tiles, w));
+  const size_t tile_elems = static_cast<size_t>(plan.tile.m) * static_cast<size_t>(plan.tile.n);
+  const size_t acc_bytes = owned * tile_elems * sizeof(float);
+  detail::TileReduce r;
+  r.ctx = pl.sync().ctx;
+  r.state = pl.sync().state;
+  r.flags = pl.sync().flags;
+  r.locks = pl.locks();
+  r.c = mm.c.data;
+  r.c_stride = mm.c.stride;
+  r.rows = m;
+  r.cols = n;
+  r.block_m = plan.tile.m;
+  r.block_n = plan.tile.n;
+  r.tiles = plan.tiles;
+  r.acc = reinterpret_cast<float*>(pl.staging(0));
+  r.res = pl.staging(align256(acc_bytes));
+  r.spinlock = spinlock;
+  // Bands of whole tile rows, each with at least min_band_tiles tiles (the smallest band has
+  // floor(tiles_m / bands) tile rows).
+  int bands = static_cast<int>(std::min<int64_t>(kOneShotBands, tiles_m));
+  while (bands > 1 && (tiles_m / bands) * tiles_n < min_band_tiles) --bands;
+  if (!spinlock) IRIS_CUDA_CHECK(cudaMemsetAsync(r.acc, 0, acc_bytes, pl.main()));
+  pl.begin_and_wait_ready();
+  for (int b = 0; b < bands; ++b) {
+    const int64_t tm0 = tiles_m * b / bands, tm1 = tiles_m * (b + 1) / bands;
+    const int64_t row0 = tm0 * plan.tile.m, rows = std::min(m, tm1 * plan.tile.m) - row0;
+    pl.gemm(mm, rows_of(mm.a, row0, rows), rows_of(mm.c, row0, rows), me == 0, plan.gemm_sms);
+    pl.fork();
+    r.tile_begin = tm0 * tiles_n;
+    r.tile_end = tm1 * tiles_n;
+    detail::launch_tile_push(r, mm.c.dtype, plan.comm_sms, pl.side());
+  }
+  pl.join();  // the finish overwrites C, which the pushes read
+  detail::launch_tile_finish(r, mm.c.dtype, tail_blocks(plan), pl.main());
+}
+
 // all_gather_matmul: the side stream pushes this rank's A into slot `rank` of every peer's gather buffer
 // (W slots of M_rank x K back to back) and signals it. Fused: meanwhile the GEMM computes the rows of C
 // that need only the local A, then, in the order peers' rows arrive, each peer's rows from the gather
@@ -624,12 +695,6 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
                  ws.signature().symmetric_output ? "" : "not ", "on it; call ", preamble_name(p.sig.op),
                  " again with this C.");
   if (mm.c.numel() == 0) return;
-  const char* name = ccl::op_name(p.sig.op);
-  if (p.sig.op == OpKind::kMatmulAllReduce &&
-      (config.all_reduce_variant == AllReduceVariant::kAtomic ||
-       config.all_reduce_variant == AllReduceVariant::kSpinlock))
-    throw Error(str_cat(name, ": variant ", ccl::variant_name(config.all_reduce_variant),
-                        " is not implemented for the fused op yet; use one_shot or two_shot"));
   if (ctx.world_size() == 1) {
     run_single_rank(mm, p, ccl::detail::pick_stream(ctx, stream));
     ws.count_call();
@@ -639,10 +704,16 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
   const int min_tiles = config.min_band_tiles > 0 ? config.min_band_tiles : std::max(1, p.device_sms / 2);
   switch (p.sig.op) {
     case OpKind::kMatmulAllReduce:
-      if (config.all_reduce_variant == AllReduceVariant::kOneShot)
-        run_matmul_all_reduce_one_shot(pl, mm, p, min_tiles);
-      else
-        run_matmul_all_reduce_two_shot(pl, mm, p, min_tiles);
+      switch (config.all_reduce_variant) {
+        case AllReduceVariant::kOneShot:
+          run_matmul_all_reduce_one_shot(pl, mm, p, min_tiles);
+          break;
+        case AllReduceVariant::kTwoShot:
+          run_matmul_all_reduce_two_shot(pl, mm, p, min_tiles);
+          break;
+        default:  // atomic, spinlock (FusedConfig::validate admits nothing else)
+          run_matmul_all_reduce_tiles(pl, mm, p, min_tiles, config.all_reduce_variant == AllReduceVariant::kSpinlock);
+      }
       break;
     case OpKind::kMatmulReduceScatter:
       run_matmul_reduce_scatter(pl, mm, p, min_tiles);

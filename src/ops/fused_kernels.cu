@@ -1,10 +1,12 @@
-// Communication kernels of the fused ops: epoch begin/wait/signal, 2-D copies to and from peers, and
-// the rank-ordered reduction of staged partial products. See fused_kernels.hpp for the protocol.
+// Communication kernels of the fused ops: epoch begin/wait/signal, 2-D copies to and from peers, the
+// rank-ordered reduction of staged partial products, and the tile reduction of matmul_all_reduce
+// atomic/spinlock. See fused_kernels.hpp for the protocols.
 #include "ops/fused_kernels.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "ccl/ccl_common.cuh"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/error.hpp"
 #include "iris/device.cuh"
@@ -126,6 +128,192 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_slots_kernel(const __gr
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// ---- matmul_all_reduce atomic / spinlock: the tile reduction (protocol in fused_kernels.hpp) --------
+
+using ccl::detail::block_signal;
+using ccl::detail::block_wait_flag;
+using ccl::detail::Elem;
+
+struct TileAt {
+  int64_t r0, c0;
+  int h, w;
+};
+
+__device__ __forceinline__ TileAt tile_at(const TileReduce& r, int64_t t) {
+  const int64_t tiles_n = (r.cols + r.block_n - 1) / r.block_n;
+  const int64_t tm = t / tiles_n, tn = t - tm * tiles_n;
+  TileAt g;
+  g.r0 = tm * r.block_m;
+  g.c0 = tn * r.block_n;
+  g.h = static_cast<int>(min(static_cast<int64_t>(r.block_m), r.rows - g.r0));
+  g.w = static_cast<int>(min(static_cast<int64_t>(r.block_n), r.cols - g.c0));
+  return g;
+}
+
+// f(row, col) for each 16-byte pack of the tile (kN elements; tile widths are multiples of kN, see
+// launch_tile), the block's threads taking turns.
+template <int kN, typename F>
+__device__ __forceinline__ void for_tile_packs(const TileAt& g, F&& f) {
+  const int per_row = g.w / kN;
+  const int count = g.h * per_row;
+  for (int j = threadIdx.x; j < count; j += blockDim.x) {
+    const int row = j / per_row;
+    f(row, (j - row * per_row) * kN);
+  }
+}
+
+__device__ __forceinline__ int64_t arrive_flag(const TileReduce& r, int64_t t, int s) {
+  return r.ctx.world_size + t * r.ctx.world_size + s;
+}
+__device__ __forceinline__ int64_t done_flag(const TileReduce& r, int64_t t) {
+  return r.ctx.world_size + r.ctx.world_size * r.tiles + t;
+}
+__device__ __forceinline__ int64_t mark_flag(const TileReduce& r, int64_t t) {
+  return r.ctx.world_size + r.ctx.world_size * r.tiles + r.tiles + t;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kReduceThreads) tile_push_kernel(const __grid_constant__ TileReduce r) {
+  using P = ccl::detail::Pack<T, true>;
+  constexpr int kN = P::kN;
+  const DeviceContext& ctx = r.ctx;
+  const int me = ctx.rank, world = ctx.world_size;
+  const uint64_t epoch = current_epoch(r.state);
+  const int64_t tile_elems = int64_t{r.block_m} * r.block_n;
+  const T* c = static_cast<const T*>(r.c);
+  __shared__ int s_first, s_ok;
+  for (int64_t t = r.tile_begin + blockIdx.x; t < r.tile_end; t += gridDim.x) {
+    const int o = static_cast<int>(t % world);
+    if (o == me) continue;
+    const TileAt g = tile_at(r, t);
+    float* acc = dev::translate(ctx, r.acc + (t / world) * tile_elems, o);
+    auto partial = [&](int row, int col, float(&f)[kN]) {
+      const P v = ccl::detail::load_pack<T, true>(c + (g.r0 + row) * r.c_stride + g.c0 + col);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) f[k] = Elem<T>::to_acc(v.v[k]);
+    };
+    if (!r.spinlock) {
+      for_tile_packs<kN>(g, [&](int row, int col) {
+        float f[kN];
+        partial(row, col, f);
+        float* to = acc + int64_t{row} * r.block_n + col;
+#pragma unroll
+        for (int k = 0; k < kN; k += 4)
+          dev::reduce_add_v4<dev::Order::kRelaxed, dev::Scope::kSys>(to + k,
+                                                                     make_float4(f[k], f[k + 1], f[k + 2], f[k + 3]));
+      });
+    } else {
+      uint32_t* lock = dev::translate(ctx, r.locks + t, o);
+      uint64_t* mark = dev::translate(ctx, r.flags + mark_flag(r, t), o);
+      if (threadIdx.x == 0) {
+        // The owner's lock for this tile (acquire: the previous holder's writes to acc are visible).
+        s_ok = 1;
+        dev::SpinBound bound(ctx);
+        while (dev::atomic_cas<dev::Order::kAcquire, dev::Scope::kSys>(lock, 0u, 1u) != 0u)
+          if (!bound.keep_waiting(ctx, "matmul_all_reduce(spinlock): a tile lock", lock, 1, 0)) {
+            s_ok = 0;
+            break;
+          }
+        // Still holding no value of this call: overwrite (acc holds an older call's sum).
+        if (s_ok) s_first = dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(mark) < epoch;
+      }
+      __syncthreads();
+      if (!s_ok) return;  // the timeout is recorded; the host raises it
+      const bool first = s_first != 0;
+      for_tile_packs<kN>(g, [&](int row, int col) {
+        float f[kN];
+        partial(row, col, f);
+        float4* to = reinterpret_cast<float4*>(acc + int64_t{row} * r.block_n + col);
+#pragma unroll
+        for (int k = 0; k < kN / 4; ++k) {
+          float4 a = make_float4(f[4 * k], f[4 * k + 1], f[4 * k + 2], f[4 * k + 3]);
+          if (!first) {
+            const float4 b = to[k];
+            a.x += b.x;
+            a.y += b.y;
+            a.z += b.z;
+            a.w += b.w;
+          }
+          to[k] = a;
+        }
+      });
+      __syncthreads();  // the block's writes to acc come before the mark, the arrival and the unlock
+      if (threadIdx.x == 0) {
+        if (first) dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(mark, epoch);
+        dev::store<dev::Order::kRelease, dev::Scope::kSys>(lock, 0u);
+      }
+    }
+    // Every thread's adds (or stores) are ordered before thread 0's release of the arrival.
+    block_signal(ctx, r.flags + arrive_flag(r, t, me), epoch, o);
+    __syncthreads();  // s_first / s_ok are rewritten for the next tile
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kReduceThreads) tile_finish_kernel(const __grid_constant__ TileReduce r) {
+  using P = ccl::detail::Pack<T, true>;
+  constexpr int kN = P::kN;
+  const DeviceContext& ctx = r.ctx;
+  const int me = ctx.rank, world = ctx.world_size;
+  const uint64_t epoch = current_epoch(r.state);
+  const int64_t tile_elems = int64_t{r.block_m} * r.block_n;
+  T* c = static_cast<T*>(r.c);
+  T* res = static_cast<T*>(r.res);
+  // 1. The tiles this rank owns: own partial + the peers' sum in acc, into C and res; tell the peers.
+  __shared__ int s_ok;
+  const int64_t owned = (r.tiles - me + world - 1) / world;
+  for (int64_t l = blockIdx.x; l < owned; l += gridDim.x) {
+    const int64_t t = l * world + me;
+    if (threadIdx.x == 0) {
+      s_ok = 1;
+      for (int s = 0; s < world && s_ok; ++s)
+        if (s != me &&
+            !dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(
+                ctx, r.flags + arrive_flag(r, t, s), dev::Cmp::kReached, epoch,
+                r.spinlock ? "matmul_all_reduce(spinlock): a peer's tile" : "matmul_all_reduce(atomic): a peer's tile"))
+          s_ok = 0;
+    }
+    __syncthreads();
+    if (!s_ok) return;
+    const TileAt g = tile_at(r, t);
+    const float* acc = r.acc + l * tile_elems;
+    for_tile_packs<kN>(g, [&](int row, int col) {
+      T* at = c + (g.r0 + row) * r.c_stride + g.c0 + col;
+      const P own = ccl::detail::load_pack<T, true>(at);
+      const int64_t local = int64_t{row} * r.block_n + col;
+      P out;
+#pragma unroll
+      for (int k = 0; k < kN; k += 4) {
+        const float4 a = *reinterpret_cast<const float4*>(acc + local + k);
+        out.v[k] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k]) + a.x);
+        out.v[k + 1] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k + 1]) + a.y);
+        out.v[k + 2] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k + 2]) + a.z);
+        out.v[k + 3] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k + 3]) + a.w);
+      }
+      ccl::detail::store_pack<T, true>(at, out);
+      ccl::detail::store_pack<T, true>(res + l * tile_elems + local, out);
+    });
+    for (int k = 1; k < world; ++k) block_signal(ctx, r.flags + done_flag(r, t), epoch, (me + k) % world);
+    __syncthreads();  // s_ok is rewritten for the next tile
+  }
+  // 2. The others: copy each from its owner's res once published.
+  for (int64_t t = blockIdx.x; t < r.tiles; t += gridDim.x) {
+    const int o = static_cast<int>(t % world);
+    if (o == me) continue;
+    if (!block_wait_flag(ctx, r.flags + done_flag(r, t), epoch,
+                         r.spinlock ? "matmul_all_reduce(spinlock): an owner's result"
+                                    : "matmul_all_reduce(atomic): an owner's result"))
+      return;
+    const TileAt g = tile_at(r, t);
+    const T* from = dev::translate(ctx, res + (t / world) * tile_elems, o);
+    for_tile_packs<kN>(g, [&](int row, int col) {
+      ccl::detail::store_pack<T, true>(c + (g.r0 + row) * r.c_stride + g.c0 + col,
+                                       ccl::detail::load_pack<T, true>(from + int64_t{row} * r.block_n + col));
+    });
+  }
+}
+
+
 template <typename T>
 void reduce_typed(const ReduceSlots& r, int blocks, cudaStream_t stream) {
   constexpr int kN = 16 / sizeof(T);
@@ -137,6 +325,43 @@ void reduce_typed(const ReduceSlots& r, int blocks, cudaStream_t stream) {
   else
     reduce_slots_kernel<T, 1><<<blocks, kReduceThreads, 0, stream>>>(r);
 }
+
+
+// Every 16-byte pack of C lies inside one tile row: C's rows start on 16 bytes and the column counts
+// are multiples of 16 bytes (the GEMM core's layout rules, checked before any launch).
+template <template <typename> class K>
+void launch_tile(const TileReduce& r, DType dtype, int blocks, cudaStream_t stream) {
+  const int64_t n = 16 / static_cast<int64_t>(dtype_size(dtype));
+  IRIS_ASSERT(aligned16(r.c) && r.c_stride % n == 0 && r.cols % n == 0 && r.block_n % n == 0 && aligned16(r.acc) &&
+                  aligned16(r.res),
+              "the tile reduction needs 16-byte rows (the GEMM core's layout rules)");
+  switch (dtype) {
+    case DType::kBFloat16:
+      K<__nv_bfloat16>::launch(r, blocks, stream);
+      break;
+    case DType::kFloat16:
+      K<__half>::launch(r, blocks, stream);
+      break;
+    case DType::kFloat32:
+      K<float>::launch(r, blocks, stream);
+      break;
+    default:
+      throw InvalidArgument("fused ops reduce bfloat16, float16 or float32 outputs");
+  }
+  IRIS_CUDA_CHECK_LAUNCH();
+}
+template <typename T>
+struct PushLaunch {
+  static void launch(const TileReduce& r, int blocks, cudaStream_t s) {
+    tile_push_kernel<T><<<blocks, kReduceThreads, 0, s>>>(r);
+  }
+};
+template <typename T>
+struct FinishLaunch {
+  static void launch(const TileReduce& r, int blocks, cudaStream_t s) {
+    tile_finish_kernel<T><<<blocks, kReduceThreads, 0, s>>>(r);
+  }
+};
 
 }  // namespace
 
@@ -183,6 +408,16 @@ void launch_reduce_slots(const ReduceSlots& r, DType dtype, int blocks, cudaStre
       throw InvalidArgument("fused ops reduce bfloat16, float16 or float32 outputs");
   }
   IRIS_CUDA_CHECK_LAUNCH();
+}
+
+void launch_tile_push(const TileReduce& r, DType dtype, int blocks, cudaStream_t stream) {
+  if (r.tile_end <= r.tile_begin) return;
+  launch_tile<PushLaunch>(r, dtype, blocks, stream);
+}
+
+void launch_tile_finish(const TileReduce& r, DType dtype, int blocks, cudaStream_t stream) {
+  if (r.tiles == 0) return;
+  launch_tile<FinishLaunch>(r, dtype, blocks, stream);
 }
 
 }  // namespace iris::ops::detail

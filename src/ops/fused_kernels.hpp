@@ -68,4 +68,42 @@ struct ReduceSlots {
 };
 void launch_reduce_slots(const ReduceSlots& r, DType dtype, int blocks, cudaStream_t stream);
 
+// matmul_all_reduce atomic and spinlock: the reduction by output tile. Tile t (row-major over the
+// ceil(rows / block_m) x ceil(cols / block_n) grid of C) is owned by rank t % W and kept, on the owner,
+// at local index l = t / W of two tile-local arrays (block_n elements per row): `acc` (float32) and
+// `res` (C's type). Each rank's GEMM leaves its partial product in its own C; then
+//   push    for each tile of [tile_begin, tile_end) it does not own: atomic adds it into the owner's
+//           acc with 16-byte float reductions (acc zeroed before the call's ready flag); spinlock
+//           takes the owner's lock word, overwrites acc (the call's first writer, told by
+//           flags[mark(t)] < epoch) or adds into it with plain accesses, then unlocks. Either way it
+//           then sets flags[arrive(t, rank)] = epoch on the owner (release, system scope).
+//   finish  the owner waits for the W - 1 arrivals of each tile it owns, writes own partial + acc (in
+//           float32, rounded once) into C and res, and sets flags[done(t)] = epoch on every peer; then
+//           every rank copies each tile it does not own from its owner's res once done. Every rank
+//           thus holds the owner's bits: results agree bitwise across ranks. With W > 2 the order in
+//           which peers' partials reach acc varies from call to call (not bitwise reproducible over
+//           calls); with W = 2 there is one peer and the sum is exact-commutative.
+// Flags (64-bit, epoch-valued): [0, W) ready, arrive(t, s) = W + t * W + s, done(t) = W + W * T + t,
+// mark(t) = W + W * T + T + t (spinlock). Locks: one 32-bit word per tile (0 = free).
+struct TileReduce {
+  DeviceContext ctx;
+  uint64_t* state = nullptr;  // the epoch word
+  uint64_t* flags = nullptr;
+  uint32_t* locks = nullptr;
+  void* c = nullptr;  // this rank's C: its partial product, then the result
+  int64_t c_stride = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int block_m = 0;
+  int block_n = 0;
+  int64_t tiles = 0;       // T
+  int64_t tile_begin = 0;  // push: the tiles of this launch
+  int64_t tile_end = 0;
+  float* acc = nullptr;  // this rank's (heap)
+  void* res = nullptr;   // this rank's (heap)
+  bool spinlock = false;
+};
+void launch_tile_push(const TileReduce& r, DType dtype, int blocks, cudaStream_t stream);
+void launch_tile_finish(const TileReduce& r, DType dtype, int blocks, cudaStream_t stream);
+
 }  // namespace iris::ops::detail

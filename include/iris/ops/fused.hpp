@@ -15,12 +15,22 @@
 // GEMM on gemm_sms SMs, then a release flag) runs on the side stream while the GEMM computes the next. Ranks order
 // their writes with epoch-valued flags: a rank writes into a peer's staging only after the peer said
 // "ready" for the call, so no barrier, no re-zeroing, and CUDA-graph replays work. The overlap is by
-// band (W bands, or 4), not yet by single tile inside one persistent kernel: the lock array is sized
-// per tile as below and checked, but the band pipelines do not index it.
+// band (W bands, or 4), not yet by single tile inside one persistent kernel. The lock array is sized
+// per tile as below and checked; only spinlock indexes it.
 //   matmul_all_reduce one_shot   GEMM in 4 bands; each band pushed to every peer; each rank reduces
 //                                the W partial products in rank order (bitwise-identical results).
 //   matmul_all_reduce two_shot   reduce-scatter by rank bands (as below), then every rank copies the
-//                                owners' reduced bands.  atomic and spinlock: not implemented (throw).
+//                                owners' reduced bands.
+//   matmul_all_reduce atomic     GEMM into C in up to 4 bands of tile rows; after each band, comm_sms
+//                                blocks beside the GEMM add its tiles into their owners' (rank t % W)
+//                                float32 accumulators with 16-byte remote reductions; each owner then
+//                                adds its own partial, publishes, and every rank copies the tiles it
+//                                does not own. The communication always runs on SMs (copy_engine does
+//                                not apply: a copy engine cannot add).
+//   matmul_all_reduce spinlock   the same, but a peer takes the owner's per-tile lock and overwrites
+//                                (first writer of the call) or adds into the accumulator with plain
+//                                accesses. For both, every rank gets the owner's bits (identical across
+//                                ranks); with W > 2 peers' partials reach an accumulator in varying order.
 //   matmul_reduce_scatter        GEMM of each peer's band, pushed to it while the next band computes;
 //                                the own band last; the owner reduces the W partials in rank order.
 //   all_gather_matmul            A pushed to every peer while the GEMM computes the local rows; then
@@ -49,7 +59,9 @@
 // block (gemm_sms + comm_sms; word 0 holds the call's epoch). Flags (64-bit, epoch-valued) and staging:
 //   matmul_all_reduce one_shot           flags W + 4W (ready; data by source and band)  staging W slots of M x N
 //   matmul_all_reduce two_shot           flags 3W (ready, data, reduced)  staging M x N + W + 1 bands of ceil(M/W) x N
-//   matmul_all_reduce atomic, spinlock   flags 2T                         staging M x N float32 (not implemented)
+//   matmul_all_reduce atomic            flags W + W*T + T (ready; arrivals by tile and source; done)
+//                                        staging ceil(T/W) tiles float32 + ceil(T/W) tiles of C's type
+//   matmul_all_reduce spinlock          as atomic, flags + T (the first writer's mark by tile)
 //   matmul_reduce_scatter                flags 2W (ready, data)           staging M x N + W bands of M/W x N
 //   all_gather_matmul                    flags 2W (ready, data)           staging M x K of A's type (W slots)
 //   matmul_all_gather                    flags 5W (ready; data by band)   staging W slots of M_rank x N
@@ -105,6 +117,7 @@ struct FusedConfig {
   // 128+ tiles won from (2048, 8192, 8192) up.
   int min_band_tiles = 0;
   // matmul_all_reduce only: atomic, spinlock, one_shot or two_shot (auto and ring are not fused variants).
+  // atomic and spinlock run their communication on comm_sms blocks beside the GEMM whatever copy_engine says.
   ccl::AllReduceVariant all_reduce_variant = ccl::AllReduceVariant::kTwoShot;
 
   // Throws InvalidArgument naming the field, its value and what is allowed.
