@@ -143,6 +143,7 @@ std::vector<Variant> variants_for(FusedOp op, const Options& o, const Layout& l)
     }
   }
   for (Variant& v : base) {
+    v.config.comm_sms = o.fused_comm_sms;
     v.config.block_size_m = tile.m;
     v.config.block_size_n = tile.n;
     v.config.block_size_k = tile.k;

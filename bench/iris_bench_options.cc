@@ -199,6 +199,8 @@ after the other on the same buffers.
                             them) or K x N                                        [nk]
       --fused-copy ce|sm|both  fused tables: bands move by copy engine, by copy kernels
                             beside the GEMM (FusedConfig::copy_engine false), or both [ce]
+      --fused-comm-sms N    fused tables: FusedConfig::comm_sms, the blocks of the kernels
+                            beside the GEMM (copy kernels; atomic/spinlock adds); 0 = default [0]
   -h, --help                this text
 
 Sizes: all_reduce and broadcast: the tensor; all_gather: one rank's input (bandwidth counts the
@@ -233,7 +235,8 @@ Options parse_options(int argc, char** argv, bool* help) {
     kFused,
     kFusedOnly,
     kFusedB,
-    kFusedCopy
+    kFusedCopy,
+    kFusedCommSms
   };
   static const option long_options[] = {{"min-bytes", required_argument, nullptr, 'b'},
                                         {"max-bytes", required_argument, nullptr, 'e'},
@@ -257,6 +260,7 @@ Options parse_options(int argc, char** argv, bool* help) {
                                         {"fused-only", no_argument, nullptr, kFusedOnly},
                                         {"fused-b", required_argument, nullptr, kFusedB},
                                         {"fused-copy", required_argument, nullptr, kFusedCopy},
+                                        {"fused-comm-sms", required_argument, nullptr, kFusedCommSms},
                                         {"help", no_argument, nullptr, 'h'},
                                         {nullptr, 0, nullptr, 0}};
   const char* short_options = "b:e:f:n:w:r:c:d:o:v:g:J:h";
@@ -372,6 +376,9 @@ Options parse_options(int argc, char** argv, bool* help) {
           bad("--fused-copy", arg, "ce (copy engines), sm (copy kernels beside the GEMM) or both");
         o.fused_copy_engine = arg != "sm";
         o.fused_copy_sm = arg != "ce";
+        break;
+      case kFusedCommSms:
+        o.fused_comm_sms = static_cast<int>(parse_int("--fused-comm-sms", arg, 0, 1024));
         break;
       case 'h':
         *help = true;

@@ -252,6 +252,8 @@ void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) 
   std::printf("# bf16 in and out, fp32 accumulation; random inputs, different on every rank; B stored %s (--fused-b)\n",
               o.fused_b_nk ? "N x K" : "K x N");
   std::printf("# M, N, K are global; W = %d ranks; each rank's GEMM does 1/W of the work\n", m.world);
+  if (o.fused_comm_sms > 0)
+    std::printf("# comm_sms = %d (--fused-comm-sms): blocks of the kernels beside the GEMM\n", o.fused_comm_sms);
   std::printf(
       "# fused_us, seq_us, gemm_us: median us per call over %d timed replays of a CUDA graph of %d calls (after %d "
       "untimed), max over ranks\n",

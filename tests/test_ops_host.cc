@@ -312,8 +312,12 @@ TEST(OpsFusedPlan, SignatureAndSmSplit) {
   for (auto v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
     FusedConfig split = blocks(128, 128, v);
     p = plan_matmul_all_reduce(operands(512, 256, 128, 512), split, 2, kSms);
-    EXPECT_EQ(p.comm_sms, 16);
-    EXPECT_EQ(p.gemm_sms, 116);
+    EXPECT_EQ(p.comm_sms, 32) << "twice the default: their float32 pushes limit the op";
+    EXPECT_EQ(p.gemm_sms, 100);
+    split.comm_sms = 8;
+    p = plan_matmul_all_reduce(operands(512, 256, 128, 512), split, 2, kSms);
+    EXPECT_EQ(p.comm_sms, 8);
+    EXPECT_EQ(p.gemm_sms, 124);
   }
   c.all_reduce_variant = AllReduceVariant::kTwoShot;
   EXPECT_NO_THROW(plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms));

@@ -59,21 +59,22 @@ void check_c_rows(const char* name, const MatmulOperands& mm, int64_t rows, cons
                  " (", rule, ").");
 }
 
-// True when the op's communication is done by kernels beside the GEMM rather than by the copy engines:
-// copy_engine is false, or matmul_all_reduce adds tiles into peers' accumulators (atomic, spinlock),
-// which a copy engine cannot do.
-bool comm_on_sms(OpKind op, const FusedConfig& config) {
-  const bool adds = op == OpKind::kMatmulAllReduce && (config.all_reduce_variant == AllReduceVariant::kAtomic ||
-                                                       config.all_reduce_variant == AllReduceVariant::kSpinlock);
-  return !config.copy_engine || adds;
+// True when matmul_all_reduce adds tiles into peers' accumulators (atomic, spinlock): a copy engine
+// cannot, so the communication runs on SMs beside the GEMM whatever copy_engine says.
+bool adds_on_sms(OpKind op, const FusedConfig& config) {
+  return op == OpKind::kMatmulAllReduce && (config.all_reduce_variant == AllReduceVariant::kAtomic ||
+                                            config.all_reduce_variant == AllReduceVariant::kSpinlock);
 }
+bool comm_on_sms(OpKind op, const FusedConfig& config) { return !config.copy_engine || adds_on_sms(op, config); }
 
 // The SM split and the signature fields every op fills alike.
 FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms) {
   FusedPlan p;
   p.tile = config.tile();
   p.device_sms = device_sms;
-  p.comm_sms = config.comm_sms > 0 ? config.comm_sms : default_comm_sms(device_sms);
+  // atomic and spinlock push float32 tiles from SMs, twice the bytes of the 16-bit copies: twice the
+  // default blocks (FusedConfig::comm_sms says what was measured).
+  p.comm_sms = config.comm_sms > 0 ? config.comm_sms : default_comm_sms(device_sms) * (adds_on_sms(op, config) ? 2 : 1);
   if (!comm_on_sms(op, config)) {
     // The copies run on the copy engines: the GEMM may take every SM.
     p.gemm_sms = config.gemm_sms > 0 ? config.gemm_sms : device_sms;
@@ -547,7 +548,8 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
 // atomic and spinlock: the tile reduction of fused_kernels.hpp. The GEMM computes this rank's partial
 // product straight into C in up to kOneShotBands bands of whole tile rows; after each band a push
 // kernel on the side stream (comm_sms blocks beside a GEMM on gemm_sms SMs: a copy engine cannot add)
-// adds the band's tiles into their owners' accumulators. Once every band is pushed, the finish kernel
+// adds the band's tiles into their owners' accumulators; the last band's push, with no GEMM beside it,
+// runs on the caller's stream with every SM. Once every band is pushed, the finish kernel
 // reduces the owned tiles and copies the others from their owners. atomic zeroes the owned
 // accumulators before the call's ready flag, so no peer adds into them before; spinlock needs no zeroing
 // (the first writer of a call overwrites). Staging: acc (float32), then res (C's type), each holding
@@ -585,12 +587,18 @@ void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const F
     const int64_t tm0 = tiles_m * b / bands, tm1 = tiles_m * (b + 1) / bands;
     const int64_t row0 = tm0 * plan.tile.m, rows = std::min(m, tm1 * plan.tile.m) - row0;
     pl.gemm(mm, rows_of(mm.a, row0, rows), rows_of(mm.c, row0, rows), me == 0, plan.gemm_sms);
-    pl.fork();
     r.tile_begin = tm0 * tiles_n;
     r.tile_end = tm1 * tiles_n;
-    detail::launch_tile_push(r, mm.c.dtype, plan.comm_sms, pl.side());
+    if (b + 1 < bands) {
+      pl.fork();
+      detail::launch_tile_push(r, mm.c.dtype, plan.comm_sms, pl.side());
+    } else {
+      // No GEMM left to run beside: the last band's push takes every SM, after the earlier pushes (the
+      // finish overwrites C, which they read).
+      if (bands > 1) pl.join();
+      detail::launch_tile_push(r, mm.c.dtype, tail_blocks(plan), pl.main());
+    }
   }
-  pl.join();  // the finish overwrites C, which the pushes read
   detail::launch_tile_finish(r, mm.c.dtype, tail_blocks(plan), pl.main());
 }
 

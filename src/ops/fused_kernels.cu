@@ -150,15 +150,32 @@ __device__ __forceinline__ TileAt tile_at(const TileReduce& r, int64_t t) {
   return g;
 }
 
-// f(row, col) for each 16-byte pack of the tile (kN elements; tile widths are multiples of kN, see
-// launch_tile), the block's threads taking turns.
-template <int kN, typename F>
-__device__ __forceinline__ void for_tile_packs(const TileAt& g, F&& f) {
+template <int kN>
+struct Floats {
+  float v[kN];
+};
+
+// For each 16-byte pack of the tile (kN elements at (row, col); tile widths are multiples of kN, see
+// launch_tile), the block's threads taking turns, in batches of kBatch packs per thread: load(row, col)
+// for each pack of the batch, then use(row, col, loaded) for each, so that kBatch loads (local, or a
+// peer's over NVLink) are in flight at once instead of one.
+template <int kN, int kBatch = 4, typename Load, typename Use>
+__device__ __forceinline__ void for_tile_packs_batched(const TileAt& g, Load&& load, Use&& use) {
   const int per_row = g.w / kN;
   const int count = g.h * per_row;
-  for (int j = threadIdx.x; j < count; j += blockDim.x) {
-    const int row = j / per_row;
-    f(row, (j - row * per_row) * kN);
+  const int step = static_cast<int>(blockDim.x);
+  for (int j0 = threadIdx.x; j0 < count; j0 += kBatch * step) {
+    decltype(load(0, 0)) v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int j = j0 + u * step;
+      if (j < count) v[u] = load(j / per_row, (j % per_row) * kN);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int j = j0 + u * step;
+      if (j < count) use(j / per_row, (j % per_row) * kN, v[u]);
+    }
   }
 }
 
@@ -187,20 +204,22 @@ __global__ void __launch_bounds__(kReduceThreads) tile_push_kernel(const __grid_
     if (o == me) continue;
     const TileAt g = tile_at(r, t);
     float* acc = dev::translate(ctx, r.acc + (t / world) * tile_elems, o);
-    auto partial = [&](int row, int col, float(&f)[kN]) {
+    // This rank's partial of a pack, as floats (plus, for a spinlock writer after the first, what acc holds).
+    auto partial = [&](int row, int col) {
+      Floats<kN> f;
       const P v = ccl::detail::load_pack<T, true>(c + (g.r0 + row) * r.c_stride + g.c0 + col);
 #pragma unroll
-      for (int k = 0; k < kN; ++k) f[k] = Elem<T>::to_acc(v.v[k]);
+      for (int k = 0; k < kN; ++k) f.v[k] = Elem<T>::to_acc(v.v[k]);
+      return f;
     };
+    auto acc_at = [&](int row, int col) { return reinterpret_cast<float4*>(acc + int64_t{row} * r.block_n + col); };
     if (!r.spinlock) {
-      for_tile_packs<kN>(g, [&](int row, int col) {
-        float f[kN];
-        partial(row, col, f);
-        float* to = acc + int64_t{row} * r.block_n + col;
+      for_tile_packs_batched<kN>(g, partial, [&](int row, int col, const Floats<kN>& f) {
+        float4* to = acc_at(row, col);
 #pragma unroll
-        for (int k = 0; k < kN; k += 4)
-          dev::reduce_add_v4<dev::Order::kRelaxed, dev::Scope::kSys>(to + k,
-                                                                     make_float4(f[k], f[k + 1], f[k + 2], f[k + 3]));
+        for (int k = 0; k < kN / 4; ++k)
+          dev::reduce_add_v4<dev::Order::kRelaxed, dev::Scope::kSys>(
+              reinterpret_cast<float*>(to + k), make_float4(f.v[4 * k], f.v[4 * k + 1], f.v[4 * k + 2], f.v[4 * k + 3]));
       });
     } else {
       uint32_t* lock = dev::translate(ctx, r.locks + t, o);
@@ -220,22 +239,25 @@ __global__ void __launch_bounds__(kReduceThreads) tile_push_kernel(const __grid_
       __syncthreads();
       if (!s_ok) return;  // the timeout is recorded; the host raises it
       const bool first = s_first != 0;
-      for_tile_packs<kN>(g, [&](int row, int col) {
-        float f[kN];
-        partial(row, col, f);
-        float4* to = reinterpret_cast<float4*>(acc + int64_t{row} * r.block_n + col);
+      auto sum = [&](int row, int col) {
+        Floats<kN> f = partial(row, col);
+        if (!first) {
+          const float4* from = acc_at(row, col);
 #pragma unroll
-        for (int k = 0; k < kN / 4; ++k) {
-          float4 a = make_float4(f[4 * k], f[4 * k + 1], f[4 * k + 2], f[4 * k + 3]);
-          if (!first) {
-            const float4 b = to[k];
-            a.x += b.x;
-            a.y += b.y;
-            a.z += b.z;
-            a.w += b.w;
+          for (int k = 0; k < kN / 4; ++k) {
+            const float4 b = from[k];
+            f.v[4 * k] += b.x;
+            f.v[4 * k + 1] += b.y;
+            f.v[4 * k + 2] += b.z;
+            f.v[4 * k + 3] += b.w;
           }
-          to[k] = a;
         }
+        return f;
+      };
+      for_tile_packs_batched<kN>(g, sum, [&](int row, int col, const Floats<kN>& f) {
+        float4* to = acc_at(row, col);
+#pragma unroll
+        for (int k = 0; k < kN / 4; ++k) to[k] = make_float4(f.v[4 * k], f.v[4 * k + 1], f.v[4 * k + 2], f.v[4 * k + 3]);
       });
       __syncthreads();  // the block's writes to acc come before the mark, the arrival and the unlock
       if (threadIdx.x == 0) {
@@ -277,21 +299,23 @@ __global__ void __launch_bounds__(kReduceThreads) tile_finish_kernel(const __gri
     if (!s_ok) return;
     const TileAt g = tile_at(r, t);
     const float* acc = r.acc + l * tile_elems;
-    for_tile_packs<kN>(g, [&](int row, int col) {
-      T* at = c + (g.r0 + row) * r.c_stride + g.c0 + col;
-      const P own = ccl::detail::load_pack<T, true>(at);
-      const int64_t local = int64_t{row} * r.block_n + col;
+    auto reduced = [&](int row, int col) {
+      const P own = ccl::detail::load_pack<T, true>(c + (g.r0 + row) * r.c_stride + g.c0 + col);
+      const float* a = acc + int64_t{row} * r.block_n + col;
       P out;
 #pragma unroll
       for (int k = 0; k < kN; k += 4) {
-        const float4 a = *reinterpret_cast<const float4*>(acc + local + k);
-        out.v[k] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k]) + a.x);
-        out.v[k + 1] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k + 1]) + a.y);
-        out.v[k + 2] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k + 2]) + a.z);
-        out.v[k + 3] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k + 3]) + a.w);
+        const float4 peers = *reinterpret_cast<const float4*>(a + k);
+        out.v[k] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k]) + peers.x);
+        out.v[k + 1] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k + 1]) + peers.y);
+        out.v[k + 2] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k + 2]) + peers.z);
+        out.v[k + 3] = Elem<T>::from_acc(Elem<T>::to_acc(own.v[k + 3]) + peers.w);
       }
-      ccl::detail::store_pack<T, true>(at, out);
-      ccl::detail::store_pack<T, true>(res + l * tile_elems + local, out);
+      return out;
+    };
+    for_tile_packs_batched<kN>(g, reduced, [&](int row, int col, const P& out) {
+      ccl::detail::store_pack<T, true>(c + (g.r0 + row) * r.c_stride + g.c0 + col, out);
+      ccl::detail::store_pack<T, true>(res + l * tile_elems + int64_t{row} * r.block_n + col, out);
     });
     for (int k = 1; k < world; ++k) block_signal(ctx, r.flags + done_flag(r, t), epoch, (me + k) % world);
     __syncthreads();  // s_ok is rewritten for the next tile
@@ -306,10 +330,11 @@ __global__ void __launch_bounds__(kReduceThreads) tile_finish_kernel(const __gri
       return;
     const TileAt g = tile_at(r, t);
     const T* from = dev::translate(ctx, res + (t / world) * tile_elems, o);
-    for_tile_packs<kN>(g, [&](int row, int col) {
-      ccl::detail::store_pack<T, true>(c + (g.r0 + row) * r.c_stride + g.c0 + col,
-                                       ccl::detail::load_pack<T, true>(from + int64_t{row} * r.block_n + col));
-    });
+    for_tile_packs_batched<kN>(
+        g, [&](int row, int col) { return ccl::detail::load_pack<T, true>(from + int64_t{row} * r.block_n + col); },
+        [&](int row, int col, const P& v) {
+          ccl::detail::store_pack<T, true>(c + (g.r0 + row) * r.c_stride + g.c0 + col, v);
+        });
   }
 }
 
