@@ -584,8 +584,9 @@ TEST_P(FusedGpu, MatmulAllReduceSpinlockMatchesFp64Reference) {
 
 // The four matmul_all_reduce variants share the flag and staging arrays of one workspace, which each
 // reads in its own layout: atomic's accumulators and spinlock's first-writer marks may hold another
-// variant's bytes. Calls of every variant, pipelined and unfused, launched back to back on one stream
-// with no host synchronization in between, each into its own C, must all be right.
+// variant's bytes. Calls of every variant, pipelined and unfused (the unfused ones run the GEMM, then
+// iris::ccl's all_reduce), launched back to back on one stream with no host synchronization in between,
+// each into its own C, must all be right.
 TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
   test::run_ranks(
@@ -616,6 +617,9 @@ TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
           ws.prepare(host, plan_matmul_all_reduce(problems[0]->operands(), configs[0], ctx.world_size(), sms).sig,
                      most);
         }
+        // The unfused calls (GEMM, then the iris::ccl all_reduce) need the collective's workspace, which
+        // an unfused call's preamble prepares; it keeps the larger arrays prepared above.
+        matmul_all_reduce_preamble(ctx, problems[1]->operands(), configs[1], ws);
         const uint64_t first_seed = 1300;
         for (size_t i = 0; i < problems.size(); ++i) problems[i]->upload(first_seed + i, ctx.stream());
         for (size_t i = 0; i < problems.size(); ++i)
@@ -626,6 +630,40 @@ TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
                                       "call " + std::to_string(i) + ": " + ccl::variant_name(order[i]) +
                                           (i % 2 == 0 ? " pipelined" : " unfused"));
         release_workspace(ctx, ws);
+      },
+      options());
+}
+
+// A workspace prepared for the band pipeline (min_band_tiles 1) meets a call of the same operands below
+// the default threshold, which runs the GEMM and then the iris::ccl collective: its workspace was never
+// prepared, so every rank refuses the call, before any launch, with the same message; after the
+// preamble the call is right.
+TEST_P(FusedGpu, UnfusedCallNeedsItsPreamble) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is unfused";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        uint64_t seed = 1400;
+        for (const Flavor& flavor : {Flavor{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot},
+                                     Flavor{Op::kMatmulReduceScatter}, Flavor{Op::kAllGatherMatmul},
+                                     Flavor{Op::kMatmulAllGather}}) {
+          const OpFns f = fns(flavor.op);
+          SCOPED_TRACE(flavor_name(flavor));
+          Problem p(ctx, flavor, {kManyTiles, kBF16, kBF16, false, kGemmTileLarge});
+          FusedWorkspace ws;
+          f.preamble(ctx, p.operands(), config_for(flavor, kGemmTileLarge, /*pipelined=*/true), ws);
+          const FusedConfig unfused = config_for(flavor, kGemmTileLarge);
+          EXPECT_EQ(error_text<std::invalid_argument>([&] { f.run(ctx, p.operands(), unfused, ws, nullptr); }),
+                    std::string(f.name) +
+                        ": this call is below the fusion threshold and runs its GEMM, then the iris::ccl "
+                        "collective, but the workspace was prepared for the band pipeline only; call " +
+                        f.name + "_preamble with these operands first.");
+          EXPECT_FALSE(ws.collective().prepared());
+          call_and_check(ctx, p, unfused, ws, seed++, nullptr, "after the preamble");
+          EXPECT_TRUE(ws.collective().prepared());
+          release_workspace(ctx, ws);
+        }
       },
       options());
 }

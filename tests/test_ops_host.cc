@@ -328,6 +328,36 @@ TEST(OpsFusedPlan, SignatureAndSmSplit) {
             "matmul_all_reduce: device_sms must be positive, got 0.");
 }
 
+// The fusion threshold: a call whose bands would have fewer than min_band_tiles tiles (default: half
+// the SMs, 66 on 132) runs unfused, its GEMM then the iris::ccl collective; never with one rank.
+TEST(OpsFusedPlan, UnfusedBelowTheThreshold) {
+  // 128 x 8192 outputs in 128x128 tiles: 64 tiles in all, under 66 even as one band.
+  const auto small = operands(128, 8192, 512, 128);
+  for (auto v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kOneShot,
+                 AllReduceVariant::kTwoShot}) {
+    SCOPED_TRACE(ccl::variant_name(v));
+    EXPECT_TRUE(plan_matmul_all_reduce(small, blocks(128, 128, v), 2, kSms).unfused);
+    EXPECT_FALSE(plan_matmul_all_reduce(small, blocks(128, 128, v), 1, kSms).unfused) << "one rank: the GEMM alone";
+    // A lower threshold pipelines 256 rows (atomic and spinlock band whole tile rows: they need two).
+    FusedConfig low = blocks(128, 128, v);
+    low.min_band_tiles = 8;
+    EXPECT_FALSE(plan_matmul_all_reduce(operands(256, 8192, 512, 256), low, 2, kSms).unfused);
+    // 1024 x 8192: two_shot's bands of 512 rows hold 256 tiles; one_shot's 4 bands 128 each.
+    EXPECT_FALSE(plan_matmul_all_reduce(operands(1024, 8192, 512, 1024), blocks(128, 128, v), 2, kSms).unfused);
+  }
+  EXPECT_EQ(plan_matmul_all_reduce(small, blocks(128, 128), 2, kSms).min_band_tiles, 66);
+  // matmul_reduce_scatter at 256 rows: each rank's band of 128 rows has 64 tiles.
+  EXPECT_TRUE(plan_matmul_reduce_scatter(operands(256, 8192, 512, 128), blocks(128, 128), 2, kSms).unfused);
+  EXPECT_FALSE(plan_matmul_reduce_scatter(operands(512, 8192, 512, 256), blocks(128, 128), 2, kSms).unfused);
+  // The gathering ops: by this rank's rows (128 of 256 -> 64 tiles).
+  EXPECT_TRUE(plan_all_gather_matmul(operands(128, 8192, 512, 256), blocks(128, 128), 2, kSms).unfused);
+  EXPECT_TRUE(plan_matmul_all_gather(operands(128, 8192, 512, 256), blocks(128, 128), 2, kSms).unfused);
+  EXPECT_FALSE(plan_all_gather_matmul(operands(256, 8192, 512, 512), blocks(128, 128), 2, kSms).unfused);
+  // matmul_all_gather cuts 4 bands: 512 rows of 8192 in 128x128 tiles make 4 bands of 64 < 66 tiles,
+  // so 3 bands (of 171 rows: 2 tile rows, 128 tiles).
+  EXPECT_FALSE(plan_matmul_all_gather(operands(512, 8192, 512, 1024), blocks(128, 128), 2, kSms).unfused);
+}
+
 TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   const int w = 2;
   // matmul_all_reduce: C 512 x 256 bf16, 128x128 blocks: T = 8.

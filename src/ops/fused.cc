@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ccl/ccl_host.hpp"
+#include "iris/ccl/collectives.hpp"
 #include "iris/core/error.hpp"
 #include "ops/fused_kernels.hpp"
 #include "ops/gemm_check.hpp"
@@ -59,6 +60,31 @@ void check_c_rows(const char* name, const MatmulOperands& mm, int64_t rows, cons
                  " (", rule, ").");
 }
 
+// ---- how many bands (the fusion threshold, FusedConfig::min_band_tiles) ---------------------------
+
+int resolve_min_band_tiles(const FusedConfig& config, int device_sms) {
+  return config.min_band_tiles > 0 ? config.min_band_tiles : std::max(1, device_sms / 2);
+}
+
+// How many bands of `rows` rows the GEMM is cut into: the most, up to max_bands, whose bands still have
+// min_band_tiles output tiles each; 1 when even two bands would have fewer.
+int pick_bands(int64_t rows, int64_t cols, int max_bands, GemmTile tile, int min_band_tiles) {
+  for (int b = max_bands; b > 1; --b)
+    if (ccl::tile_count(ceil_div(rows, b), cols, tile.m, tile.n) >= min_band_tiles) return b;
+  return 1;
+}
+bool band_pays(int64_t rows, int64_t cols, GemmTile tile, int min_band_tiles) {
+  return ccl::tile_count(rows, cols, tile.m, tile.n) >= min_band_tiles;
+}
+// atomic and spinlock: bands of whole tile rows, up to max_bands, the smallest (floor(tiles_m / bands)
+// tile rows) with min_band_tiles tiles.
+int pick_tile_row_bands(int64_t rows, int64_t cols, int max_bands, GemmTile tile, int min_band_tiles) {
+  const int64_t tiles_m = ceil_div(rows, tile.m), tiles_n = ceil_div(cols, tile.n);
+  int bands = static_cast<int>(std::min<int64_t>(max_bands, tiles_m));
+  while (bands > 1 && (tiles_m / bands) * tiles_n < min_band_tiles) --bands;
+  return std::max(bands, 1);
+}
+
 // True when matmul_all_reduce adds tiles into peers' accumulators (atomic, spinlock): a copy engine
 // cannot, so the communication runs on SMs beside the GEMM whatever copy_engine says.
 bool adds_on_sms(OpKind op, const FusedConfig& config) {
@@ -94,6 +120,7 @@ FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& con
   p.sig.block_size_n = config.block_size_n;
   p.sig.depth = mm.a.cols;
   p.needs.block_state = kBlockStateWords * static_cast<size_t>(p.gemm_sms + p.comm_sms);
+  p.min_band_tiles = resolve_min_band_tiles(config, device_sms);
   return p;
 }
 
@@ -144,6 +171,17 @@ FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& co
   size_tiles(p, m, n);
   p.sig.dtype = mm.c.dtype;  // the partial products cross ranks in C's type
   p.sig.variant = config.all_reduce_variant;
+  switch (config.all_reduce_variant) {
+    case AllReduceVariant::kOneShot:
+      p.unfused = pick_bands(m, n, kOneShotBands, p.tile, p.min_band_tiles) == 1;
+      break;
+    case AllReduceVariant::kTwoShot:
+      p.unfused = !band_pays(ceil_div(m, world_size), n, p.tile, p.min_band_tiles);
+      break;
+    default:  // atomic, spinlock
+      p.unfused = pick_tile_row_bands(m, n, kOneShotBands, p.tile, p.min_band_tiles) == 1;
+  }
+  p.unfused = p.unfused && world_size > 1;
   const size_t t = static_cast<size_t>(p.tiles);
   const size_t w = static_cast<size_t>(world_size);
   const size_t mn = static_cast<size_t>(m * n);
@@ -191,6 +229,7 @@ FusedPlan plan_matmul_reduce_scatter(const MatmulOperands& mm, const FusedConfig
   FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
   size_tiles(p, m, n);  // each rank's GEMM computes the whole M x N partial product
   p.sig.dtype = mm.c.dtype;
+  p.unfused = world_size > 1 && !band_pays(rows, n, p.tile, p.min_band_tiles);
   // Ready and data by source; the M x N partial product and W receive slots of M/W x N.
   p.needs.flags = 2 * static_cast<size_t>(world_size);
   p.needs.staging_bytes = align256(static_cast<size_t>(m * n) * mm.c.element_size()) +
@@ -210,6 +249,7 @@ FusedPlan plan_all_gather_matmul(const MatmulOperands& mm, const FusedConfig& co
   FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
   size_tiles(p, m, n);
   p.sig.dtype = mm.a.dtype;  // A crosses ranks
+  p.unfused = world_size > 1 && !band_pays(m_rank, n, p.tile, p.min_band_tiles);
   // Ready and data by source; W slots of M_rank x K back to back (A gathered).
   p.needs.flags = 2 * static_cast<size_t>(world_size);
   p.needs.staging_bytes = align256(static_cast<size_t>(m * k) * mm.a.element_size());
@@ -228,6 +268,7 @@ FusedPlan plan_matmul_all_gather(const MatmulOperands& mm, const FusedConfig& co
   size_tiles(p, m_rank, n);  // each rank's GEMM computes its own M/W x N block
   p.sig.rows = m;            // the signature names the gathered output
   p.sig.dtype = mm.c.dtype;
+  p.unfused = world_size > 1 && pick_bands(m_rank, n, kAllGatherBands, p.tile, p.min_band_tiles) == 1;
   // Ready by source, data by (source, band); W slots of M_rank x N.
   p.needs.flags = static_cast<size_t>(world_size) * (1 + kAllGatherBands);
   p.needs.staging_bytes = static_cast<size_t>(world_size) * align256(static_cast<size_t>(m_rank * n) * mm.c.element_size());
@@ -255,8 +296,14 @@ FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm
   return p;
 }
 
+void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& mm, FusedWorkspace& ws);
+
+// The band pipeline's arrays, and the collective's when the call runs unfused. Every rank computes the
+// same plan, so all prepare the collective or none.
 void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws) {
   ccl::detail::prepare_everywhere(ctx, ws, [&] { return context_plan(plan, ctx, mm, config); });
+  const FusedPlan p = context_plan(plan, ctx, mm, config);
+  if (p.unfused) prepare_collective(ctx, p, mm, ws);
 }
 
 // ---- the band pipeline ---------------------------------------------------------------------------------
@@ -410,28 +457,16 @@ void run_single_rank(const MatmulOperands& mm, const FusedPlan& plan, cudaStream
   run_gemm(mm, mm.a, mm.c, mm.bias, plan.tile, 0, stream);
 }
 
-// How many bands of `rows` rows the GEMM is cut into: the most, up to max_bands, whose bands still have
-// min_band_tiles output tiles each (FusedConfig::min_band_tiles); 1 when even the whole has fewer.
-int pick_bands(int64_t rows, int64_t cols, int max_bands, const FusedPlan& plan, int min_band_tiles) {
-  for (int b = max_bands; b > 1; --b)
-    if (ccl::tile_count(ceil_div(rows, b), cols, plan.tile.m, plan.tile.n) >= min_band_tiles) return b;
-  return 1;
-}
-bool band_pays(int64_t rows, int64_t cols, const FusedPlan& plan, int min_band_tiles) {
-  return ccl::tile_count(rows, cols, plan.tile.m, plan.tile.n) >= min_band_tiles;
-}
-
 // matmul_reduce_scatter, and the reduce-scatter half of matmul_all_reduce two_shot. Bands of rows are
-// owned by ranks (band t: rows of rank t's output, `band_rows` each). Fused: for each peer t in ring
-// order, the GEMM computes band t of this rank's partial product into P, and the side stream pushes it
-// into rank t's receive slot for this rank and signals t; the own band's GEMM writes straight into the
-// own receive slot and overlaps the last push. Unfused (bands below the threshold): one GEMM of every
-// row into P, then the pushes. Either way the owner then waits for its W - 1 partials and reduces the W
-// slots in rank order (deterministic). Bias rides on rank 0's partials, so it is added once.
+// owned by ranks (band t: rows of rank t's output, `band_rows` each). For each peer t in ring order, the
+// GEMM computes band t of this rank's partial product into P, and the side stream pushes it into rank
+// t's receive slot for this rank and signals t; the own band's GEMM writes straight into the own
+// receive slot and overlaps the last push. The owner then waits for its W - 1 partials and reduces the
+// W slots in rank order (deterministic). Bias rides on rank 0's partials, so it is added once.
 // Staging: P (M x N, contiguous), then W receive slots of band_rows x N, each on 256 bytes; C's type.
 // Flags: [0, W) ready, [W, 2W) data by source.
-void reduce_scatter_bands(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, bool fused,
-                          int64_t band_rows, int64_t m, const Tensor& out, void* out2) {
+void reduce_scatter_bands(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int64_t band_rows, int64_t m,
+                          const Tensor& out, void* out2) {
   const int me = pl.rank(), w = pl.world();
   const int64_t n = mm.c.cols;
   const DType ct = mm.c.dtype;
@@ -448,20 +483,18 @@ void reduce_scatter_bands(Pipeline& pl, const MatmulOperands& mm, const FusedPla
     return Tensor::matrix(p_base + b.row0 * n * static_cast<int64_t>(esz), ct, b.rows, n, n);
   };
   pl.begin_and_wait_ready();
-  if (!fused) pl.gemm(mm, mm.a, Tensor::matrix(p_base, ct, m, n, n), me == 0, plan.gemm_sms);
   for (int j = 1; j < w; ++j) {
     const int t = (me + j) % w;
     const Band b = rows_of_band(t);
     const Tensor p = p_band(t);
-    if (fused) pl.gemm(mm, rows_of(mm.a, b.row0, b.rows), p, me == 0, plan.gemm_sms);
+    pl.gemm(mm, rows_of(mm.a, b.row0, b.rows), p, me == 0, plan.gemm_sms);
     pl.fork();
     pl.push(p, pl.on(recv + me * slot_bytes, t), n);
     pl.signal(pl.side(), w + me, t);
   }
   const Band mine = rows_of_band(me);
-  if (fused)
-    pl.gemm(mm, rows_of(mm.a, mine.row0, mine.rows), Tensor::matrix(recv + me * slot_bytes, ct, mine.rows, n, n),
-            me == 0, plan.gemm_sms);
+  pl.gemm(mm, rows_of(mm.a, mine.row0, mine.rows), Tensor::matrix(recv + me * slot_bytes, ct, mine.rows, n, n), me == 0,
+          plan.gemm_sms);
   pl.wait(pl.main(), w, w, 1, me, detail::FusedWait::kData);
   detail::ReduceSlots r;
   r.slots = recv;
@@ -472,24 +505,19 @@ void reduce_scatter_bands(Pipeline& pl, const MatmulOperands& mm, const FusedPla
   r.out = out.data;
   r.out_stride = out.stride;
   r.out2 = out2;
-  if (!fused) {  // the own partial stayed in P
-    r.own = p_band(me).data;
-    r.own_index = me;
-  }
   detail::launch_reduce_slots(r, ct, tail_blocks(plan), pl.main());
   pl.join();
 }
 
-void run_matmul_reduce_scatter(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int min_band_tiles) {
-  const int64_t m = mm.a.rows, rows = m / pl.world();
-  reduce_scatter_bands(pl, mm, plan, band_pays(rows, mm.c.cols, plan, min_band_tiles), rows, m, mm.c, nullptr);
+void run_matmul_reduce_scatter(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+  const int64_t m = mm.a.rows;
+  reduce_scatter_bands(pl, mm, plan, m / pl.world(), m, mm.c, nullptr);
 }
 
 // two_shot: reduce-scatter by bands (above), the owner also keeps its reduced band in staging (`red`)
 // and signals; every rank then pulls each peer's reduced band into its C. Staging: as above (bands of
 // ceil(M/W) rows), then `red`. Flags: [2W, 3W) reduced.
-void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan,
-                                    int min_band_tiles) {
+void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
   const int me = pl.rank(), w = pl.world();
   const int64_t m = mm.a.rows, n = mm.c.cols;
   const int64_t band_rows = ceil_div(m, w);
@@ -497,8 +525,7 @@ void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, cons
   const size_t slot_bytes = align256(static_cast<size_t>(band_rows * n) * esz);
   char* red = pl.staging(align256(static_cast<size_t>(m * n) * esz) + static_cast<size_t>(w) * slot_bytes);
   const Band mine = band(m, w, me);
-  reduce_scatter_bands(pl, mm, plan, band_pays(band_rows, n, plan, min_band_tiles), band_rows, m,
-                       rows_of(mm.c, mine.row0, mine.rows), red);
+  reduce_scatter_bands(pl, mm, plan, band_rows, m, rows_of(mm.c, mine.row0, mine.rows), red);
   pl.signal(pl.main(), 2 * w + me, -1);
   for (int j = 1; j < w; ++j) {
     const int s = (me + j) % w;
@@ -514,14 +541,13 @@ void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, cons
 // every peer and signals. Each rank then reduces all W slots in rank order into C: every rank gets
 // bitwise-identical results. Staging: W slots of M x N. Flags: [0, W) ready, [W, W + W * kOneShotBands)
 // data by (source, band).
-void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan,
-                                    int min_band_tiles) {
+void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
   const int me = pl.rank(), w = pl.world();
   const int64_t m = mm.a.rows, n = mm.c.cols;
   const DType ct = mm.c.dtype;
   const size_t esz = dtype_size(ct);
   const size_t slot_bytes = align256(static_cast<size_t>(m * n) * esz);
-  const int bands = pick_bands(m, n, kOneShotBands, plan, min_band_tiles);
+  const int bands = pick_bands(m, n, kOneShotBands, plan.tile, plan.min_band_tiles);
   char* mine = pl.staging(me * slot_bytes);
   pl.begin_and_wait_ready();
   for (int b = 0; b < bands; ++b) {
@@ -554,8 +580,7 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
 // accumulators before the call's ready flag, so no peer adds into them before; spinlock needs no zeroing
 // (the first writer of a call overwrites). Staging: acc (float32), then res (C's type), each holding
 // ceil(T / W) tiles of block_size_m x block_size_n.
-void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int min_band_tiles,
-                                 bool spinlock) {
+void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, bool spinlock) {
   const int me = pl.rank(), w = pl.world();
   const int64_t m = mm.a.rows, n = mm.c.cols;
   const int64_t tiles_m = ceil_div(m, plan.tile.m), tiles_n = ceil_div(n, plan.tile.n);
@@ -577,10 +602,7 @@ void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const F
   r.acc = reinterpret_cast<float*>(pl.staging(0));
   r.res = pl.staging(align256(acc_bytes));
   r.spinlock = spinlock;
-  // Bands of whole tile rows, each with at least min_band_tiles tiles (the smallest band has
-  // floor(tiles_m / bands) tile rows).
-  int bands = static_cast<int>(std::min<int64_t>(kOneShotBands, tiles_m));
-  while (bands > 1 && (tiles_m / bands) * tiles_n < min_band_tiles) --bands;
+  const int bands = pick_tile_row_bands(m, n, kOneShotBands, plan.tile, plan.min_band_tiles);
   if (!spinlock) IRIS_CUDA_CHECK(cudaMemsetAsync(r.acc, 0, acc_bytes, pl.main()));
   pl.begin_and_wait_ready();
   for (int b = 0; b < bands; ++b) {
@@ -603,29 +625,19 @@ void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const F
 }
 
 // all_gather_matmul: the side stream pushes this rank's A into slot `rank` of every peer's gather buffer
-// (W slots of M_rank x K back to back) and signals it. Fused: meanwhile the GEMM computes the rows of C
-// that need only the local A, then, in the order peers' rows arrive, each peer's rows from the gather
-// buffer. Unfused (an M_rank-row GEMM below the threshold): the local A is copied into its slot too, and
-// one GEMM computes every row from the gathered A once all have arrived. Flags: [0, W) ready, [W, 2W)
-// data by source.
-void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int min_band_tiles) {
+// (W slots of M_rank x K back to back) and signals it. Meanwhile the GEMM computes the rows of C that
+// need only the local A, then, in the order peers' rows arrive, each peer's rows from the gather buffer.
+// Flags: [0, W) ready, [W, 2W) data by source.
+void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
   const int me = pl.rank(), w = pl.world();
   const int64_t mr = mm.a.rows, k = mm.a.cols;
   const size_t slot_bytes = static_cast<size_t>(mr * k) * mm.a.element_size();  // a multiple of 16 (K % 8 == 0)
-  const bool fused = band_pays(mr, mm.c.cols, plan, min_band_tiles);
   pl.begin_and_wait_ready();
   pl.fork();
   for (int j = 1; j < w; ++j) {
     const int t = (me + j) % w;
     pl.push(mm.a, pl.on(pl.staging(me * slot_bytes), t), k);
     pl.signal(pl.side(), w + me, t);
-  }
-  if (!fused) {
-    pl.push(mm.a, pl.staging(me * slot_bytes), k);
-    pl.join();
-    pl.wait(pl.main(), w, w, 1, me, detail::FusedWait::kData);
-    pl.gemm(mm, Tensor::matrix(pl.staging(0), mm.a.dtype, w * mr, k, k), mm.c, true, plan.gemm_sms);
-    return;
   }
   pl.gemm(mm, mm.a, rows_of(mm.c, me * mr, mr), true, plan.gemm_sms);
   for (int j = 1; j < w; ++j) {
@@ -643,14 +655,13 @@ void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPl
 // every peer's C. Otherwise they go through slot `rank` of the staging (W slots of M_rank x N): the side stream also
 // copies each band into C, and each rank copies the peers' slots into C once their bands arrived.
 // Flags: [0, W) ready, then data by (source, band).
-void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int min_band_tiles,
-                           bool c_symmetric) {
+void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, bool c_symmetric) {
   const int me = pl.rank(), w = pl.world();
   const int64_t mr = mm.a.rows, n = mm.c.cols;
   const DType ct = mm.c.dtype;
   const size_t esz = dtype_size(ct);
   const size_t slot_bytes = align256(static_cast<size_t>(mr * n) * esz);
-  const int bands = pick_bands(mr, n, kAllGatherBands, plan, min_band_tiles);
+  const int bands = pick_bands(mr, n, kAllGatherBands, plan.tile, plan.min_band_tiles);
   char* mine = pl.staging(me * slot_bytes);
   pl.begin_and_wait_ready();
   for (int b = 0; b < bands; ++b) {
@@ -670,6 +681,89 @@ void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPl
     pl.copy(pl.main(), from, rows_of(mm.c, s * mr, mr).data, mm.c.stride, tail_blocks(plan));
   }
   pl.join();
+}
+
+// ---- below the fusion threshold: the GEMM, then the iris::ccl collective (FusedPlan::unfused) --------
+
+// The collective's output and input: all_reduce in place on C; reduce_scatter of the M x N product (P,
+// at the start of the staging) into C; all_gather of A into the gather buffer (the staging), or of this
+// rank's rows of C into C (in place).
+struct CollectiveViews {
+  Tensor out, in;
+};
+CollectiveViews collective_views(const FusedPlan& p, const MatmulOperands& mm, void* staging, int rank, int world) {
+  switch (p.sig.op) {
+    case OpKind::kMatmulAllReduce:
+      return {mm.c, mm.c};
+    case OpKind::kMatmulReduceScatter:
+      return {mm.c, Tensor::matrix(staging, mm.c.dtype, mm.a.rows, mm.c.cols, mm.c.cols)};
+    case OpKind::kAllGatherMatmul:
+      return {Tensor::matrix(staging, mm.a.dtype, world * mm.a.rows, mm.a.cols, mm.a.cols), mm.a};
+    case OpKind::kMatmulAllGather:
+      return {mm.c, rows_of(mm.c, rank * mm.a.rows, mm.a.rows)};
+    default:
+      IRIS_ASSERT(false, "not a fused op");
+      return {};
+  }
+}
+
+// Collective, from the op's preamble when its plan is unfused: the collective's own preamble. The
+// collective's workspace is the op's own business: auto may pick another variant for another size, whose
+// arrays the workspace prepared for an earlier call cannot hold. Then every rank raised together (the
+// fused preamble has just agreed on the operands, so the collective's parameters and capacities are the
+// same everywhere), and every rank frees it, once no call may still use it, and prepares it afresh.
+void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& mm, FusedWorkspace& ws) {
+  const CollectiveViews v = collective_views(p, mm, ws.staging(), ctx.rank(), ctx.world_size());
+  auto prepare = [&] {
+    const ccl::Config auto_config;
+    if (p.sig.op == OpKind::kMatmulAllReduce)
+      ccl::all_reduce_preamble(ctx, v.out, v.in, auto_config, ws.collective());
+    else if (p.sig.op == OpKind::kMatmulReduceScatter)
+      ccl::reduce_scatter_preamble(ctx, v.out, v.in, auto_config, ws.collective());
+    else
+      ccl::all_gather_preamble(ctx, v.out, v.in, auto_config, ws.collective());
+  };
+  if (!ws.collective().prepared()) {
+    prepare();
+    return;
+  }
+  try {
+    prepare();
+  } catch (const std::invalid_argument&) {
+    IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+    ctx.barrier();  // no peer's call still reads or writes this rank's arrays
+    ccl::ContextWorkspaceHost host(ctx);
+    ws.collective().release(host);
+    prepare();
+  }
+}
+
+// The GEMM on every SM and the collective, one after the other on the caller's stream. Bias: on rank
+// 0's partial product for the reducing ops (added once), on every rank's GEMM for the gathering ones.
+void run_unfused(Context& ctx, const MatmulOperands& mm, const FusedPlan& p, FusedWorkspace& ws, cudaStream_t stream) {
+  const int me = ctx.rank();
+  const CollectiveViews v = collective_views(p, mm, ws.staging(), me, ctx.world_size());
+  const ccl::Config auto_config;
+  switch (p.sig.op) {
+    case OpKind::kMatmulAllReduce:
+      run_gemm(mm, mm.a, mm.c, me == 0 ? mm.bias : nullptr, p.tile, 0, stream);
+      ccl::all_reduce(ctx, v.out, v.in, auto_config, ws.collective(), stream);
+      break;
+    case OpKind::kMatmulReduceScatter:
+      run_gemm(mm, mm.a, v.in, me == 0 ? mm.bias : nullptr, p.tile, 0, stream);
+      ccl::reduce_scatter(ctx, v.out, v.in, auto_config, ws.collective(), stream);
+      break;
+    case OpKind::kAllGatherMatmul:
+      ccl::all_gather(ctx, v.out, v.in, auto_config, ws.collective(), stream);
+      run_gemm(mm, v.out, mm.c, mm.bias, p.tile, 0, stream);
+      break;
+    case OpKind::kMatmulAllGather:
+      run_gemm(mm, mm.a, v.in, mm.bias, p.tile, 0, stream);
+      ccl::all_gather(ctx, v.out, v.in, auto_config, ws.collective(), stream);
+      break;
+    default:
+      IRIS_ASSERT(false, "not a fused op");
+  }
 }
 
 // True when every byte of the view is in this rank's heap (so peers can write it).
@@ -708,29 +802,38 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
     ws.count_call();
     return;
   }
+  if (p.unfused) {
+    // Every rank has the same plan: all raise here, or none.
+    IRIS_CHECK_ARG(ws.collective().prepared(), ccl::op_name(p.sig.op),
+                   ": this call is below the fusion threshold and runs its GEMM, then the iris::ccl collective, "
+                   "but the workspace was prepared for the band pipeline only; call ",
+                   preamble_name(p.sig.op), " with these operands first.");
+    run_unfused(ctx, mm, p, ws, ccl::detail::pick_stream(ctx, stream));
+    ws.count_call();
+    return;
+  }
   Pipeline pl(ctx, p, config.copy_engine, ws, stream);
-  const int min_tiles = config.min_band_tiles > 0 ? config.min_band_tiles : std::max(1, p.device_sms / 2);
   switch (p.sig.op) {
     case OpKind::kMatmulAllReduce:
       switch (config.all_reduce_variant) {
         case AllReduceVariant::kOneShot:
-          run_matmul_all_reduce_one_shot(pl, mm, p, min_tiles);
+          run_matmul_all_reduce_one_shot(pl, mm, p);
           break;
         case AllReduceVariant::kTwoShot:
-          run_matmul_all_reduce_two_shot(pl, mm, p, min_tiles);
+          run_matmul_all_reduce_two_shot(pl, mm, p);
           break;
         default:  // atomic, spinlock (FusedConfig::validate admits nothing else)
-          run_matmul_all_reduce_tiles(pl, mm, p, min_tiles, config.all_reduce_variant == AllReduceVariant::kSpinlock);
+          run_matmul_all_reduce_tiles(pl, mm, p, config.all_reduce_variant == AllReduceVariant::kSpinlock);
       }
       break;
     case OpKind::kMatmulReduceScatter:
-      run_matmul_reduce_scatter(pl, mm, p, min_tiles);
+      run_matmul_reduce_scatter(pl, mm, p);
       break;
     case OpKind::kAllGatherMatmul:
-      run_all_gather_matmul(pl, mm, p, min_tiles);
+      run_all_gather_matmul(pl, mm, p);
       break;
     case OpKind::kMatmulAllGather:
-      run_matmul_all_gather(pl, mm, p, min_tiles, p.sig.symmetric_output);
+      run_matmul_all_gather(pl, mm, p, p.sig.symmetric_output);
       break;
     default:
       IRIS_ASSERT(false, "not a fused op");

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_slots_kernel(const __gr
     const int64_t at = row * r.cols + col;
     float acc[kN];
     for (int s = 0; s < r.world; ++s) {
-      const T* slot = s == r.own_index ? static_cast<const T*>(r.own) : slots + s * r.slot_elems;
+      const T* slot = slots + s * r.slot_elems;
       const Vec v = *reinterpret_cast<const Vec*>(slot + at);
 #pragma unroll
       for (int k = 0; k < kN; ++k) acc[k] = s == 0 ? Acc<T>::in(v.v[k]) : acc[k] + Acc<T>::in(v.v[k]);
@@ -343,8 +343,7 @@ template <typename T>
 void reduce_typed(const ReduceSlots& r, int blocks, cudaStream_t stream) {
   constexpr int kN = 16 / sizeof(T);
   const bool vec = r.cols % kN == 0 && r.out_stride % kN == 0 && r.slot_elems % kN == 0 && aligned16(r.slots) &&
-                   aligned16(r.out) && (r.out2 == nullptr || aligned16(r.out2)) &&
-                   (r.own_index < 0 || aligned16(r.own));
+                   aligned16(r.out) && (r.out2 == nullptr || aligned16(r.out2));
   if (vec)
     reduce_slots_kernel<T, kN><<<blocks, kReduceThreads, 0, stream>>>(r);
   else

@@ -38,8 +38,9 @@
 //   matmul_all_gather            GEMM in 4 bands; each band copied into C and pushed to every peer
 //                                (straight into the peers' C when C is on the symmetric heap and contiguous).
 // A band GEMM must have FusedConfig::min_band_tiles tiles to pay for its launch; below, an op cuts fewer
-// bands, down to the unfused order (one GEMM, then the communication). With one rank every op is its
-// GEMM. A workspace serves one stream at a time.
+// bands, down to the unfused order: one GEMM, then the iris::ccl collective (FusedPlan::unfused), which
+// is faster than NCCL at the sizes where that happens. With one rank every op is its GEMM. A workspace
+// serves one stream at a time.
 //
 // Shapes (W = world size; every rank passes the same shapes, dtypes and config):
 //   matmul_all_reduce      C (M x N)   = sum over r of A_r (M x K) @ B_r (K x N)
@@ -87,7 +88,24 @@
 
 namespace iris::ops {
 
-using FusedWorkspace = ccl::Workspace;
+// A fused op's workspace: the arrays of its band pipeline (a ccl::Workspace: prepare, matches and the
+// capacity checks apply to them) and, for calls too small for fusion to pay (FusedPlan::unfused), the
+// workspace of the iris::ccl collective the op then runs after its GEMM, which the op's preamble
+// prepares when its plan is unfused (re-allocating it, collectively, when a call's collective needs more
+// than an earlier call's left: iris::ccl's auto may pick another variant for another size).
+class FusedWorkspace : public ccl::Workspace {
+ public:
+  ccl::Workspace& collective() { return collective_; }
+  const ccl::Workspace& collective() const { return collective_; }
+  // Collective: frees every array, the collective's too.
+  void release(ccl::WorkspaceHost& host) {
+    collective_.release(host);
+    ccl::Workspace::release(host);
+  }
+
+ private:
+  ccl::Workspace collective_;
+};
 
 // Communication SMs an op takes when FusedConfig::comm_sms is 0: one in eight of the device's (16 of
 // an H100's or H200's 132), at least 1.
@@ -143,11 +161,17 @@ struct MatmulOperands {
 struct FusedPlan {
   ccl::OpSignature sig;
   ccl::WorkspaceNeeds needs;
-  GemmTile tile;      // the GEMM tile (config.tile())
-  int64_t tiles = 0;  // T above
-  int gemm_sms = 0;    // resolved
-  int comm_sms = 0;    // resolved
-  int device_sms = 0;  // the device's SMs the plan was made for
+  GemmTile tile;           // the GEMM tile (config.tile())
+  int64_t tiles = 0;       // T above
+  int gemm_sms = 0;        // resolved
+  int comm_sms = 0;        // resolved
+  int device_sms = 0;      // the device's SMs the plan was made for
+  int min_band_tiles = 0;  // resolved (FusedConfig::min_band_tiles)
+  // Below the fusion threshold: the GEMM on every SM, then the iris::ccl collective on the same stream
+  // (all_reduce in place on C, reduce_scatter of the M x N product, all_gather of A or of C's rows),
+  // with the variant iris::ccl's auto picks for its size, through FusedWorkspace::collective(). Never
+  // with one rank (every op is then its GEMM).
+  bool unfused = false;
 };
 
 // The plans. Validate the config and the operands (throwing InvalidArgument naming the op) and size
