@@ -3,9 +3,12 @@
 // between the two outputs (a sanity check; the tests hold the fp64 reference). Not a test.
 //
 // Shapes: issue 5's global (M, N, K) = (8192, 8192, 8192), (16384, 4096, 8192), (4096, 8192, 4096),
-// (2048, 8192, 8192), (128, 8192, 8192), bf16 in and out, fp32 accumulation, B as K x N and as N x K.
-// Each figure is the median of --repeats timed batches of --iters back-to-back launches (CUDA events)
-// after a warm-up. Every tile of kGemmTiles and the automatic choice are timed.
+// (2048, 8192, 8192), (128, 8192, 8192), then the per-rank GEMMs of the fused ops at 128 rows on 2
+// ranks: (128, 8192, 4096) (matmul_all_reduce, matmul_reduce_scatter), (128, 4096, 8192)
+// (all_gather_matmul), (64, 8192, 8192) (matmul_all_gather). bf16 in and out, fp32 accumulation, B as
+// K x N and as N x K. Each figure is the median of --repeats timed batches of --iters back-to-back
+// launches (CUDA events) after a warm-up. Every tile of kGemmTiles and the automatic choice are timed,
+// and the automatic choice with GemmArguments::stream_k ("+sk") where it then runs the stream-K kernel.
 //
 //   gemm_bench [--repeats N] [--iters N] [--json FILE]
 #include <cublas_v2.h>
@@ -29,7 +32,7 @@ struct Shape {
   int64_t m, n, k;
 };
 constexpr Shape kShapes[] = {{8192, 8192, 8192}, {16384, 4096, 8192}, {4096, 8192, 4096}, {2048, 8192, 8192},
-                             {128, 8192, 8192}};
+                             {128, 8192, 8192},   {128, 8192, 4096},   {128, 4096, 8192},   {64, 8192, 8192}};
 
 #define CUBLAS_OK(x)                                                              \
   do {                                                                            \
@@ -108,7 +111,7 @@ int main(int argc, char** argv) try {
   IRIS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("# gemm_bench on %s (%d SMs): bf16 in/out, fp32 accumulation; ratio = iris / cuBLAS TFLOP/s\n",
               prop.name, prop.multiProcessorCount);
-  std::printf("%7s %6s %6s %3s %-10s %9s %9s %9s %7s %10s\n", "M", "N", "K", "B", "tile", "iris_us", "cublas_us",
+  std::printf("%7s %6s %6s %3s %-16s %9s %9s %9s %7s %10s\n", "M", "N", "K", "B", "tile", "iris_us", "cublas_us",
               "iris_TF", "ratio", "max|diff|");
   cublasHandle_t handle;
   CUBLAS_OK(cublasCreate(&handle));
@@ -142,7 +145,10 @@ int main(int argc, char** argv) try {
       const double t_ref = time_ms(cublas, iters, repeats);
       std::vector<iris::ops::GemmTile> tiles{iris::ops::GemmTile{}};
       for (auto t : iris::ops::kGemmTiles) tiles.push_back(t);
-      for (auto tile : tiles) {
+      tiles.push_back(iris::ops::GemmTile{});  // the automatic choice again, with stream_k
+      for (size_t ti = 0; ti < tiles.size(); ++ti) {
+        const iris::ops::GemmTile tile = tiles[ti];
+        const bool stream_k = ti + 1 == tiles.size();
         iris::ops::GemmArguments args;
         args.a = iris::Tensor::matrix(a, iris::DType::kBFloat16, s.m, s.k);
         args.b = nk ? iris::Tensor::matrix(b, iris::DType::kBFloat16, s.n, s.k)
@@ -150,8 +156,13 @@ int main(int argc, char** argv) try {
         args.b_is_nk = nk;
         args.c = iris::Tensor::matrix(c_iris, iris::DType::kBFloat16, s.m, s.n);
         args.tile = tile;
+        args.stream_k = stream_k;
         const auto resolved = iris::ops::resolved_tile(args);
-        auto iris_gemm = [&] { iris::ops::gemm(args, nullptr, nullptr); };
+        const size_t ws_bytes = iris::ops::workspace_size(args);
+        if (stream_k && ws_bytes == 0) continue;  // the data-parallel kernel: the same as the auto row
+        void* ws = nullptr;
+        if (ws_bytes > 0) IRIS_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+        auto iris_gemm = [&] { iris::ops::gemm(args, ws, nullptr); };
         const double t_iris = time_ms(iris_gemm, iters, repeats);
         IRIS_CUDA_CHECK(cudaMemset(diff, 0, sizeof(float)));
         max_abs_diff<<<264, 256>>>(c_iris, c_ref, s.m * s.n, diff);
@@ -160,8 +171,9 @@ int main(int argc, char** argv) try {
         const double flop = 2.0 * s.m * s.n * s.k;
         const double tf_iris = flop / (t_iris * 1e-3) / 1e12, tf_ref = flop / (t_ref * 1e-3) / 1e12;
         char tname[32];
-        std::snprintf(tname, sizeof tname, "%s%dx%d", tile.is_auto() ? "auto:" : "", resolved.m, resolved.n);
-        std::printf("%7lld %6lld %6lld %3s %-10s %9.1f %9.1f %9.1f %7.3f %10.4f   (cuBLAS %.1f TF)\n",
+        std::snprintf(tname, sizeof tname, "%s%dx%d%s", tile.is_auto() ? "auto:" : "", resolved.m, resolved.n,
+                      stream_k ? "+sk" : "");
+        std::printf("%7lld %6lld %6lld %3s %-16s %9.1f %9.1f %9.1f %7.3f %10.4f   (cuBLAS %.1f TF)\n",
                     (long long)s.m, (long long)s.n, (long long)s.k, nk ? "NK" : "KN", tname, t_iris * 1e3,
                     t_ref * 1e3, tf_iris, tf_iris / tf_ref, d, tf_ref);
         char line[512];
@@ -173,6 +185,7 @@ int main(int argc, char** argv) try {
                       t_iris * 1e3, t_ref * 1e3, tf_iris, tf_ref, tf_iris / tf_ref, d);
         out += line;
         first = false;
+        if (ws != nullptr) IRIS_CUDA_CHECK(cudaFree(ws));
       }
     }
   }

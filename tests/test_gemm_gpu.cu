@@ -31,6 +31,7 @@ namespace {
 
 using test::decode;
 using test::encode;
+using test::error_text;
 using test::input_value;
 
 constexpr size_t kGuardBytes = 4096;
@@ -65,6 +66,7 @@ struct GemmCase {
   float alpha = 1.0f;
   int64_t pad = 0;  // extra elements per row of A, B and C (a multiple of 8)
   int sm_count = 0;
+  bool stream_k = false;  // GemmArguments::stream_k
 };
 
 std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
@@ -74,7 +76,8 @@ std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
                   (c.bias ? "_bias" : "") +
                   (c.tile.is_auto() ? "_auto" : "_" + std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n)) +
                   (c.pad ? "_pad" + std::to_string(c.pad) : "") +
-                  (c.sm_count ? "_sms" + std::to_string(c.sm_count) : "") + (c.alpha != 1.0f ? "_alpha" : "");
+                  (c.sm_count ? "_sms" + std::to_string(c.sm_count) : "") + (c.alpha != 1.0f ? "_alpha" : "") +
+                  (c.stream_k ? "_streamk" : "");
   return s;
 }
 
@@ -131,6 +134,7 @@ void run_case(const GemmCase& c, bool in_graph) {
   args.alpha = c.alpha;
   args.tile = c.tile;
   args.sm_count = c.sm_count;
+  args.stream_k = c.stream_k;
   ASSERT_EQ(can_implement(args), "");
   const size_t ws_bytes = workspace_size(args);
   void* ws = nullptr;
@@ -229,6 +233,14 @@ const GemmCase kCases[] = {
     {300, 264, 136, kF16, kF16, false, false, kGemmTileSmall, 1.0f, 16},  // f16 kn -> f16, small
     // alpha 0: the bias alone
     {130, 64, 64, kBF16, kBF16, true, true, GemmTile{}, 0.0f},
+    // stream-K (at most half the SMs' worth of tiles, K >= 8192 split across CTAs): every 16-bit
+    // instantiation, a K with a remainder, padded strides, few SMs; then stream_k where the rule keeps
+    // the data-parallel kernel (many tiles, short K)
+    {128, 512, 8192, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, true},        // bf16 nk
+    {136, 264, 8200, kBF16, kBF16, false, false, kGemmTileSmall, 1.0f, 8, 0, true},  // bf16 kn
+    {64, 256, 8192, kF16, kF16, true, false, GemmTile{}, 0.5f, 0, 16, true},         // f16 nk
+    {96, 392, 8200, kF16, kF16, false, true, kGemmTileSmall, 1.0f, 16, 0, true},     // f16 kn
+    {1000, 1024, 128, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, true},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, GemmGpu, ::testing::ValuesIn(kCases), case_name);
@@ -237,6 +249,38 @@ TEST(GemmGpuGraph, CapturedAndReplayedGivesTheSameResult) {
   IRIS_TEST_REQUIRE_GEMM_CORE(1);
   run_case(GemmCase{1000, 520, 200, kBF16, kBF16, true, true, GemmTile{}}, /*in_graph=*/true);
   run_case(GemmCase{1000, 520, 200, kBF16, kF32, false, true, kGemmTileLarge}, /*in_graph=*/true);
+  run_case(GemmCase{128, 512, 8192, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, /*stream_k=*/true},
+           /*in_graph=*/true);
+}
+
+// stream_k asks for workspace only when the stream-K kernel runs (the 128x128 tile, at most half the
+// SMs' worth of tiles, K >= 8192). Without it, gemm() refuses the call instead of running without the
+// partial sums' room.
+TEST(GemmGpuStreamK, WorkspaceOnlyWhenItRunsAndRequiredThen) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(1);
+  DeviceBuffer a(256 * 8192 * 2), b(8192 * 8192 * 2), c(256 * 8192 * 2);
+  GemmArguments args;
+  auto shape = [&](int64_t m, int64_t n, int64_t k) {
+    args.a = Tensor::matrix(a.ptr, kBF16, m, k);
+    args.b = Tensor::matrix(b.ptr, kBF16, n, k);
+    args.c = Tensor::matrix(c.ptr, kBF16, m, n);
+  };
+  args.b_is_nk = true;
+  shape(128, 1024, 8192);
+  EXPECT_EQ(workspace_size(args), 0u) << "stream_k off";
+  args.stream_k = true;
+  const size_t need = workspace_size(args);
+  EXPECT_GT(need, 0u) << "8 tiles, K = 8192: stream-K";
+  EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, nullptr, nullptr); }),
+            "gemm: these arguments need " + std::to_string(need) +
+                " bytes of device workspace (workspace_size(args)) but workspace is null.");
+  args.tile = kGemmTileLarge;
+  EXPECT_EQ(workspace_size(args), 0u) << "the large tile has no stream-K kernel";
+  args.tile = GemmTile{};
+  shape(128, 1024, 4096);
+  EXPECT_EQ(workspace_size(args), 0u) << "K = 4096: data-parallel";
+  shape(256, 8192, 8192);
+  EXPECT_EQ(workspace_size(args), 0u) << "128 tiles: data-parallel";
 }
 
 TEST(GemmGpuEmpty, EmptyOutputLaunchesNothing) {
@@ -256,7 +300,6 @@ TEST(GemmGpuEmpty, EmptyOutputLaunchesNothing) {
 
 using test::RankSetup;
 
-using test::error_text;
 
 class FusedOpsGpu : public ::testing::TestWithParam<RankSetup> {};
 

@@ -73,6 +73,7 @@ GemmTile resolve(const GemmArguments& g) {
 using detail::GemmProblem;
 using detail::kTileLarge;
 using detail::kTileSmall;
+using detail::kTileSmallStreamK;
 using detail::Sm90Gemm;
 
 struct Sm90Instance {
@@ -90,8 +91,9 @@ constexpr Sm90Instance instance() {
   return {kIn, kOut, kBIsNK, kTile, &G::workspace_size, &G::run};
 }
 
-// The complete set (each file instantiates its three): the large tile for 16-bit and float32 outputs,
-// the small tile for 16-bit outputs. About 35 s of compile each on 2 cores, so the set stays small.
+// The complete set (each file instantiates its four): the large tile for 16-bit and float32 outputs,
+// the small tile for 16-bit outputs, data-parallel and stream-K. About 35 s of compile each on 2 cores,
+// so the set stays small.
 constexpr DType kBF16 = DType::kBFloat16;
 constexpr DType kF16 = DType::kFloat16;
 constexpr DType kF32 = DType::kFloat32;
@@ -100,18 +102,22 @@ constexpr Sm90Instance kSm90Instances[] = {
     instance<kBF16, kBF16, false, kTileLarge>(),
     instance<kBF16, kF32, false, kTileLarge>(),
     instance<kBF16, kBF16, false, kTileSmall>(),
+    instance<kBF16, kBF16, false, kTileSmallStreamK>(),
     // gemm_sm90_bf16_nk.cu
     instance<kBF16, kBF16, true, kTileLarge>(),
     instance<kBF16, kF32, true, kTileLarge>(),
     instance<kBF16, kBF16, true, kTileSmall>(),
+    instance<kBF16, kBF16, true, kTileSmallStreamK>(),
     // gemm_sm90_f16_kn.cu
     instance<kF16, kF16, false, kTileLarge>(),
     instance<kF16, kF32, false, kTileLarge>(),
     instance<kF16, kF16, false, kTileSmall>(),
+    instance<kF16, kF16, false, kTileSmallStreamK>(),
     // gemm_sm90_f16_nk.cu
     instance<kF16, kF16, true, kTileLarge>(),
     instance<kF16, kF32, true, kTileLarge>(),
     instance<kF16, kF16, true, kTileSmall>(),
+    instance<kF16, kF16, true, kTileSmallStreamK>(),
 };
 
 int tile_id(const GemmTile& t) {
@@ -120,8 +126,19 @@ int tile_id(const GemmTile& t) {
   throw Error(str_cat("iris internal error: tile ", tile_name(t), " passed validation but is not in kGemmTiles."));
 }
 
-const Sm90Instance& find_instance(const GemmArguments& g) {
-  const int tile = tile_id(resolve(g));
+// Stream-K pays when the output tiles leave at least half the SMs the GEMM may use idle for a long K
+// loop; CUTLASS's stream-K heuristic then picks the split. Measured with bench/gemm_bench on one H200
+// (bf16, iris / cuBLAS, data-parallel -> stream-K, B as K x N / N x K): 128 x 4096 x 8192 (32 tiles)
+// 0.56 / 0.60 -> 0.76 / 0.80; 128 x 8192 x 8192 (64 tiles) 0.69 / 0.76 -> 0.80 / 0.86; but
+// 128 x 8192 x 4096 (64 tiles, half the K) 0.78 / 0.78 -> 0.72 / 0.75, hence the K bound.
+bool use_stream_k(const GemmArguments& g, const GemmProblem& p) {
+  if (!g.stream_k || !(resolve(g) == kGemmTileSmall)) return false;
+  const int64_t tiles = int64_t{(p.m + 127) / 128} * ((p.n + 127) / 128);
+  return 2 * tiles <= p.sm_count && p.k >= 8192;
+}
+
+const Sm90Instance& find_instance(const GemmArguments& g, const GemmProblem& p) {
+  const int tile = use_stream_k(g, p) ? kTileSmallStreamK : tile_id(resolve(g));
   for (const auto& inst : kSm90Instances)
     if (inst.in == g.a.dtype && inst.out == g.c.dtype && inst.b_is_nk == g.b_is_nk && inst.tile == tile) return inst;
   throw Error(str_cat("iris internal error: no GEMM instantiation for validated arguments (", dtype_name(g.a.dtype),
@@ -247,7 +264,8 @@ size_t workspace_size(const GemmArguments& args) {
   if (auto why = can_implement(args); !why.empty()) throw InvalidArgument(why);
 #if defined(IRIS_HAVE_CUTLASS)
   if (args.c.numel() == 0) return 0;
-  return find_instance(args).workspace_size(make_problem(args));
+  const GemmProblem p = make_problem(args);
+  return find_instance(args, p).workspace_size(p);
 #else
   return 0;
 #endif
@@ -257,8 +275,8 @@ void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream) {
   if (auto why = can_implement(args); !why.empty()) throw InvalidArgument(why);
 #if defined(IRIS_HAVE_CUTLASS)
   if (args.c.numel() == 0) return;
-  const Sm90Instance& inst = find_instance(args);
   const GemmProblem p = make_problem(args);
+  const Sm90Instance& inst = find_instance(args, p);
   const size_t need = inst.workspace_size(p);
   IRIS_CHECK_ARG(need == 0 || workspace != nullptr, "gemm: these arguments need ", need,
                  " bytes of device workspace (workspace_size(args)) but workspace is null.");

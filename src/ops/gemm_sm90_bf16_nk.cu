@@ -6,5 +6,6 @@ namespace iris::ops::detail {
 template struct Sm90Gemm<DType::kBFloat16, DType::kBFloat16, true, kTileLarge>;
 template struct Sm90Gemm<DType::kBFloat16, DType::kFloat32, true, kTileLarge>;
 template struct Sm90Gemm<DType::kBFloat16, DType::kBFloat16, true, kTileSmall>;
+template struct Sm90Gemm<DType::kBFloat16, DType::kBFloat16, true, kTileSmallStreamK>;
 
 }  // namespace iris::ops::detail

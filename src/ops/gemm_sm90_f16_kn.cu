@@ -6,5 +6,6 @@ namespace iris::ops::detail {
 template struct Sm90Gemm<DType::kFloat16, DType::kFloat16, false, kTileLarge>;
 template struct Sm90Gemm<DType::kFloat16, DType::kFloat32, false, kTileLarge>;
 template struct Sm90Gemm<DType::kFloat16, DType::kFloat16, false, kTileSmall>;
+template struct Sm90Gemm<DType::kFloat16, DType::kFloat16, false, kTileSmallStreamK>;
 
 }  // namespace iris::ops::detail

@@ -6,5 +6,6 @@ namespace iris::ops::detail {
 template struct Sm90Gemm<DType::kFloat16, DType::kFloat16, true, kTileLarge>;
 template struct Sm90Gemm<DType::kFloat16, DType::kFloat32, true, kTileLarge>;
 template struct Sm90Gemm<DType::kFloat16, DType::kFloat16, true, kTileSmall>;
+template struct Sm90Gemm<DType::kFloat16, DType::kFloat16, true, kTileSmallStreamK>;
 
 }  // namespace iris::ops::detail

@@ -7,7 +7,9 @@
 //             warp-specialized (a producer warp issues TMA, consumer warpgroups run wgmma)
 //   epilogue  CollectiveBuilder with LinCombPerColBias: D = alpha * acc + bias[n], no C source (its
 //             element type is void, so C is never read); TMA store of D
-//   schedule  the default persistent tile scheduler: a grid of at most sm_count CTAs walks the tiles
+//   schedule  the default persistent tile scheduler: a grid of at most sm_count CTAs walks the tiles;
+//             kTileSmallStreamK: CUTLASS's stream-K scheduler (its heuristic splits K across CTAs when
+//             the tiles are too few; partial sums meet in the workspace, reduced in a fixed order)
 #pragma once
 
 #include <cutlass/bfloat16.h>
@@ -21,6 +23,7 @@
 #include <cutlass/gemm/collective/collective_builder.hpp>
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
 
 #include <type_traits>
 
@@ -67,6 +70,18 @@ struct Sm90TileConfig<kTileSmall> {
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 };
 
+template <>
+struct Sm90TileConfig<kTileSmallStreamK> {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+
+// The tile scheduler: persistent data-parallel, or stream-K for kTileSmallStreamK.
+template <int kTile>
+using Sm90Scheduler = std::conditional_t<kTile == kTileSmallStreamK, cutlass::gemm::StreamKScheduler, void>;
+
 template <DType kIn, DType kOut, bool kBIsNK, int kTile>
 struct Sm90GemmTypes {
   using Config = Sm90TileConfig<kTile>;
@@ -93,8 +108,8 @@ struct Sm90GemmTypes {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Config::MainloopSchedule>::CollectiveOp;
-  using Kernel =
-      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue, Sm90Scheduler<kTile>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Gemm::Arguments arguments(const GemmProblem& p) {

@@ -33,6 +33,10 @@ struct GemmProblem {
 // Tile ids: the index into kGemmTiles.
 inline constexpr int kTileLarge = 0;  // 128x256x64 cooperative, cluster 2x1
 inline constexpr int kTileSmall = 1;  // 128x128x64 ping-pong, cluster 1x2
+// Not a tile of its own: kGemmTileSmall's output tiles, computed by a stream-K kernel (128x128x64
+// cooperative, cluster 1x1, CUTLASS's stream-K tile scheduler) that splits K across CTAs when the tiles
+// are too few to fill the device (GemmArguments::stream_k). 16-bit outputs only, like kTileSmall.
+inline constexpr int kTileSmallStreamK = 2;
 
 template <DType kIn, DType kOut, bool kBIsNK, int kTile>
 struct Sm90Gemm {

@@ -7,7 +7,7 @@
 //   args.b_is_nk = true;                                        // ... or K x N with b_is_nk = false
 //   args.c = Tensor::matrix(c, DType::kBFloat16, m, n);        // C: M x N, row-major
 //   if (auto why = iris::ops::can_implement(args); !why.empty()) ...
-//   std::vector<char> ... workspace of iris::ops::workspace_size(args) bytes (device memory; 0 today)
+//   void* ws = ... workspace_size(args) bytes of device memory (0, and nullptr will do, unless stream_k)
 //   iris::ops::gemm(args, workspace, stream);                   // C = alpha * A @ B + bias
 //
 // Types: A and B are both bfloat16 or both float16; accumulation is float32; C is A's type or float32.
@@ -69,6 +69,12 @@ struct GemmArguments {
   float alpha = 1.0f;          // C = alpha * (A @ B) + bias
   GemmTile tile{};             // one of kGemmTiles, or {0, 0, 0} for select_gemm_tile
   int sm_count = 0;            // SMs the persistent kernel may occupy (2 at least: one cluster); 0 = all
+  // Allows stream-K: with the 128x128 tile (16-bit C), when the output has at most sm_count / 2 tiles
+  // and K >= 8192 (the measured rule in gemm_sm90.cu), a stream-K kernel splits the K loop across CTAs
+  // (CUTLASS's stream-K scheduler and its heuristic) so every SM works; partial sums meet in the
+  // workspace (workspace_size(args) bytes, then non-zero) and are reduced in a fixed order. Off: one
+  // CTA per tile, no workspace.
+  bool stream_k = false;
 };
 
 // Empty when gemm() can run these arguments; otherwise the reason, naming the tensor and the rule
@@ -76,8 +82,8 @@ struct GemmArguments {
 // build has the GEMM core at all is gemm_available().
 std::string can_implement(const GemmArguments& args);
 
-// Bytes of device workspace gemm() needs for these arguments (0 for the current kernels; pass nullptr
-// then). Throws std::invalid_argument for arguments can_implement rejects.
+// Bytes of device workspace gemm() needs for these arguments: 0 (pass nullptr) unless stream_k picks the
+// stream-K kernel. Throws std::invalid_argument for arguments can_implement rejects.
 size_t workspace_size(const GemmArguments& args);
 
 // C = alpha * A @ B + bias, asynchronously on `stream`. `workspace` holds workspace_size(args) bytes
