@@ -144,6 +144,8 @@ constexpr Shape kAwkward{328, 136, 72};
 constexpr Shape kManyTiles{512, 768, 256};
 // Many tiles with partial ones on both edges.
 constexpr Shape kManyAwkward{520, 776, 136};
+// Few tiles and a long K: unfused, the GEMM core runs its stream-K kernel (GemmArguments::stream_k).
+constexpr Shape kDeepK{128, 256, 8192};
 
 std::string shape_name(const Shape& s) {
   return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
@@ -172,6 +174,7 @@ std::vector<Case> correctness_cases() {
       for (const Shape& s : {kOneTile, kAwkward})
         for (const GemmTile& t : kGemmTiles) cases.push_back({s, in, in, nk, t});
   cases.push_back({kManyTiles, kBF16, kBF16, false, kGemmTileLarge});
+  cases.push_back({kDeepK, kBF16, kBF16, true, kGemmTileSmall, /*bias=*/true});
   cases.push_back({kManyAwkward, kF16, kF16, true, kGemmTileSmall, /*bias=*/true});
   // float32 outputs take the large tile: the small one is built for 16-bit outputs only.
   cases.push_back({kAwkward, kBF16, kF32, true, kGemmTileLarge, /*bias=*/true});

@@ -2,8 +2,11 @@
 // the launch-time checks, and the band pipelines that overlap each op's GEMM with its communication.
 #include "iris/ops/fused.hpp"
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ccl/ccl_host.hpp"
@@ -318,10 +321,10 @@ Tensor rows_of(const Tensor& t, int64_t row0, int64_t rows) {
                         rows, t.cols, t.stride);
 }
 
-// c = a @ mm.b (+ bias) with the GEMM core on `sms` SMs (0: all); a is some rows of A or of a gathered A.
-void run_gemm(const MatmulOperands& mm, const Tensor& a, const Tensor& c, const void* bias, GemmTile tile, int sms,
-              cudaStream_t stream) {
-  if (a.rows == 0) return;
+// The GEMM core's arguments for c = a @ mm.b (+ bias) on `sms` SMs (0: all); a is some rows of A or of a
+// gathered A.
+GemmArguments gemm_arguments(const MatmulOperands& mm, const Tensor& a, const Tensor& c, const void* bias,
+                             GemmTile tile, int sms) {
   GemmArguments g;
   g.a = a;
   g.b = mm.b;
@@ -330,7 +333,13 @@ void run_gemm(const MatmulOperands& mm, const Tensor& a, const Tensor& c, const 
   g.bias = bias;
   g.tile = tile;
   g.sm_count = sms;
-  ops::gemm(g, nullptr, stream);
+  return g;
+}
+
+void run_gemm(const MatmulOperands& mm, const Tensor& a, const Tensor& c, const void* bias, GemmTile tile, int sms,
+              cudaStream_t stream) {
+  if (a.rows == 0) return;
+  ops::gemm(gemm_arguments(mm, a, c, bias, tile, sms), nullptr, stream);
 }
 
 class Pipeline {
@@ -707,6 +716,26 @@ CollectiveViews collective_views(const FusedPlan& p, const MatmulOperands& mm, v
   }
 }
 
+// The unfused path's GEMM: the GEMM core's own tile, every SM, stream-K allowed. Bias: on rank 0's
+// partial product for the reducing ops (added once), on every rank's GEMM for the gathering ones.
+GemmArguments unfused_gemm(const FusedPlan& p, const MatmulOperands& mm, const CollectiveViews& v, int rank) {
+  switch (p.sig.op) {
+    case OpKind::kMatmulAllReduce:
+      return gemm_arguments(mm, mm.a, mm.c, rank == 0 ? mm.bias : nullptr, GemmTile{}, 0);
+    case OpKind::kMatmulReduceScatter:
+      return gemm_arguments(mm, mm.a, v.in, rank == 0 ? mm.bias : nullptr, GemmTile{}, 0);
+    case OpKind::kAllGatherMatmul:
+      return gemm_arguments(mm, v.out, mm.c, mm.bias, GemmTile{}, 0);
+    default:  // matmul_all_gather
+      return gemm_arguments(mm, mm.a, v.in, mm.bias, GemmTile{}, 0);
+  }
+}
+GemmArguments unfused_gemm_stream_k(const FusedPlan& p, const MatmulOperands& mm, const CollectiveViews& v, int rank) {
+  GemmArguments g = unfused_gemm(p, mm, v, rank);
+  g.stream_k = true;
+  return g;
+}
+
 // Collective, from the op's preamble when its plan is unfused: the collective's own preamble. The
 // collective's workspace is the op's own business: auto may pick another variant for another size, whose
 // arrays the workspace prepared for an earlier call cannot hold. Then every rank raised together (the
@@ -723,6 +752,8 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
     else
       ccl::all_gather_preamble(ctx, v.out, v.in, auto_config, ws.collective());
   };
+  // The GEMM's stream-K workspace (this rank's memory: nothing to agree on).
+  ws.reserve_gemm_workspace(ops::workspace_size(unfused_gemm_stream_k(p, mm, v, ctx.rank())));
   if (!ws.collective().prepared()) {
     prepare();
     return;
@@ -738,27 +769,32 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
   }
 }
 
-// The GEMM on every SM and the collective, one after the other on the caller's stream. Bias: on rank
-// 0's partial product for the reducing ops (added once), on every rank's GEMM for the gathering ones.
+// The GEMM and the collective, one after the other on the caller's stream (the gathering op of A
+// gathers first).
 void run_unfused(Context& ctx, const MatmulOperands& mm, const FusedPlan& p, FusedWorkspace& ws, cudaStream_t stream) {
   const int me = ctx.rank();
   const CollectiveViews v = collective_views(p, mm, ws.staging(), me, ctx.world_size());
+  const GemmArguments g = unfused_gemm_stream_k(p, mm, v, me);
+  const size_t need = ops::workspace_size(g);
+  IRIS_CHECK_ARG(need <= ws.gemm_workspace_bytes(), ccl::op_name(p.sig.op), ": the GEMM of this call needs ", need,
+                 " bytes of stream-K workspace but the workspace holds ", ws.gemm_workspace_bytes(), "; call ",
+                 preamble_name(p.sig.op), " with these operands first.");
   const ccl::Config auto_config;
   switch (p.sig.op) {
     case OpKind::kMatmulAllReduce:
-      run_gemm(mm, mm.a, mm.c, me == 0 ? mm.bias : nullptr, p.tile, 0, stream);
+      ops::gemm(g, ws.gemm_workspace(), stream);
       ccl::all_reduce(ctx, v.out, v.in, auto_config, ws.collective(), stream);
       break;
     case OpKind::kMatmulReduceScatter:
-      run_gemm(mm, mm.a, v.in, me == 0 ? mm.bias : nullptr, p.tile, 0, stream);
+      ops::gemm(g, ws.gemm_workspace(), stream);
       ccl::reduce_scatter(ctx, v.out, v.in, auto_config, ws.collective(), stream);
       break;
     case OpKind::kAllGatherMatmul:
       ccl::all_gather(ctx, v.out, v.in, auto_config, ws.collective(), stream);
-      run_gemm(mm, v.out, mm.c, mm.bias, p.tile, 0, stream);
+      ops::gemm(g, ws.gemm_workspace(), stream);
       break;
     case OpKind::kMatmulAllGather:
-      run_gemm(mm, mm.a, v.in, mm.bias, p.tile, 0, stream);
+      ops::gemm(g, ws.gemm_workspace(), stream);
       ccl::all_gather(ctx, v.out, v.in, auto_config, ws.collective(), stream);
       break;
     default:
@@ -842,6 +878,45 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
 }
 
 }  // namespace
+
+FusedWorkspace::FusedWorkspace(FusedWorkspace&& other) noexcept
+    : ccl::Workspace(std::move(other)),
+      collective_(std::move(other.collective_)),
+      gemm_workspace_(std::exchange(other.gemm_workspace_, nullptr)),
+      gemm_workspace_bytes_(std::exchange(other.gemm_workspace_bytes_, 0)) {}
+
+FusedWorkspace& FusedWorkspace::operator=(FusedWorkspace&& other) noexcept {
+  if (this == &other) return *this;
+  free_gemm_workspace();
+  ccl::Workspace::operator=(std::move(other));
+  collective_ = std::move(other.collective_);
+  gemm_workspace_ = std::exchange(other.gemm_workspace_, nullptr);
+  gemm_workspace_bytes_ = std::exchange(other.gemm_workspace_bytes_, 0);
+  return *this;
+}
+
+FusedWorkspace::~FusedWorkspace() { free_gemm_workspace(); }
+
+void FusedWorkspace::free_gemm_workspace() noexcept {
+  if (gemm_workspace_ != nullptr) cudaFree(gemm_workspace_);
+  gemm_workspace_ = nullptr;
+  gemm_workspace_bytes_ = 0;
+}
+
+void FusedWorkspace::reserve_gemm_workspace(size_t bytes) {
+  if (bytes <= gemm_workspace_bytes_) return;
+  IRIS_CUDA_CHECK(cudaDeviceSynchronize());  // no GEMM of an earlier call still uses the old buffer
+  free_gemm_workspace();
+  IRIS_CUDA_CHECK(cudaMalloc(&gemm_workspace_, bytes));
+  gemm_workspace_bytes_ = bytes;
+}
+
+void FusedWorkspace::release(ccl::WorkspaceHost& host) {
+  if (gemm_workspace_ != nullptr) IRIS_CUDA_CHECK(cudaDeviceSynchronize());  // no GEMM still uses it
+  free_gemm_workspace();
+  collective_.release(host);
+  ccl::Workspace::release(host);
+}
 
 void matmul_all_reduce_preamble(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws) {
   preamble(plan_matmul_all_reduce, ctx, mm, config, ws);

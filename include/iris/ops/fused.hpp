@@ -93,18 +93,29 @@ namespace iris::ops {
 // workspace of the iris::ccl collective the op then runs after its GEMM, which the op's preamble
 // prepares when its plan is unfused (re-allocating it, collectively, when a call's collective needs more
 // than an earlier call's left: iris::ccl's auto may pick another variant for another size).
+// The unfused path's GEMM also gets device memory of this rank's own (cudaMalloc, not the heap) for the
+// GEMM core's stream-K partial sums, sized by the preamble.
 class FusedWorkspace : public ccl::Workspace {
  public:
+  FusedWorkspace() = default;
+  FusedWorkspace(FusedWorkspace&& other) noexcept;
+  FusedWorkspace& operator=(FusedWorkspace&& other) noexcept;
+  ~FusedWorkspace();  // frees the GEMM workspace (the heap arrays go with release() or the Context)
+
   ccl::Workspace& collective() { return collective_; }
   const ccl::Workspace& collective() const { return collective_; }
-  // Collective: frees every array, the collective's too.
-  void release(ccl::WorkspaceHost& host) {
-    collective_.release(host);
-    ccl::Workspace::release(host);
-  }
+  void* gemm_workspace() const { return gemm_workspace_; }
+  size_t gemm_workspace_bytes() const { return gemm_workspace_bytes_; }
+  // Makes gemm_workspace() hold at least `bytes` (allocating; call with no GEMM of this workspace in flight).
+  void reserve_gemm_workspace(size_t bytes);
+  // Collective: frees every array, the collective's and the GEMM's too.
+  void release(ccl::WorkspaceHost& host);
 
  private:
+  void free_gemm_workspace() noexcept;
   ccl::Workspace collective_;
+  void* gemm_workspace_ = nullptr;
+  size_t gemm_workspace_bytes_ = 0;
 };
 
 // Communication SMs an op takes when FusedConfig::comm_sms is 0: one in eight of the device's (16 of
@@ -169,8 +180,10 @@ struct FusedPlan {
   int min_band_tiles = 0;  // resolved (FusedConfig::min_band_tiles)
   // Below the fusion threshold: the GEMM on every SM, then the iris::ccl collective on the same stream
   // (all_reduce in place on C, reduce_scatter of the M x N product, all_gather of A or of C's rows),
-  // with the variant iris::ccl's auto picks for its size, through FusedWorkspace::collective(). Never
-  // with one rank (every op is then its GEMM).
+  // with the variant iris::ccl's auto picks for its size, through FusedWorkspace::collective(). The GEMM
+  // runs the GEMM core's own tile choice (select_gemm_tile; no lock or flag is indexed by tile on this
+  // path) with stream-K allowed, in FusedWorkspace::gemm_workspace(). Never with one rank (every op is
+  // then its GEMM).
   bool unfused = false;
 };
 
