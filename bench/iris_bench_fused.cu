@@ -144,6 +144,7 @@ std::vector<Variant> variants_for(FusedOp op, const Options& o, const Layout& l)
   }
   for (Variant& v : base) {
     v.config.comm_sms = o.fused_comm_sms;
+    v.config.min_band_tiles = o.fused_min_band_tiles;
     v.config.block_size_m = tile.m;
     v.config.block_size_n = tile.n;
     v.config.block_size_k = tile.k;
@@ -382,7 +383,12 @@ size_t fused_heap_bytes(const Options& o, int world, int device_sms) {
       for (const Variant& v : variants_for(op, o, l)) {
         try {
           const iris::ops::FusedPlan plan = plan_for(op, mm, v.config, world, device_sms);
-          most = std::max(most, buffers + workspace_heap_bytes(plan.needs));
+          // Unfused, the op also holds its iris::ccl collective's workspace: staging of about the
+          // collective's tensor, twice for all_gather (iris/ccl/collectives.hpp). Twice the larger of
+          // the gathered A and the reduced product bounds it.
+          const size_t collective =
+              plan.unfused ? 2 * std::max(l.a_bytes(), l.c_bytes()) * static_cast<size_t>(world) : 0;
+          most = std::max(most, buffers + workspace_heap_bytes(plan.needs) + align256(collective));
         } catch (const std::exception&) {
           // Rejected arguments: the row reports the plan's message when it runs.
         }

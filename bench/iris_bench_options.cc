@@ -201,6 +201,8 @@ after the other on the same buffers.
                             beside the GEMM (FusedConfig::copy_engine false), or both [ce]
       --fused-comm-sms N    fused tables: FusedConfig::comm_sms, the blocks of the kernels
                             beside the GEMM (copy kernels; atomic/spinlock adds); 0 = default [0]
+      --fused-min-band-tiles N  fused tables: FusedConfig::min_band_tiles, the fusion threshold
+                            (a call whose bands would have fewer tiles runs unfused); 0 = default [0]
   -h, --help                this text
 
 Sizes: all_reduce and broadcast: the tensor; all_gather: one rank's input (bandwidth counts the
@@ -236,7 +238,8 @@ Options parse_options(int argc, char** argv, bool* help) {
     kFusedOnly,
     kFusedB,
     kFusedCopy,
-    kFusedCommSms
+    kFusedCommSms,
+    kFusedMinBandTiles
   };
   static const option long_options[] = {{"min-bytes", required_argument, nullptr, 'b'},
                                         {"max-bytes", required_argument, nullptr, 'e'},
@@ -261,6 +264,7 @@ Options parse_options(int argc, char** argv, bool* help) {
                                         {"fused-b", required_argument, nullptr, kFusedB},
                                         {"fused-copy", required_argument, nullptr, kFusedCopy},
                                         {"fused-comm-sms", required_argument, nullptr, kFusedCommSms},
+                                        {"fused-min-band-tiles", required_argument, nullptr, kFusedMinBandTiles},
                                         {"help", no_argument, nullptr, 'h'},
                                         {nullptr, 0, nullptr, 0}};
   const char* short_options = "b:e:f:n:w:r:c:d:o:v:g:J:h";
@@ -379,6 +383,9 @@ Options parse_options(int argc, char** argv, bool* help) {
         break;
       case kFusedCommSms:
         o.fused_comm_sms = static_cast<int>(parse_int("--fused-comm-sms", arg, 0, 1024));
+        break;
+      case kFusedMinBandTiles:
+        o.fused_min_band_tiles = static_cast<int>(parse_int("--fused-min-band-tiles", arg, 0, 1 << 30));
         break;
       case 'h':
         *help = true;

@@ -90,6 +90,7 @@ struct Options {
   bool fused_copy_engine = true;    // fused tables: rows with FusedConfig::copy_engine (--fused-copy ce|sm|both)
   bool fused_copy_sm = false;       // fused tables: rows with copy kernels beside the GEMM
   int fused_comm_sms = 0;           // fused tables: FusedConfig::comm_sms (0: the default split)
+  int fused_min_band_tiles = 0;     // fused tables: FusedConfig::min_band_tiles (0: the default threshold)
   double gpu_timeout_s = 120;       // a stream that does not drain within this is a hang: report and exit
   std::vector<size_t> sizes;        // filled by parse_options from the above
   std::string command_line;

@@ -254,6 +254,8 @@ void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) 
   std::printf("# M, N, K are global; W = %d ranks; each rank's GEMM does 1/W of the work\n", m.world);
   if (o.fused_comm_sms > 0)
     std::printf("# comm_sms = %d (--fused-comm-sms): blocks of the kernels beside the GEMM\n", o.fused_comm_sms);
+  if (o.fused_min_band_tiles > 0)
+    std::printf("# min_band_tiles = %d (--fused-min-band-tiles): the fusion threshold\n", o.fused_min_band_tiles);
   std::printf(
       "# fused_us, seq_us, gemm_us: median us per call over %d timed replays of a CUDA graph of %d calls (after %d "
       "untimed), max over ranks\n",

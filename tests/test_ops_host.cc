@@ -353,8 +353,8 @@ TEST(OpsFusedPlan, UnfusedBelowTheThreshold) {
   EXPECT_TRUE(plan_all_gather_matmul(operands(128, 8192, 512, 256), blocks(128, 128), 2, kSms).unfused);
   EXPECT_TRUE(plan_matmul_all_gather(operands(128, 8192, 512, 256), blocks(128, 128), 2, kSms).unfused);
   EXPECT_FALSE(plan_all_gather_matmul(operands(256, 8192, 512, 512), blocks(128, 128), 2, kSms).unfused);
-  // matmul_all_gather cuts 4 bands: 512 rows of 8192 in 128x128 tiles make 4 bands of 64 < 66 tiles,
-  // so 3 bands (of 171 rows: 2 tile rows, 128 tiles).
+  // matmul_all_gather cuts bands of whole tile rows: 512 rows of 8192 in 128x128 tiles are 4 tile rows
+  // of 64 tiles, so 4 or 3 bands would have a 64-tile band (< 66): 2 bands of 128 tiles.
   EXPECT_FALSE(plan_matmul_all_gather(operands(512, 8192, 512, 1024), blocks(128, 128), 2, kSms).unfused);
 }
 

@@ -69,23 +69,30 @@ int resolve_min_band_tiles(const FusedConfig& config, int device_sms) {
   return config.min_band_tiles > 0 ? config.min_band_tiles : std::max(1, device_sms / 2);
 }
 
-// How many bands of `rows` rows the GEMM is cut into: the most, up to max_bands, whose bands still have
-// min_band_tiles output tiles each; 1 when even two bands would have fewer.
-int pick_bands(int64_t rows, int64_t cols, int max_bands, GemmTile tile, int min_band_tiles) {
-  for (int b = max_bands; b > 1; --b)
-    if (ccl::tile_count(ceil_div(rows, b), cols, tile.m, tile.n) >= min_band_tiles) return b;
-  return 1;
-}
 bool band_pays(int64_t rows, int64_t cols, GemmTile tile, int min_band_tiles) {
   return ccl::tile_count(rows, cols, tile.m, tile.n) >= min_band_tiles;
 }
-// atomic and spinlock: bands of whole tile rows, up to max_bands, the smallest (floor(tiles_m / bands)
-// tile rows) with min_band_tiles tiles.
-int pick_tile_row_bands(int64_t rows, int64_t cols, int max_bands, GemmTile tile, int min_band_tiles) {
+// How many bands the GEMM of `rows` rows is cut into when the op picks (one_shot, atomic, spinlock,
+// matmul_all_gather): bands of whole tile rows (tile_row_band), so that no band GEMM computes a partial
+// tile row that the next one computes again; the most bands, up to max_bands, whose smallest
+// (floor(tiles_m / bands) tile rows) still has min_band_tiles tiles; 1 when even two would have fewer.
+int pick_bands(int64_t rows, int64_t cols, int max_bands, GemmTile tile, int min_band_tiles) {
   const int64_t tiles_m = ceil_div(rows, tile.m), tiles_n = ceil_div(cols, tile.n);
   int bands = static_cast<int>(std::min<int64_t>(max_bands, tiles_m));
   while (bands > 1 && (tiles_m / bands) * tiles_n < min_band_tiles) --bands;
   return std::max(bands, 1);
+}
+// Band b of `bands` over `rows` rows in whole tile rows of tile_m: tile rows [T b / bands, T (b + 1) / bands)
+// of the T = ceil(rows / tile_m), as {first tile row, tile rows, first row, rows}.
+struct TileRowBand {
+  int64_t tile_row0 = 0, tile_rows = 0;
+  int64_t row0 = 0, rows = 0;
+};
+TileRowBand tile_row_band(int64_t rows, int tile_m, int bands, int b) {
+  const int64_t tiles_m = ceil_div(rows, tile_m);
+  const int64_t t0 = tiles_m * b / bands, t1 = tiles_m * (b + 1) / bands;
+  const int64_t r0 = t0 * tile_m;
+  return {t0, t1 - t0, r0, std::min(rows, t1 * tile_m) - r0};
 }
 
 // True when matmul_all_reduce adds tiles into peers' accumulators (atomic, spinlock): a copy engine
@@ -182,7 +189,7 @@ FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& co
       p.unfused = !band_pays(ceil_div(m, world_size), n, p.tile, p.min_band_tiles);
       break;
     default:  // atomic, spinlock
-      p.unfused = pick_tile_row_bands(m, n, kOneShotBands, p.tile, p.min_band_tiles) == 1;
+      p.unfused = pick_bands(m, n, kOneShotBands, p.tile, p.min_band_tiles) == 1;
   }
   p.unfused = p.unfused && world_size > 1;
   const size_t t = static_cast<size_t>(p.tiles);
@@ -546,8 +553,8 @@ void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, cons
 }
 
 // one_shot: the GEMM computes the whole partial product into this rank's receive slot, in up to
-// kOneShotBands bands (pick_bands); after each band the side stream pushes it into the same slot of
-// every peer and signals. Each rank then reduces all W slots in rank order into C: every rank gets
+// kOneShotBands bands of whole tile rows (pick_bands); after each band the side stream pushes it into
+// the same slot of every peer and signals. Each rank then reduces all W slots in rank order into C: every rank gets
 // bitwise-identical results. Staging: W slots of M x N. Flags: [0, W) ready, [W, W + W * kOneShotBands)
 // data by (source, band).
 void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
@@ -560,7 +567,7 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
   char* mine = pl.staging(me * slot_bytes);
   pl.begin_and_wait_ready();
   for (int b = 0; b < bands; ++b) {
-    const Band rows = band(m, bands, b);
+    const TileRowBand rows = tile_row_band(m, plan.tile.m, bands, b);
     const Tensor part = Tensor::matrix(mine + rows.row0 * n * esz, ct, rows.rows, n, n);
     pl.gemm(mm, rows_of(mm.a, rows.row0, rows.rows), part, me == 0, plan.gemm_sms);
     pl.fork();
@@ -592,7 +599,7 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
 void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, bool spinlock) {
   const int me = pl.rank(), w = pl.world();
   const int64_t m = mm.a.rows, n = mm.c.cols;
-  const int64_t tiles_m = ceil_div(m, plan.tile.m), tiles_n = ceil_div(n, plan.tile.n);
+  const int64_t tiles_n = ceil_div(n, plan.tile.n);
   const size_t owned = static_cast<size_t>(ceil_div(plan.tiles, w));
   const size_t tile_elems = static_cast<size_t>(plan.tile.m) * static_cast<size_t>(plan.tile.n);
   const size_t acc_bytes = owned * tile_elems * sizeof(float);
@@ -611,15 +618,15 @@ void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const F
   r.acc = reinterpret_cast<float*>(pl.staging(0));
   r.res = pl.staging(align256(acc_bytes));
   r.spinlock = spinlock;
-  const int bands = pick_tile_row_bands(m, n, kOneShotBands, plan.tile, plan.min_band_tiles);
+  const int bands = pick_bands(m, n, kOneShotBands, plan.tile, plan.min_band_tiles);
   if (!spinlock) IRIS_CUDA_CHECK(cudaMemsetAsync(r.acc, 0, acc_bytes, pl.main()));
   pl.begin_and_wait_ready();
   for (int b = 0; b < bands; ++b) {
-    const int64_t tm0 = tiles_m * b / bands, tm1 = tiles_m * (b + 1) / bands;
-    const int64_t row0 = tm0 * plan.tile.m, rows = std::min(m, tm1 * plan.tile.m) - row0;
-    pl.gemm(mm, rows_of(mm.a, row0, rows), rows_of(mm.c, row0, rows), me == 0, plan.gemm_sms);
-    r.tile_begin = tm0 * tiles_n;
-    r.tile_end = tm1 * tiles_n;
+    const TileRowBand band_b = tile_row_band(m, plan.tile.m, bands, b);
+    pl.gemm(mm, rows_of(mm.a, band_b.row0, band_b.rows), rows_of(mm.c, band_b.row0, band_b.rows), me == 0,
+            plan.gemm_sms);
+    r.tile_begin = band_b.tile_row0 * tiles_n;
+    r.tile_end = (band_b.tile_row0 + band_b.tile_rows) * tiles_n;
     if (b + 1 < bands) {
       pl.fork();
       detail::launch_tile_push(r, mm.c.dtype, plan.comm_sms, pl.side());
@@ -658,10 +665,10 @@ void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPl
   pl.join();
 }
 
-// matmul_all_gather: the GEMM computes this rank's M_rank rows in up to kAllGatherBands bands
-// (pick_bands); after each band the side stream pushes it to every peer and signals. When C is on the
-// symmetric heap and contiguous, the bands go straight from this rank's rows of C into the same rows of
-// every peer's C. Otherwise they go through slot `rank` of the staging (W slots of M_rank x N): the side stream also
+// matmul_all_gather: the GEMM computes this rank's M_rank rows in up to kAllGatherBands bands of whole
+// tile rows (pick_bands); after each band the side stream pushes it to every peer and signals. When C is
+// on the symmetric heap and contiguous, the bands go straight from this rank's rows of C into the same
+// rows of every peer's C. Otherwise they go through slot `rank` of the staging (W slots of M_rank x N): the side stream also
 // copies each band into C, and each rank copies the peers' slots into C once their bands arrived.
 // Flags: [0, W) ready, then data by (source, band).
 void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, bool c_symmetric) {
@@ -674,7 +681,7 @@ void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPl
   char* mine = pl.staging(me * slot_bytes);
   pl.begin_and_wait_ready();
   for (int b = 0; b < bands; ++b) {
-    const Band rows = band(mr, bands, b);
+    const TileRowBand rows = tile_row_band(mr, plan.tile.m, bands, b);
     const Tensor c_rows = rows_of(mm.c, me * mr + rows.row0, rows.rows);
     const Tensor part = c_symmetric ? c_rows : Tensor::matrix(mine + rows.row0 * n * esz, ct, rows.rows, n, n);
     pl.gemm(mm, rows_of(mm.a, rows.row0, rows.rows), part, true, plan.gemm_sms);

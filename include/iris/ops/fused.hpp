@@ -92,7 +92,9 @@ namespace iris::ops {
 // capacity checks apply to them) and, for calls too small for fusion to pay (FusedPlan::unfused), the
 // workspace of the iris::ccl collective the op then runs after its GEMM, which the op's preamble
 // prepares when its plan is unfused (re-allocating it, collectively, when a call's collective needs more
-// than an earlier call's left: iris::ccl's auto may pick another variant for another size).
+// than an earlier call's left: iris::ccl's auto may pick another variant for another size). Its staging
+// is on the heap too: about the size of the collective's tensor, twice for all_gather (see
+// iris/ccl/collectives.hpp), so size the heap for it where calls run unfused.
 // The unfused path's GEMM also gets device memory of this rank's own (cudaMalloc, not the heap) for the
 // GEMM core's stream-K partial sums, sized by the preamble.
 class FusedWorkspace : public ccl::Workspace {
