@@ -198,14 +198,8 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
     uint32_t* lock = dev::translate(ctx, a.locks + t, o);
     uint64_t* arrivals = dev::translate(ctx, a.flags + t, o);
     if (threadIdx.x == 0) {
-      // Take the owner's lock for this tile (acquire: the previous holder's writes are visible).
-      s_ok = 1;
-      dev::SpinBound bound(ctx);
-      while (dev::atomic_cas<dev::Order::kAcquire, dev::Scope::kSys>(lock, 0u, 1u) != 0u)
-        if (!bound.keep_waiting(ctx, "all_reduce(spinlock) lock", lock, 1, 0)) {
-          s_ok = 0;
-          break;
-        }
+      // Take the owner's lock for this tile (the previous holder's writes are visible).
+      s_ok = acquire_spinlock(ctx, lock, "all_reduce(spinlock) lock") ? 1 : 0;
       if (s_ok) {
         const uint64_t seen = dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(arrivals);
         s_first = seen == (epoch - 1) * world;  // nobody has written this call's value yet
@@ -226,7 +220,7 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
     __syncthreads();  // the block's writes to the accumulator come before the count and the unlock
     if (threadIdx.x == 0) {
       dev::atomic_add<dev::Order::kRelease, dev::Scope::kSys>(arrivals, uint64_t{1});
-      dev::store<dev::Order::kRelease, dev::Scope::kSys>(lock, 0u);
+      release_spinlock(lock);
     }
     __syncthreads();  // s_first / s_ok are rewritten for the next tile
   }

@@ -236,4 +236,21 @@ __device__ __forceinline__ void block_signal(const DeviceContext& ctx, uint64_t*
   if (threadIdx.x == 0) dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, flag, epoch, to);
 }
 
+// ---- per-tile spinlocks (all_reduce spinlock, matmul_all_reduce spinlock) ----------------------------
+
+// One thread takes a lock word (0 free, 1 held; on its owner's heap, already translated) with a bounded
+// spin. Acquire at system scope: what the previous holder wrote before release_spinlock is visible to
+// this thread, and to its block after a bar.sync. False on timeout (recorded in the device error
+// record, so the host raises it; the kernel must end without the lock).
+__device__ __forceinline__ bool acquire_spinlock(const DeviceContext& ctx, uint32_t* lock, const char* op) {
+  dev::SpinBound bound(ctx);
+  while (dev::atomic_cas<dev::Order::kAcquire, dev::Scope::kSys>(lock, 0u, 1u) != 0u)
+    if (!bound.keep_waiting(ctx, op, lock, 1, 0)) return false;
+  return true;
+}
+// Frees it (release at system scope: the holder's writes, and its block's before a bar.sync, go first).
+__device__ __forceinline__ void release_spinlock(uint32_t* lock) {
+  dev::store<dev::Order::kRelease, dev::Scope::kSys>(lock, 0u);
+}
+
 }  // namespace iris::ccl::detail

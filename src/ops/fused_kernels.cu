@@ -225,14 +225,8 @@ __global__ void __launch_bounds__(kReduceThreads) tile_push_kernel(const __grid_
       uint32_t* lock = dev::translate(ctx, r.locks + t, o);
       uint64_t* mark = dev::translate(ctx, r.flags + mark_flag(r, t), o);
       if (threadIdx.x == 0) {
-        // The owner's lock for this tile (acquire: the previous holder's writes to acc are visible).
-        s_ok = 1;
-        dev::SpinBound bound(ctx);
-        while (dev::atomic_cas<dev::Order::kAcquire, dev::Scope::kSys>(lock, 0u, 1u) != 0u)
-          if (!bound.keep_waiting(ctx, "matmul_all_reduce(spinlock): a tile lock", lock, 1, 0)) {
-            s_ok = 0;
-            break;
-          }
+        // The owner's lock for this tile (the previous holder's writes to acc are visible).
+        s_ok = ccl::detail::acquire_spinlock(ctx, lock, "matmul_all_reduce(spinlock): a tile lock") ? 1 : 0;
         // Still holding no value of this call: overwrite (acc holds an older call's sum).
         if (s_ok) s_first = dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(mark) < epoch;
       }
@@ -262,7 +256,7 @@ __global__ void __launch_bounds__(kReduceThreads) tile_push_kernel(const __grid_
       __syncthreads();  // the block's writes to acc come before the mark, the arrival and the unlock
       if (threadIdx.x == 0) {
         if (first) dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(mark, epoch);
-        dev::store<dev::Order::kRelease, dev::Scope::kSys>(lock, 0u);
+        ccl::detail::release_spinlock(lock);
       }
     }
     // Every thread's adds (or stores) are ordered before thread 0's release of the arrival.
