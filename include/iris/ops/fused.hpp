@@ -17,8 +17,9 @@
 // "ready" for the call, so no barrier, no re-zeroing, and CUDA-graph replays work. The overlap is by
 // band (W bands, or 4), not yet by single tile inside one persistent kernel. The lock array is sized
 // per tile as below and checked; only spinlock indexes it.
-//   matmul_all_reduce one_shot   GEMM in 4 bands; each band pushed to every peer; each rank reduces
-//                                the W partial products in rank order (bitwise-identical results).
+//   matmul_all_reduce one_shot   GEMM in up to 4 bands of whole tile rows; each band pushed to every
+//                                peer; each rank reduces the W partial products in rank order
+//                                (bitwise-identical results).
 //   matmul_all_reduce two_shot   reduce-scatter by rank bands (as below), then every rank copies the
 //                                owners' reduced bands.
 //   matmul_all_reduce atomic     GEMM into C in up to 4 bands of tile rows; after each band, comm_sms
@@ -35,8 +36,9 @@
 //                                the own band last; the owner reduces the W partials in rank order.
 //   all_gather_matmul            A pushed to every peer while the GEMM computes the local rows; then
 //                                the GEMM of each peer's rows as they arrive.
-//   matmul_all_gather            GEMM in 4 bands; each band copied into C and pushed to every peer
-//                                (straight into the peers' C when C is on the symmetric heap and contiguous).
+//   matmul_all_gather            GEMM in up to 4 bands of whole tile rows; each band copied into C and
+//                                pushed to every peer (straight into the peers' C when C is on the
+//                                symmetric heap and contiguous).
 // A band GEMM must have FusedConfig::min_band_tiles tiles to pay for its launch; below, an op cuts fewer
 // bands, down to the unfused order: one GEMM, then the iris::ccl collective (FusedPlan::unfused), which
 // is faster than NCCL at the sizes where that happens. With one rank every op is its GEMM. A workspace
@@ -60,9 +62,9 @@
 // block (gemm_sms + comm_sms; word 0 holds the call's epoch). Flags (64-bit, epoch-valued) and staging:
 //   matmul_all_reduce one_shot           flags W + 4W (ready; data by source and band)  staging W slots of M x N
 //   matmul_all_reduce two_shot           flags 3W (ready, data, reduced)  staging M x N + W + 1 bands of ceil(M/W) x N
-//   matmul_all_reduce atomic            flags W + W*T + T (ready; arrivals by tile and source; done)
+//   matmul_all_reduce atomic             flags W + W*T + T (ready; arrivals by tile and source; done)
 //                                        staging ceil(T/W) tiles float32 + ceil(T/W) tiles of C's type
-//   matmul_all_reduce spinlock          as atomic, flags + T (the first writer's mark by tile)
+//   matmul_all_reduce spinlock           as atomic, flags + T (the first writer's mark by tile)
 //   matmul_reduce_scatter                flags 2W (ready, data)           staging M x N + W bands of M/W x N
 //   all_gather_matmul                    flags 2W (ready, data)           staging M x K of A's type (W slots)
 //   matmul_all_gather                    flags 5W (ready; data by band)   staging W slots of M_rank x N
