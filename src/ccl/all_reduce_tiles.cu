@@ -31,26 +31,10 @@
 namespace iris::ccl::detail {
 namespace {
 
-struct Tile {
-  int64_t r0, c0;
-  int h, w;
-};
+using Tile = TileRect;
 
 __device__ __forceinline__ Tile tile_at(const TileArgs& a, int64_t t) {
-  const int64_t tiles_n = (a.cols + a.block_n - 1) / a.block_n;
-  const int64_t tiles_m = (a.rows + a.block_m - 1) / a.block_m;
-  // Group `swizzle` tile rows together (column-major inside a group).
-  const int64_t group = static_cast<int64_t>(a.swizzle) * tiles_n;
-  const int64_t first_m = (t / group) * a.swizzle;
-  const int64_t group_m = min(tiles_m - first_m, static_cast<int64_t>(a.swizzle));
-  const int64_t in_group = t % group;
-  const int64_t tm = first_m + in_group % group_m, tn = in_group / group_m;
-  Tile tile;
-  tile.r0 = tm * a.block_m;
-  tile.c0 = tn * a.block_n;
-  tile.h = static_cast<int>(min(static_cast<int64_t>(a.block_m), a.rows - tile.r0));
-  tile.w = static_cast<int>(min(static_cast<int64_t>(a.block_n), a.cols - tile.c0));
-  return tile;
+  return tile_rect(t, a.rows, a.cols, a.block_m, a.block_n, a.swizzle);
 }
 
 // Calls f(row, col) for each pack of a tile's column range [c_lo, c_hi), every thread of the block

@@ -236,6 +236,33 @@ __device__ __forceinline__ void block_signal(const DeviceContext& ctx, uint64_t*
   if (threadIdx.x == 0) dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, flag, epoch, to);
 }
 
+// ---- tiles --------------------------------------------------------------------------------------------
+
+// A block_m x block_n tile of a rows x cols tensor: first row and column, height and width (the edge
+// tiles are cut).
+struct TileRect {
+  int64_t r0, c0;
+  int h, w;
+};
+// Tile t of the ceil(rows / block_m) x ceil(cols / block_n) grid, `swizzle` tile rows grouped together
+// (column-major inside a group); swizzle 1 is row-major.
+__device__ __forceinline__ TileRect tile_rect(int64_t t, int64_t rows, int64_t cols, int block_m, int block_n,
+                                              int swizzle) {
+  const int64_t tiles_n = (cols + block_n - 1) / block_n;
+  const int64_t tiles_m = (rows + block_m - 1) / block_m;
+  const int64_t group = static_cast<int64_t>(swizzle) * tiles_n;
+  const int64_t first_m = (t / group) * swizzle;
+  const int64_t group_m = min(tiles_m - first_m, static_cast<int64_t>(swizzle));
+  const int64_t in_group = t % group;
+  const int64_t tm = first_m + in_group % group_m, tn = in_group / group_m;
+  TileRect tile;
+  tile.r0 = tm * block_m;
+  tile.c0 = tn * block_n;
+  tile.h = static_cast<int>(min(static_cast<int64_t>(block_m), rows - tile.r0));
+  tile.w = static_cast<int>(min(static_cast<int64_t>(block_n), cols - tile.c0));
+  return tile;
+}
+
 // ---- per-tile spinlocks (all_reduce spinlock, matmul_all_reduce spinlock) ----------------------------
 
 // One thread takes a lock word (0 free, 1 held; on its owner's heap, already translated) with a bounded

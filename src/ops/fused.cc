@@ -311,8 +311,8 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
 // The band pipeline's arrays, and the collective's when the call runs unfused. Every rank computes the
 // same plan, so all prepare the collective or none.
 void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws) {
-  ccl::detail::prepare_everywhere(ctx, ws, [&] { return context_plan(plan, ctx, mm, config); });
-  const FusedPlan p = context_plan(plan, ctx, mm, config);
+  FusedPlan p;
+  ccl::detail::prepare_everywhere(ctx, ws, [&] { return p = context_plan(plan, ctx, mm, config); });
   if (p.unfused) prepare_collective(ctx, p, mm, ws);
 }
 

@@ -134,20 +134,11 @@ using ccl::detail::block_signal;
 using ccl::detail::block_wait_flag;
 using ccl::detail::Elem;
 
-struct TileAt {
-  int64_t r0, c0;
-  int h, w;
-};
+using TileAt = ccl::detail::TileRect;
 
+// Row-major over the tile grid (fused_kernels.hpp).
 __device__ __forceinline__ TileAt tile_at(const TileReduce& r, int64_t t) {
-  const int64_t tiles_n = (r.cols + r.block_n - 1) / r.block_n;
-  const int64_t tm = t / tiles_n, tn = t - tm * tiles_n;
-  TileAt g;
-  g.r0 = tm * r.block_m;
-  g.c0 = tn * r.block_n;
-  g.h = static_cast<int>(min(static_cast<int64_t>(r.block_m), r.rows - g.r0));
-  g.w = static_cast<int>(min(static_cast<int64_t>(r.block_n), r.cols - g.c0));
-  return g;
+  return ccl::detail::tile_rect(t, r.rows, r.cols, r.block_m, r.block_n, /*swizzle=*/1);
 }
 
 template <int kN>
