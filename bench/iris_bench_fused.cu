@@ -128,9 +128,9 @@ struct Variant {
 // With --fused-copy both, each of those twice: copy engines, then copy kernels beside the GEMM ("+sm").
 // Every row runs the GEMM tile the GEMM core picks for this rank's GEMM (select_gemm_tile), as a user
 // following the GEMM core's advice would; FusedConfig's default is the large tile, which is 2-3x slower
-// than the small one at 128 rows.
-std::vector<Variant> variants_for(FusedOp op, const Options& o, const Layout& l) {
-  const iris::ops::GemmTile tile = iris::ops::select_gemm_tile(l.gemm_m, l.gemm_n, l.gemm_k, o.fused_b_nk);
+// than the 64-row ones at 128 rows.
+std::vector<Variant> variants_for(FusedOp op, const Options& o, const Layout& l, int device_sms) {
+  const iris::ops::GemmTile tile = iris::ops::select_gemm_tile(l.gemm_m, l.gemm_n, l.gemm_k, o.fused_b_nk, device_sms);
   std::vector<Variant> base;
   if (op != FusedOp::kMatmulAllReduce) {
     base.push_back(Variant{"-", {}});
@@ -380,7 +380,7 @@ size_t fused_heap_bytes(const Options& o, int world, int device_sms) {
       char* b = base + align256(l.a_bytes());
       char* c = b + align256(l.b_bytes());
       const iris::ops::MatmulOperands mm = operands(l, base, b, c, o.fused_b_nk);
-      for (const Variant& v : variants_for(op, o, l)) {
+      for (const Variant& v : variants_for(op, o, l, device_sms)) {
         try {
           const iris::ops::FusedPlan plan = plan_for(op, mm, v.config, world, device_sms);
           // Unfused, the op also holds its iris::ccl collective's workspace: staging of about the
@@ -480,7 +480,7 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
   const int rank = ctx.rank();
   cudaStream_t stream = ctx.stream();
   const Layout l = layout_for(op, shape, world);
-  const std::vector<Variant> variants = variants_for(op, o, l);
+  const std::vector<Variant> variants = variants_for(op, o, l, device_sms);
   std::vector<FusedRecord> rows(variants.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     FusedRecord& r = rows[i];

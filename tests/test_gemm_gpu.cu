@@ -216,30 +216,39 @@ const GemmCase kCases[] = {
     // one tile, exactly
     {128, 256, 64, kBF16, kBF16, true, false, kGemmTileLarge},  // bf16 nk -> bf16, large
     {128, 128, 64, kBF16, kBF16, false, true, kGemmTileSmall},  // bf16 kn -> bf16, small
+    {64, 128, 64, kBF16, kBF16, false, true, kGemmTileSkinny},  // bf16 kn -> bf16, skinny
+    {64, 64, 64, kF16, kF16, true, false, kGemmTileTiny},       // f16 nk -> f16, tiny
     // no dimension a multiple of any tile dimension
     {200, 136, 72, kBF16, kF32, false, true, GemmTile{}},              // bf16 kn -> f32, large (auto)
     {1000, 520, 200, kF16, kF16, true, true, kGemmTileLarge},          // f16 nk -> f16, large
     {1000, 520, 200, kF16, kF32, false, false, kGemmTileLarge, 0.5f},  // f16 kn -> f32, large
     {333, 128, 96, kF16, kF32, true, true, GemmTile{}},                // f16 nk -> f32, large (auto)
-    {1, 8, 8, kBF16, kBF16, true, true, GemmTile{}},                   // bf16 nk -> bf16, small (auto)
+    {1, 8, 8, kBF16, kBF16, true, true, GemmTile{}},                   // bf16 nk -> bf16, tiny (auto)
+    {200, 136, 72, kF16, kF16, false, true, kGemmTileSkinny},          // f16 kn -> f16, skinny
+    {333, 520, 200, kBF16, kBF16, true, true, kGemmTileTiny},          // bf16 nk -> bf16, tiny
     {257, 392, 1032, kBF16, kBF16, false, false, kGemmTileSmall},      // many K stages plus a remainder
     {64, 4096, 128, kF16, kF16, true, false, kGemmTileSmall},          // f16 nk -> f16, small
     // decode-like and a persistent walk over many tiles on few SMs
-    {128, 8192, 512, kBF16, kBF16, true, true, GemmTile{}},
+    {128, 8192, 512, kBF16, kBF16, true, true, GemmTile{}},  // bf16 nk -> bf16, skinny (auto)
+    {96, 4096, 256, kF16, kF16, false, true, GemmTile{}},    // f16 kn -> f16, tiny (auto)
+    {520, 1000, 128, kBF16, kBF16, false, false, kGemmTileTiny, 1.0f, 0, 4},
     {2048, 1024, 256, kF16, kF16, false, true, kGemmTileLarge, 1.0f, 0, 8},  // f16 kn -> f16, large
     {512, 512, 512, kBF16, kBF16, false, true, kGemmTileLarge},              // bf16 kn -> bf16, large
     // padded row strides
     {300, 264, 136, kBF16, kF32, true, true, kGemmTileLarge, 1.0f, 8},    // bf16 nk -> f32, large
     {300, 264, 136, kF16, kF16, false, false, kGemmTileSmall, 1.0f, 16},  // f16 kn -> f16, small
+    {257, 392, 1032, kF16, kF16, true, false, kGemmTileSkinny, 1.0f, 16},  // f16 nk -> f16, skinny, K stages
+    {100, 264, 136, kBF16, kBF16, false, false, kGemmTileTiny, 0.5f, 8},   // bf16 kn -> bf16, tiny
     // alpha 0: the bias alone
     {130, 64, 64, kBF16, kBF16, true, true, GemmTile{}, 0.0f},
-    // stream-K (at most half the SMs' worth of tiles, K >= 8192 split across CTAs): every 16-bit
-    // instantiation, a K with a remainder, padded strides, few SMs; then stream_k where the rule keeps
-    // the data-parallel kernel (many tiles, short K)
-    {128, 512, 8192, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, true},        // bf16 nk
+    // stream-K (the 128x128 tile with at most half the SMs' worth of tiles, K >= 8192 split across
+    // CTAs): every 16-bit instantiation, a K with a remainder, padded strides, few SMs; then stream_k
+    // where the rule keeps the data-parallel kernel (the automatic choice; many tiles, short K)
+    {128, 512, 8192, kBF16, kBF16, true, true, kGemmTileSmall, 1.0f, 0, 0, true},    // bf16 nk
     {136, 264, 8200, kBF16, kBF16, false, false, kGemmTileSmall, 1.0f, 8, 0, true},  // bf16 kn
-    {64, 256, 8192, kF16, kF16, true, false, GemmTile{}, 0.5f, 0, 16, true},         // f16 nk
+    {64, 256, 8192, kF16, kF16, true, false, kGemmTileSmall, 0.5f, 0, 16, true},     // f16 nk
     {96, 392, 8200, kF16, kF16, false, true, kGemmTileSmall, 1.0f, 16, 0, true},     // f16 kn
+    {128, 512, 8192, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, true},
     {1000, 1024, 128, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, true},
 };
 
@@ -249,7 +258,7 @@ TEST(GemmGpuGraph, CapturedAndReplayedGivesTheSameResult) {
   IRIS_TEST_REQUIRE_GEMM_CORE(1);
   run_case(GemmCase{1000, 520, 200, kBF16, kBF16, true, true, GemmTile{}}, /*in_graph=*/true);
   run_case(GemmCase{1000, 520, 200, kBF16, kF32, false, true, kGemmTileLarge}, /*in_graph=*/true);
-  run_case(GemmCase{128, 512, 8192, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, /*stream_k=*/true},
+  run_case(GemmCase{128, 512, 8192, kBF16, kBF16, true, true, kGemmTileSmall, 1.0f, 0, 0, /*stream_k=*/true},
            /*in_graph=*/true);
 }
 
@@ -266,6 +275,7 @@ TEST(GemmGpuStreamK, WorkspaceOnlyWhenItRunsAndRequiredThen) {
     args.c = Tensor::matrix(c.ptr, kBF16, m, n);
   };
   args.b_is_nk = true;
+  args.tile = kGemmTileSmall;
   shape(128, 1024, 8192);
   EXPECT_EQ(workspace_size(args), 0u) << "stream_k off";
   args.stream_k = true;
@@ -274,9 +284,12 @@ TEST(GemmGpuStreamK, WorkspaceOnlyWhenItRunsAndRequiredThen) {
   EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, nullptr, nullptr); }),
             "gemm: these arguments need " + std::to_string(need) +
                 " bytes of device workspace (workspace_size(args)) but workspace is null.");
-  args.tile = kGemmTileLarge;
-  EXPECT_EQ(workspace_size(args), 0u) << "the large tile has no stream-K kernel";
-  args.tile = GemmTile{};
+  for (GemmTile other : {GemmTile{}, kGemmTileLarge, kGemmTileSkinny, kGemmTileTiny}) {
+    args.tile = other;
+    EXPECT_EQ(workspace_size(args), 0u) << "only the 128x128 tile has a stream-K kernel: " << other.m << "x"
+                                        << other.n;
+  }
+  args.tile = kGemmTileSmall;
   shape(128, 1024, 4096);
   EXPECT_EQ(workspace_size(args), 0u) << "K = 4096: data-parallel";
   shape(256, 8192, 8192);

@@ -73,25 +73,57 @@ GemmArguments gemm_args(int64_t m, int64_t n, int64_t k, DType in = DType::kBFlo
 }
 
 TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
-  ASSERT_EQ(kGemmTiles.size(), 2u);
+  ASSERT_EQ(kGemmTiles.size(), 4u);
   EXPECT_EQ(kGemmTiles[0], (GemmTile{128, 256, 64}));
   EXPECT_EQ(kGemmTiles[1], (GemmTile{128, 128, 64}));
+  EXPECT_EQ(kGemmTiles[2], (GemmTile{64, 128, 64}));
+  EXPECT_EQ(kGemmTiles[3], (GemmTile{64, 64, 64}));
   EXPECT_TRUE(GemmTile{}.is_auto());
-  // gemm_bench on one H200: ping-pong 128x128 up to 4096 x 8192 outputs; above, cooperative 128x256
-  // except for 16384 x 4096 with B as K x N.
-  EXPECT_EQ(select_gemm_tile(128, 8192, 8192), kGemmTileSmall);
-  EXPECT_EQ(select_gemm_tile(2048, 8192, 4096), kGemmTileSmall);
-  EXPECT_EQ(select_gemm_tile(4096, 8192, 4096), kGemmTileSmall);
+  EXPECT_TRUE(gemm_tile_has_float32_output(kGemmTileLarge));
+  for (GemmTile t : {kGemmTileSmall, kGemmTileSkinny, kGemmTileTiny}) EXPECT_FALSE(gemm_tile_has_float32_output(t));
+  // gemm_bench on one H200 (132 SMs): above 2^25 output elements, cooperative 128x256 except for
+  // 16384 x 4096 with B as K x N.
   EXPECT_EQ(select_gemm_tile(8192, 8192, 4096), kGemmTileLarge);
   EXPECT_EQ(select_gemm_tile(8192, 8192, 4096, /*b_is_nk=*/true), kGemmTileLarge);
   EXPECT_EQ(select_gemm_tile(16384, 4096, 4096), kGemmTileSmall);
   EXPECT_EQ(select_gemm_tile(16384, 4096, 4096, /*b_is_nk=*/true), kGemmTileLarge);
-  // The small tile has no float32-output instantiation: the automatic choice takes the large one.
-  EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64)), kGemmTileSmall);
+  // Up to there, the largest tile whose output still fills 7/8 of the SMs (116 of 132 tiles).
+  EXPECT_EQ(select_gemm_tile(4096, 8192, 4096), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(2048, 8192, 4096), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(256, 8192, 8192), kGemmTileSmall);    // 128 tiles
+  EXPECT_EQ(select_gemm_tile(128, 8192, 8192), kGemmTileSkinny);   // 64 of 128x128, 128 of 64x128
+  EXPECT_EQ(select_gemm_tile(128, 4096, 8192), kGemmTileTiny);     // 64 of 64x128, 128 of 64x64
+  EXPECT_EQ(select_gemm_tile(64, 8192, 8192), kGemmTileTiny);      // 64 of 64x128, 128 of 64x64
+  EXPECT_EQ(select_gemm_tile(232, 8192, 8192), kGemmTileSmall);    // 2 x 64 partial-row tiles count too
+  EXPECT_EQ(select_gemm_tile(128, 7424, 8192), kGemmTileSkinny);   // 116 tiles: exactly 7/8 of 132
+  EXPECT_EQ(select_gemm_tile(128, 7296, 8192), kGemmTileTiny);     // 114 tiles: short of it
+  EXPECT_EQ(select_gemm_tile(8, 8, 8), kGemmTileTiny);             // one tile: the smallest
+  // The wave is the caller's SM count.
+  EXPECT_EQ(select_gemm_tile(128, 8192, 8192, false, 64), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(128, 4096, 8192, false, 64), kGemmTileSkinny);
+  EXPECT_EQ(select_gemm_tile(128, 8192, 8192, false, 256), kGemmTileTiny);
+  // Only the large tile has float32-output instantiations: the automatic choice takes it for them.
+  EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64)), kGemmTileTiny);
   EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64, DType::kBFloat16, DType::kFloat32)), kGemmTileLarge);
   auto g = gemm_args(128, 256, 64);
   g.tile = kGemmTileLarge;
   EXPECT_EQ(resolved_tile(g), kGemmTileLarge);
+  g = gemm_args(128, 8192, 8192);
+  g.sm_count = 64;
+  EXPECT_EQ(resolved_tile(g), kGemmTileSmall) << "GemmArguments::sm_count sets the wave";
+}
+
+// stream_k changes the kernel, never the tile: resolved_tile is the same with it and without it.
+TEST(OpsGemmTiles, StreamKKeepsTheTile) {
+  for (GemmTile tile : {GemmTile{}, kGemmTileSmall, kGemmTileTiny, kGemmTileLarge})
+    for (int64_t n : {1024, 2048, 8192}) {
+      GemmArguments g = gemm_args(128, n, 8192);
+      g.tile = tile;
+      g.sm_count = 132;
+      const GemmTile without = resolved_tile(g);
+      g.stream_k = true;
+      EXPECT_EQ(resolved_tile(g), without) << n;
+    }
 }
 
 TEST(OpsGemmArguments, AcceptsEveryBuiltCombination) {
@@ -168,14 +200,22 @@ TEST(OpsGemmArguments, RejectionsNameTheTensorAndTheRule) {
   g.sm_count = -1;
   EXPECT_EQ(can_implement(g), "gemm: sm_count must be 0 (every SM) or positive, got -1.");
   g = gemm_args(256, 256, 128);
-  g.tile = GemmTile{64, 64, 64};
+  g.tile = GemmTile{64, 256, 64};
   EXPECT_EQ(can_implement(g),
-            "gemm: tile 64x64x64 is not supported; the tiles are 128x256x64, 128x128x64 (or 0x0x0 for the automatic "
-            "choice).");
+            "gemm: tile 64x256x64 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64 (or "
+            "0x0x0 for the automatic choice).");
   g = gemm_args(256, 256, 128, DType::kBFloat16, DType::kFloat32);
   g.tile = kGemmTileSmall;
   EXPECT_EQ(can_implement(g),
             "gemm: tile 128x128x64 is built for 16-bit outputs only; C is float32: use 128x256x64 or the automatic "
+            "choice.");
+  g.tile = kGemmTileSkinny;
+  EXPECT_EQ(can_implement(g),
+            "gemm: tile 64x128x64 is built for 16-bit outputs only; C is float32: use 128x256x64 or the automatic "
+            "choice.");
+  g.tile = kGemmTileTiny;
+  EXPECT_EQ(can_implement(g),
+            "gemm: tile 64x64x64 is built for 16-bit outputs only; C is float32: use 128x256x64 or the automatic "
             "choice.");
   // gemm() and workspace_size() refuse what can_implement refuses, with the same text, before any CUDA call.
   g = gemm_args(256, 256, 100);

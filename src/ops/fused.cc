@@ -825,8 +825,10 @@ void check_tile(const FusedPlan& p, const MatmulOperands& mm) {
                                   supported, "."));
   }
   // Before any launch, so that no rank starts a call that its GEMM would then refuse.
-  IRIS_CHECK_ARG(!(p.tile == kGemmTileSmall && mm.c.dtype == DType::kFloat32), ccl::op_name(p.sig.op),
-                 ": the GEMM tile 128x128x64 is built for 16-bit outputs only; C is float32: use 128x256x64.");
+  IRIS_CHECK_ARG(gemm_tile_has_float32_output(p.tile) || mm.c.dtype != DType::kFloat32, ccl::op_name(p.sig.op),
+                 ": the GEMM tile ", p.tile.m, "x", p.tile.n, "x", p.tile.k,
+                 " is built for 16-bit outputs only; C is float32: use ", kGemmTileLarge.m, "x", kGemmTileLarge.n, "x",
+                 kGemmTileLarge.k, ".");
 }
 
 void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,

@@ -61,19 +61,58 @@ bool overlaps(const Tensor& x, const Tensor& y) {
   return x0 < y0 + y.span_bytes() && y0 < x0 + x.span_bytes();
 }
 
-GemmTile resolve(const GemmArguments& g) {
-  if (!g.tile.is_auto()) return g.tile;
-  const int64_t n = g.b_is_nk ? g.b.rows : g.b.cols;
-  // The small tile is built for 16-bit outputs only (gemm_sm90_kernel.hpp).
-  if (g.c.dtype == DType::kFloat32) return kGemmTileLarge;
-  return select_gemm_tile(g.a.rows, n, g.a.cols, g.b_is_nk);
+int64_t tile_count(int64_t m, int64_t n, GemmTile t) { return ((m + t.m - 1) / t.m) * ((n + t.n - 1) / t.n); }
+
+// What an automatic choice resolves to on `sm_count` SMs, and whether the stream-K kernel runs.
+struct Choice {
+  GemmTile tile;
+  bool stream_k = false;
+};
+
+// Stream-K runs only for an explicit 128x128 tile (its own output tiles, computed by the stream-K kernel)
+// whose output leaves at least half the SMs the GEMM may use idle for a long K loop; CUTLASS's stream-K
+// heuristic then picks the split. Measured with bench/gemm_bench on one H200 (bf16, iris / cuBLAS, B as
+// K x N / N x K): with the 128x128 tile, data-parallel -> stream-K, 128 x 4096 x 8192 (32 tiles) 0.56 /
+// 0.60 -> 0.76 / 0.80 and 128 x 8192 x 8192 (64 tiles) 0.69 / 0.76 -> 0.80 / 0.86, but 128 x 8192 x 4096
+// (64 tiles, half the K) 0.78 / 0.78 -> 0.72 / 0.75, hence the K bound. The automatic choice never
+// takes it: its 64-row tiles, data-parallel, beat it wherever it would run (2026-12-01, timed in turns):
+// 64x64 against stream-K 128x128 at 128 x 2048 x 8192 1.04 / 1.13 against 0.60 / 0.64, 64 x 4096 x 8192
+// 1.14 / 1.13 against 0.69 / 0.70, 128 x 1024 x 8192 1.16 / 1.18 against 0.49 / 0.49, 64 x 1024 x 8192
+// 1.03 / 1.23 against 0.41 / 0.49.
+Choice choose(const GemmArguments& g, int sm_count) {
+  const int64_t m = g.a.rows, n = g.b_is_nk ? g.b.rows : g.b.cols, k = g.a.cols;
+  Choice c;
+  if (!g.tile.is_auto()) {
+    c.tile = g.tile;
+  } else if (!is_16bit_float(g.c.dtype)) {
+    c.tile = kGemmTileLarge;  // the only tile built for float32 outputs
+  } else {
+    c.tile = select_gemm_tile(m, n, k, g.b_is_nk, sm_count);
+  }
+  c.stream_k = g.stream_k && g.tile == kGemmTileSmall && k >= 8192 && 2 * tile_count(m, n, c.tile) <= sm_count;
+  return c;
+}
+
+// The SM count an automatic choice is made for, as make_problem resolves it for the launch: the
+// caller's sm_count clamped to the device, or the device's; without a device (the host-side checks and
+// tests), the caller's or kGemmDefaultSmCount.
+int choice_sm_count(const GemmArguments& g) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    (void)cudaGetLastError();  // clear the failed query: it belongs to no caller
+    return g.sm_count > 0 ? g.sm_count : kGemmDefaultSmCount;
+  }
+  return g.sm_count > 0 ? std::clamp(g.sm_count, 2, std::max(sms, 2)) : sms;
 }
 
 #if defined(IRIS_HAVE_CUTLASS)
 using detail::GemmProblem;
 using detail::kTileLarge;
 using detail::kTileSmall;
+using detail::kTileSkinny;
 using detail::kTileSmallStreamK;
+using detail::kTileTiny;
 using detail::Sm90Gemm;
 
 struct Sm90Instance {
@@ -91,9 +130,9 @@ constexpr Sm90Instance instance() {
   return {kIn, kOut, kBIsNK, kTile, &G::workspace_size, &G::run};
 }
 
-// The complete set (each file instantiates its four): the large tile for 16-bit and float32 outputs,
-// the small tile for 16-bit outputs, data-parallel and stream-K. About 35 s of compile each on 2 cores,
-// so the set stays small.
+// The complete set: the large tile for 16-bit and float32 outputs, the 128x128 tile for 16-bit outputs,
+// data-parallel and stream-K (gemm_sm90_<in>_<layout>.cu), and the two 64-row tiles for 16-bit outputs
+// (gemm_sm90_<in>_<layout>_m64.cu). About 35 s of compile each on 2 cores, so the set stays small.
 constexpr DType kBF16 = DType::kBFloat16;
 constexpr DType kF16 = DType::kFloat16;
 constexpr DType kF32 = DType::kFloat32;
@@ -103,21 +142,33 @@ constexpr Sm90Instance kSm90Instances[] = {
     instance<kBF16, kF32, false, kTileLarge>(),
     instance<kBF16, kBF16, false, kTileSmall>(),
     instance<kBF16, kBF16, false, kTileSmallStreamK>(),
+    // gemm_sm90_bf16_kn_m64.cu
+    instance<kBF16, kBF16, false, kTileSkinny>(),
+    instance<kBF16, kBF16, false, kTileTiny>(),
     // gemm_sm90_bf16_nk.cu
     instance<kBF16, kBF16, true, kTileLarge>(),
     instance<kBF16, kF32, true, kTileLarge>(),
     instance<kBF16, kBF16, true, kTileSmall>(),
     instance<kBF16, kBF16, true, kTileSmallStreamK>(),
+    // gemm_sm90_bf16_nk_m64.cu
+    instance<kBF16, kBF16, true, kTileSkinny>(),
+    instance<kBF16, kBF16, true, kTileTiny>(),
     // gemm_sm90_f16_kn.cu
     instance<kF16, kF16, false, kTileLarge>(),
     instance<kF16, kF32, false, kTileLarge>(),
     instance<kF16, kF16, false, kTileSmall>(),
     instance<kF16, kF16, false, kTileSmallStreamK>(),
+    // gemm_sm90_f16_kn_m64.cu
+    instance<kF16, kF16, false, kTileSkinny>(),
+    instance<kF16, kF16, false, kTileTiny>(),
     // gemm_sm90_f16_nk.cu
     instance<kF16, kF16, true, kTileLarge>(),
     instance<kF16, kF32, true, kTileLarge>(),
     instance<kF16, kF16, true, kTileSmall>(),
     instance<kF16, kF16, true, kTileSmallStreamK>(),
+    // gemm_sm90_f16_nk_m64.cu
+    instance<kF16, kF16, true, kTileSkinny>(),
+    instance<kF16, kF16, true, kTileTiny>(),
 };
 
 int tile_id(const GemmTile& t) {
@@ -126,23 +177,14 @@ int tile_id(const GemmTile& t) {
   throw Error(str_cat("iris internal error: tile ", tile_name(t), " passed validation but is not in kGemmTiles."));
 }
 
-// Stream-K pays when the output tiles leave at least half the SMs the GEMM may use idle for a long K
-// loop; CUTLASS's stream-K heuristic then picks the split. Measured with bench/gemm_bench on one H200
-// (bf16, iris / cuBLAS, data-parallel -> stream-K, B as K x N / N x K): 128 x 4096 x 8192 (32 tiles)
-// 0.56 / 0.60 -> 0.76 / 0.80; 128 x 8192 x 8192 (64 tiles) 0.69 / 0.76 -> 0.80 / 0.86; but
-// 128 x 8192 x 4096 (64 tiles, half the K) 0.78 / 0.78 -> 0.72 / 0.75, hence the K bound.
-bool use_stream_k(const GemmArguments& g, const GemmProblem& p) {
-  if (!g.stream_k || !(resolve(g) == kGemmTileSmall)) return false;
-  const int64_t tiles = int64_t{(p.m + 127) / 128} * ((p.n + 127) / 128);
-  return 2 * tiles <= p.sm_count && p.k >= 8192;
-}
-
 const Sm90Instance& find_instance(const GemmArguments& g, const GemmProblem& p) {
-  const int tile = use_stream_k(g, p) ? kTileSmallStreamK : tile_id(resolve(g));
+  const Choice c = choose(g, p.sm_count);
+  const int tile = c.stream_k ? kTileSmallStreamK : tile_id(c.tile);
   for (const auto& inst : kSm90Instances)
     if (inst.in == g.a.dtype && inst.out == g.c.dtype && inst.b_is_nk == g.b_is_nk && inst.tile == tile) return inst;
   throw Error(str_cat("iris internal error: no GEMM instantiation for validated arguments (", dtype_name(g.a.dtype),
-                      " -> ", dtype_name(g.c.dtype), ", tile ", tile_name(resolve(g)), ")."));
+                      " -> ", dtype_name(g.c.dtype), ", tile ", tile_name(c.tile), c.stream_k ? ", stream-K" : "",
+                      ")."));
 }
 
 // The device's Hopper check and SM count (cudaDeviceGetAttribute is a cached lookup, not a driver call).
@@ -184,13 +226,16 @@ GemmProblem make_problem(const GemmArguments& g) {
 
 }  // namespace
 
-GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk) {
+GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_count) {
   (void)k;
-  if (m * n <= (int64_t{1} << 25)) return kGemmTileSmall;
-  return b_is_nk || n >= 8192 ? kGemmTileLarge : kGemmTileSmall;
+  if (m * n > (int64_t{1} << 25)) return b_is_nk || n >= 8192 ? kGemmTileLarge : kGemmTileSmall;
+  const int64_t full_wave = (int64_t{std::max(sm_count, 1)} * 7 + 7) / 8;
+  for (const GemmTile& t : {kGemmTileSmall, kGemmTileSkinny})
+    if (tile_count(m, n, t) >= full_wave) return t;
+  return kGemmTileTiny;
 }
 
-GemmTile resolved_tile(const GemmArguments& args) { return resolve(args); }
+GemmTile resolved_tile(const GemmArguments& args) { return choose(args, choice_sm_count(args)).tile; }
 
 bool gemm_available() {
 #if defined(IRIS_HAVE_CUTLASS)
@@ -253,8 +298,8 @@ std::string can_implement(const GemmArguments& g) {
     if (std::find(kGemmTiles.begin(), kGemmTiles.end(), g.tile) == kGemmTiles.end())
       return str_cat("gemm: tile ", tile_name(g.tile), " is not supported; the tiles are ", supported_tiles(),
                      " (or 0x0x0 for the automatic choice).");
-    if (g.tile == kGemmTileSmall && g.c.dtype == DType::kFloat32)
-      return str_cat("gemm: tile ", tile_name(kGemmTileSmall), " is built for 16-bit outputs only; C is float32: use ",
+    if (!gemm_tile_has_float32_output(g.tile) && g.c.dtype == DType::kFloat32)
+      return str_cat("gemm: tile ", tile_name(g.tile), " is built for 16-bit outputs only; C is float32: use ",
                      tile_name(kGemmTileLarge), " or the automatic choice.");
   }
   return "";

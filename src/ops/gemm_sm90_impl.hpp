@@ -71,6 +71,20 @@ struct Sm90TileConfig<kTileSmall> {
 };
 
 template <>
+struct Sm90TileConfig<kTileSkinny> {
+  using TileShape = cute::Shape<cute::_64, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+};
+template <>
+struct Sm90TileConfig<kTileTiny> {
+  using TileShape = cute::Shape<cute::_64, cute::_64, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+};
+template <>
 struct Sm90TileConfig<kTileSmallStreamK> {
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;

@@ -1,6 +1,6 @@
 // The GEMM core's kernel instantiations, as the dispatcher (gemm_sm90.cu) sees them: no CUTLASS
 // types here, so only the instantiation files pay for the CUTLASS headers. Each instantiation (input
-// type, output type, B layout, tile) is defined once, in gemm_sm90_<in>_<layout>.cu, from
+// type, output type, B layout, tile) is defined once, in gemm_sm90_<in>_<layout>[_m64].cu, from
 // gemm_sm90_impl.hpp; the dispatcher's table (kSm90Instances in gemm_sm90.cu) lists the complete set,
 // and a table entry without its file fails at link time. CMake compiles those files with -DNDEBUG,
 // --expt-relaxed-constexpr and sm_90a (CMakeLists.txt).
@@ -31,12 +31,14 @@ struct GemmProblem {
 };
 
 // Tile ids: the index into kGemmTiles.
-inline constexpr int kTileLarge = 0;  // 128x256x64 cooperative, cluster 2x1
-inline constexpr int kTileSmall = 1;  // 128x128x64 ping-pong, cluster 1x2
+inline constexpr int kTileLarge = 0;   // 128x256x64 cooperative, cluster 2x1
+inline constexpr int kTileSmall = 1;   // 128x128x64 ping-pong, cluster 1x2
+inline constexpr int kTileSkinny = 2;  // 64x128x64 ping-pong, cluster 1x1
+inline constexpr int kTileTiny = 3;    // 64x64x64 ping-pong, cluster 1x1
 // Not a tile of its own: kGemmTileSmall's output tiles, computed by a stream-K kernel (128x128x64
 // cooperative, cluster 1x1, CUTLASS's stream-K tile scheduler) that splits K across CTAs when the tiles
 // are too few to fill the device (GemmArguments::stream_k). 16-bit outputs only, like kTileSmall.
-inline constexpr int kTileSmallStreamK = 2;
+inline constexpr int kTileSmallStreamK = 4;
 
 template <DType kIn, DType kOut, bool kBIsNK, int kTile>
 struct Sm90Gemm {

@@ -44,21 +44,37 @@ struct GemmTile {
 };
 
 // 128x256x64, warp-specialized cooperative (two consumer warpgroups share a tile), cluster 2x1 (B
-// multicast to both CTAs). The large-shape configuration.
+// multicast to both CTAs). The large-shape configuration, and the only one with float32 outputs.
 inline constexpr GemmTile kGemmTileLarge{128, 256, 64};
 // 128x128x64, warp-specialized ping-pong (two consumer warpgroups alternate tiles), cluster 1x2. For
-// small M (decode) and mid-sized outputs.
+// mid-sized outputs. 16-bit outputs only.
 inline constexpr GemmTile kGemmTileSmall{128, 128, 64};
+// 64x128x64 and 64x64x64, warp-specialized ping-pong, cluster 1x1: for outputs of few rows (decode,
+// and the per-rank GEMMs of the fused ops at small M), where 128-row tiles leave most SMs idle and the
+// GEMM is bound by reading B. 16-bit outputs only.
+inline constexpr GemmTile kGemmTileSkinny{64, 128, 64};
+inline constexpr GemmTile kGemmTileTiny{64, 64, 64};
 // Every tile a GEMM may run with.
-inline constexpr std::array<GemmTile, 2> kGemmTiles{kGemmTileLarge, kGemmTileSmall};
+inline constexpr std::array<GemmTile, 4> kGemmTiles{kGemmTileLarge, kGemmTileSmall, kGemmTileSkinny, kGemmTileTiny};
+// True for the tiles built for float32 outputs as well as 16-bit ones (kGemmTileLarge).
+constexpr bool gemm_tile_has_float32_output(GemmTile t) { return t == kGemmTileLarge; }
 
-// The tile an automatic choice (GemmArguments::tile left at {0, 0, 0}) takes for an M x N x K problem:
-// kGemmTileSmall while the output has at most 2^25 elements (4096 x 8192); above, kGemmTileLarge when B
-// is N x K or N >= 8192, else kGemmTileSmall. Measured with bench/gemm_bench on one H200 (bf16,
-// 2026-11-29, iris / cuBLAS): 128x128 wins at 128/2048/4096 x 8192 (0.66-1.09 against 0.35-1.05) and
-// at 16384 x 4096 with B as K x N (0.996 against 0.977); 128x256 at 8192 x 8192 (0.86 / 0.985 against
-// 0.78 / 0.89) and at 16384 x 4096 with B as N x K (1.03 against 0.97).
-GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk = false);
+// The SM count the automatic choice assumes where neither GemmArguments::sm_count nor a device says
+// otherwise: H100 SXM and H200.
+inline constexpr int kGemmDefaultSmCount = 132;
+
+// The tile an automatic choice (GemmArguments::tile left at {0, 0, 0}) takes for an M x N x K problem of
+// 16-bit output on `sm_count` SMs. Above 2^25 output elements (4096 x 8192): kGemmTileLarge when B is
+// N x K or N >= 8192, else kGemmTileSmall. Up to there, the largest of kGemmTileSmall, kGemmTileSkinny,
+// kGemmTileTiny whose output has at least 7/8 of sm_count tiles (a full wave), else kGemmTileTiny (the
+// most tiles). Measured on one H200 (bf16, iris / cuBLAS, B as K x N / N x K, timed in turns;
+// bench/results/2026-12-01-h200-gemm-*.txt): from 2048 rows up the choice is 1.01-1.03 / 1.01-1.03;
+// 128 x 8192 x 8192: 64x128 (128 tiles) 0.99 / 0.99 against 0.89 / 0.86 (64x64), 0.70 / 0.76 (128x128);
+// 128 x 8192 x 4096: 64x128 0.96 / 0.95 against 0.89 / 0.93, 0.73 / 0.79; 128 x 4096 x 8192: 64x64
+// (128 tiles) 1.13 / 1.10 against 1.02 / 1.01 (64x128), 0.61 / 0.63; 64 x 8192 x 8192: 64x64 0.99 / 1.07
+// against 0.95 / 1.05, 0.65 / 0.71; at 256 x 8192 x 8192 (the configuration sweep) 128x128 (128 tiles)
+// 1.00-1.02 against 0.99 (64x128).
+GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk = false, int sm_count = kGemmDefaultSmCount);
 
 struct GemmArguments {
   Tensor a;                    // M x K, bfloat16 or float16
@@ -69,11 +85,12 @@ struct GemmArguments {
   float alpha = 1.0f;          // C = alpha * (A @ B) + bias
   GemmTile tile{};             // one of kGemmTiles, or {0, 0, 0} for select_gemm_tile
   int sm_count = 0;            // SMs the persistent kernel may occupy (2 at least: one cluster); 0 = all
-  // Allows stream-K: with the 128x128 tile (16-bit C), when the output has at most sm_count / 2 tiles
-  // and K >= 8192 (the measured rule in gemm_sm90.cu), a stream-K kernel splits the K loop across CTAs
-  // (CUTLASS's stream-K scheduler and its heuristic) so every SM works; partial sums meet in the
-  // workspace (workspace_size(args) bytes, then non-zero) and are reduced in a fixed order. Off: one
-  // CTA per tile, no workspace.
+  // Allows stream-K for an explicit 128x128 tile (kGemmTileSmall, 16-bit C): when its output has at
+  // most sm_count / 2 tiles and K >= 8192 (the measured rule in gemm_sm90.cu), a stream-K kernel splits
+  // the K loop across CTAs (CUTLASS's stream-K scheduler and its heuristic) so every SM works; partial
+  // sums meet in the workspace (workspace_size(args) bytes, then non-zero) and are reduced in a fixed
+  // order. The automatic choice never needs it: its 64-row tiles are faster wherever it would run. Off:
+  // one CTA per tile, no workspace.
   bool stream_k = false;
 };
 
@@ -95,7 +112,8 @@ void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream);
 // iris::Error saying how to get them: `bash scripts/setup.sh`, then rebuild.
 bool gemm_available();
 
-// The tile gemm() runs these arguments with (args.tile, or the automatic choice).
+// The tile gemm() runs these arguments with: args.tile, or the automatic choice (select_gemm_tile with
+// args.sm_count, else the current device's SM count, else kGemmDefaultSmCount).
 GemmTile resolved_tile(const GemmArguments& args);
 
 }  // namespace iris::ops
