@@ -5,10 +5,14 @@
 // Shapes: issue 5's global (M, N, K) = (8192, 8192, 8192), (16384, 4096, 8192), (4096, 8192, 4096),
 // (2048, 8192, 8192), (128, 8192, 8192), then the per-rank GEMMs of the fused ops at 128 rows on 2
 // ranks: (128, 8192, 4096) (matmul_all_reduce, matmul_reduce_scatter), (128, 4096, 8192)
-// (all_gather_matmul), (64, 8192, 8192) (matmul_all_gather). bf16 in and out, fp32 accumulation, B as
-// K x N and as N x K. Each figure is the median of --repeats timed batches of --iters back-to-back
-// launches (CUDA events) after a warm-up. Every tile of kGemmTiles and the automatic choice are timed,
-// and the automatic choice with GemmArguments::stream_k ("+sk") where it then runs the stream-K kernel.
+// (all_gather_matmul), (64, 8192, 8192) (matmul_all_gather), and two decode shapes whose output fills
+// at most half the SMs even with 64x64 tiles, where stream-K may take over: (128, 2048, 8192) and
+// (64, 4096, 8192). bf16 in and out, fp32 accumulation, B as K x N and as N x K. Every tile of
+// kGemmTiles and the automatic choice are timed, and the automatic choice with GemmArguments::stream_k
+// ("+sk") where it then runs the stream-K kernel. Each figure is the median of --repeats timed batches
+// of --iters back-to-back launches (CUDA events) after a warm-up; cuBLAS and every iris row are timed in
+// turns within each repeat, so that drift in clocks and power over the run (a sustained GEMM holds an
+// H200 at its power limit) falls on all of them alike, not on whichever was timed first.
 //
 //   gemm_bench [--repeats N] [--iters N] [--json FILE]
 #include <cublas_v2.h>
@@ -20,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,7 +37,8 @@ struct Shape {
   int64_t m, n, k;
 };
 constexpr Shape kShapes[] = {{8192, 8192, 8192}, {16384, 4096, 8192}, {4096, 8192, 4096}, {2048, 8192, 8192},
-                             {128, 8192, 8192},   {128, 8192, 4096},   {128, 4096, 8192},   {64, 8192, 8192}};
+                             {128, 8192, 8192},  {128, 8192, 4096},   {128, 4096, 8192},  {64, 8192, 8192},
+                             {128, 2048, 8192},  {64, 4096, 8192},    {128, 1024, 8192},  {64, 1024, 8192}};
 
 #define CUBLAS_OK(x)                                                              \
   do {                                                                            \
@@ -61,26 +67,35 @@ __global__ void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, siz
   if ((threadIdx.x & 31) == 0) atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // m >= 0
 }
 
-template <typename F>
-double time_ms(F&& launch, int iters, int repeats) {
+// Median microseconds per launch of each of `launches`, timed in turns: every repeat times a batch
+// of `iters` back-to-back launches of each in order (CUDA events), so that clock and power drift over
+// the run falls on all of them alike rather than on whichever was timed first.
+std::vector<double> time_us_interleaved(const std::vector<std::function<void()>>& launches, int iters, int repeats) {
   cudaEvent_t e0, e1;
   IRIS_CUDA_CHECK(cudaEventCreate(&e0));
   IRIS_CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<double> t;
+  for (const auto& launch : launches)
+    for (int i = 0; i < 3; ++i) launch();
+  std::vector<std::vector<double>> t(launches.size());
   for (int r = 0; r < repeats; ++r) {
-    IRIS_CUDA_CHECK(cudaEventRecord(e0));
-    for (int i = 0; i < iters; ++i) launch();
-    IRIS_CUDA_CHECK(cudaEventRecord(e1));
-    IRIS_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(ms / iters);
+    for (size_t l = 0; l < launches.size(); ++l) {
+      IRIS_CUDA_CHECK(cudaEventRecord(e0));
+      for (int i = 0; i < iters; ++i) launches[l]();
+      IRIS_CUDA_CHECK(cudaEventRecord(e1));
+      IRIS_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      t[l].push_back(1e3 * ms / iters);
+    }
   }
   IRIS_CUDA_CHECK(cudaEventDestroy(e0));
   IRIS_CUDA_CHECK(cudaEventDestroy(e1));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  std::vector<double> median;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    median.push_back(v[v.size() / 2]);
+  }
+  return median;
 }
 
 }  // namespace
@@ -142,14 +157,20 @@ int main(int argc, char** argv) try {
                                CUDA_R_16BF, nk ? s.k : s.n, a, CUDA_R_16BF, s.k, &zero, c_ref, CUDA_R_16BF, s.n,
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       };
-      const double t_ref = time_ms(cublas, iters, repeats);
+      struct Row {
+        iris::ops::GemmArguments args;
+        std::string name;
+        void* ws = nullptr;
+      };
+      std::vector<Row> rows;
       std::vector<iris::ops::GemmTile> tiles{iris::ops::GemmTile{}};
       for (auto t : iris::ops::kGemmTiles) tiles.push_back(t);
       tiles.push_back(iris::ops::GemmTile{});  // the automatic choice again, with stream_k
       for (size_t ti = 0; ti < tiles.size(); ++ti) {
         const iris::ops::GemmTile tile = tiles[ti];
         const bool stream_k = ti + 1 == tiles.size();
-        iris::ops::GemmArguments args;
+        Row row;
+        iris::ops::GemmArguments& args = row.args;
         args.a = iris::Tensor::matrix(a, iris::DType::kBFloat16, s.m, s.k);
         args.b = nk ? iris::Tensor::matrix(b, iris::DType::kBFloat16, s.n, s.k)
                     : iris::Tensor::matrix(b, iris::DType::kBFloat16, s.k, s.n);
@@ -160,19 +181,31 @@ int main(int argc, char** argv) try {
         const auto resolved = iris::ops::resolved_tile(args);
         const size_t ws_bytes = iris::ops::workspace_size(args);
         if (stream_k && ws_bytes == 0) continue;  // the data-parallel kernel: the same as the auto row
-        void* ws = nullptr;
-        if (ws_bytes > 0) IRIS_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
-        auto iris_gemm = [&] { iris::ops::gemm(args, ws, nullptr); };
-        const double t_iris = time_ms(iris_gemm, iters, repeats);
+        if (ws_bytes > 0) IRIS_CUDA_CHECK(cudaMalloc(&row.ws, ws_bytes));
+        char tname[32];
+        std::snprintf(tname, sizeof tname, "%s%dx%d%s", tile.is_auto() ? "auto:" : "", resolved.m, resolved.n,
+                      stream_k ? "+sk" : "");
+        row.name = tname;
+        rows.push_back(row);
+      }
+      std::vector<std::function<void()>> launches{cublas};
+      for (const Row& row : rows) launches.push_back([&row] { iris::ops::gemm(row.args, row.ws, nullptr); });
+      const std::vector<double> t_us = time_us_interleaved(launches, iters, repeats);
+      const double t_ref = t_us[0] * 1e-3;  // ms
+      for (size_t ri = 0; ri < rows.size(); ++ri) {
+        const Row& row = rows[ri];
+        const double t_iris = t_us[ri + 1] * 1e-3;
+        // The difference from cuBLAS's output (c_ref holds the last cuBLAS launch's result), on a
+        // poisoned output.
+        IRIS_CUDA_CHECK(cudaMemset(c_iris, 0xff, s.m * s.n * 2));
+        iris::ops::gemm(row.args, row.ws, nullptr);
         IRIS_CUDA_CHECK(cudaMemset(diff, 0, sizeof(float)));
         max_abs_diff<<<264, 256>>>(c_iris, c_ref, s.m * s.n, diff);
         float d = 0;
         IRIS_CUDA_CHECK(cudaMemcpy(&d, diff, sizeof(float), cudaMemcpyDeviceToHost));
         const double flop = 2.0 * s.m * s.n * s.k;
         const double tf_iris = flop / (t_iris * 1e-3) / 1e12, tf_ref = flop / (t_ref * 1e-3) / 1e12;
-        char tname[32];
-        std::snprintf(tname, sizeof tname, "%s%dx%d%s", tile.is_auto() ? "auto:" : "", resolved.m, resolved.n,
-                      stream_k ? "+sk" : "");
+        const char* tname = row.name.c_str();
         std::printf("%7lld %6lld %6lld %3s %-16s %9.1f %9.1f %9.1f %7.3f %10.4f   (cuBLAS %.1f TF)\n",
                     (long long)s.m, (long long)s.n, (long long)s.k, nk ? "NK" : "KN", tname, t_iris * 1e3,
                     t_ref * 1e3, tf_iris, tf_iris / tf_ref, d, tf_ref);
@@ -185,8 +218,9 @@ int main(int argc, char** argv) try {
                       t_iris * 1e3, t_ref * 1e3, tf_iris, tf_ref, tf_iris / tf_ref, d);
         out += line;
         first = false;
-        if (ws != nullptr) IRIS_CUDA_CHECK(cudaFree(ws));
       }
+      for (const Row& row : rows)
+        if (row.ws != nullptr) IRIS_CUDA_CHECK(cudaFree(row.ws));
     }
   }
   out += "\n]\n";
