@@ -176,8 +176,9 @@ std::vector<Case> correctness_cases() {
   cases.push_back({kManyTiles, kBF16, kBF16, false, kGemmTileLarge});
   cases.push_back({kDeepK, kBF16, kBF16, true, kGemmTileSmall, /*bias=*/true});
   cases.push_back({kManyAwkward, kF16, kF16, true, kGemmTileSmall, /*bias=*/true});
-  // float32 outputs take the large tile: the small one is built for 16-bit outputs only.
+  // float32 outputs, with the large tile and a 64-row one.
   cases.push_back({kAwkward, kBF16, kF32, true, kGemmTileLarge, /*bias=*/true});
+  cases.push_back({kAwkward, kF16, kF32, false, kGemmTileTiny, /*bias=*/true});
   cases.push_back({kOneTile, kF16, kF32, false, kGemmTileLarge});
   cases.push_back({kAwkward, kBF16, kBF16, false, kGemmTileSmall, /*bias=*/true, /*on_heap=*/true});
   cases.push_back({kAwkward, kF16, kF32, true, kGemmTileLarge, /*bias=*/false, /*on_heap=*/true});

@@ -3,9 +3,9 @@
 // results are tested in test_fused_gpu.cu.
 //
 // GEMM cases cover every instantiation (bfloat16/float16 in; 16-bit or float32 out; B as K x N and
-// N x K; both tiles), one tile exactly, sizes that are multiples of no tile dimension, padded row
-// strides, bias on and off, alpha, a limited SM count (each CTA walks many tiles) and CUDA-graph
-// replay. Outputs start poisoned (0xFF: NaN) with poisoned padding and a poisoned guard after the
+// N x K; every tile; the stream-K kernel), one tile exactly, sizes that are multiples of no tile
+// dimension, padded row strides, bias on and off, alpha, a limited SM count (each CTA walks many tiles)
+// and CUDA-graph replay. Outputs start poisoned (0xFF: NaN) with poisoned padding and a poisoned guard after the
 // buffer, so a missed tile shows as NaN and a write past a row or the end shows as a changed byte.
 // Accuracy: ||out - ref|| / ||ref|| < 1e-2 for 16-bit outputs (1e-4 for float32 outputs; the inputs
 // are exact in 16 bits and the products exact in float32), and elementwise
@@ -219,15 +219,28 @@ const GemmCase kCases[] = {
     {64, 128, 64, kBF16, kBF16, false, true, kGemmTileSkinny},  // bf16 kn -> bf16, skinny
     {64, 64, 64, kF16, kF16, true, false, kGemmTileTiny},       // f16 nk -> f16, tiny
     // no dimension a multiple of any tile dimension
-    {200, 136, 72, kBF16, kF32, false, true, GemmTile{}},              // bf16 kn -> f32, large (auto)
+    {200, 136, 72, kBF16, kF32, false, true, GemmTile{}},              // bf16 kn -> f32, tiny (auto)
     {1000, 520, 200, kF16, kF16, true, true, kGemmTileLarge},          // f16 nk -> f16, large
     {1000, 520, 200, kF16, kF32, false, false, kGemmTileLarge, 0.5f},  // f16 kn -> f32, large
-    {333, 128, 96, kF16, kF32, true, true, GemmTile{}},                // f16 nk -> f32, large (auto)
+    {333, 128, 96, kF16, kF32, true, true, GemmTile{}},                // f16 nk -> f32, tiny (auto)
     {1, 8, 8, kBF16, kBF16, true, true, GemmTile{}},                   // bf16 nk -> bf16, tiny (auto)
     {200, 136, 72, kF16, kF16, false, true, kGemmTileSkinny},          // f16 kn -> f16, skinny
     {333, 520, 200, kBF16, kBF16, true, true, kGemmTileTiny},          // bf16 nk -> bf16, tiny
     {257, 392, 1032, kBF16, kBF16, false, false, kGemmTileSmall},      // many K stages plus a remainder
     {64, 4096, 128, kF16, kF16, true, false, kGemmTileSmall},          // f16 nk -> f16, small
+    // float32 outputs of every tile
+    {520, 1000, 136, kBF16, kF32, false, true, kGemmTileLarge},
+    {520, 1000, 136, kF16, kF32, true, false, kGemmTileLarge},
+    {300, 400, 264, kBF16, kF32, false, true, kGemmTileSmall},
+    {300, 400, 264, kBF16, kF32, true, false, kGemmTileSmall},
+    {300, 400, 264, kF16, kF32, false, false, kGemmTileSmall, 1.0f, 8},
+    {300, 400, 264, kF16, kF32, true, true, kGemmTileSmall},
+    {130, 392, 520, kBF16, kF32, false, false, kGemmTileSkinny},
+    {130, 392, 520, kBF16, kF32, true, true, kGemmTileSkinny, 1.0f, 16},
+    {130, 392, 520, kF16, kF32, false, true, kGemmTileSkinny},
+    {130, 392, 520, kF16, kF32, true, false, kGemmTileSkinny},
+    {70, 200, 136, kBF16, kF32, true, true, kGemmTileTiny},
+    {70, 200, 136, kF16, kF32, false, false, kGemmTileTiny, 0.5f},
     // decode-like and a persistent walk over many tiles on few SMs
     {128, 8192, 512, kBF16, kBF16, true, true, GemmTile{}},  // bf16 nk -> bf16, skinny (auto)
     {96, 4096, 256, kF16, kF16, false, true, GemmTile{}},    // f16 kn -> f16, tiny (auto)
@@ -235,8 +248,8 @@ const GemmCase kCases[] = {
     {2048, 1024, 256, kF16, kF16, false, true, kGemmTileLarge, 1.0f, 0, 8},  // f16 kn -> f16, large
     {512, 512, 512, kBF16, kBF16, false, true, kGemmTileLarge},              // bf16 kn -> bf16, large
     // padded row strides
-    {300, 264, 136, kBF16, kF32, true, true, kGemmTileLarge, 1.0f, 8},    // bf16 nk -> f32, large
-    {300, 264, 136, kF16, kF16, false, false, kGemmTileSmall, 1.0f, 16},  // f16 kn -> f16, small
+    {300, 264, 136, kBF16, kF32, true, true, kGemmTileLarge, 1.0f, 8},     // bf16 nk -> f32, large
+    {300, 264, 136, kF16, kF16, false, false, kGemmTileSmall, 1.0f, 16},   // f16 kn -> f16, small
     {257, 392, 1032, kF16, kF16, true, false, kGemmTileSkinny, 1.0f, 16},  // f16 nk -> f16, skinny, K stages
     {100, 264, 136, kBF16, kBF16, false, false, kGemmTileTiny, 0.5f, 8},   // bf16 kn -> bf16, tiny
     // alpha 0: the bias alone

@@ -79,8 +79,6 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   EXPECT_EQ(kGemmTiles[2], (GemmTile{64, 128, 64}));
   EXPECT_EQ(kGemmTiles[3], (GemmTile{64, 64, 64}));
   EXPECT_TRUE(GemmTile{}.is_auto());
-  EXPECT_TRUE(gemm_tile_has_float32_output(kGemmTileLarge));
-  for (GemmTile t : {kGemmTileSmall, kGemmTileSkinny, kGemmTileTiny}) EXPECT_FALSE(gemm_tile_has_float32_output(t));
   // gemm_bench on one H200 (132 SMs): above 2^25 output elements, cooperative 128x256 except for
   // 16384 x 4096 with B as K x N.
   EXPECT_EQ(select_gemm_tile(8192, 8192, 4096), kGemmTileLarge);
@@ -102,9 +100,10 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   EXPECT_EQ(select_gemm_tile(128, 8192, 8192, false, 64), kGemmTileSmall);
   EXPECT_EQ(select_gemm_tile(128, 4096, 8192, false, 64), kGemmTileSkinny);
   EXPECT_EQ(select_gemm_tile(128, 8192, 8192, false, 256), kGemmTileTiny);
-  // Only the large tile has float32-output instantiations: the automatic choice takes it for them.
+  // The same choice for every output type.
   EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64)), kGemmTileTiny);
-  EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64, DType::kBFloat16, DType::kFloat32)), kGemmTileLarge);
+  EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64, DType::kBFloat16, DType::kFloat32)), kGemmTileTiny);
+  EXPECT_EQ(resolved_tile(gemm_args(8192, 8192, 64, DType::kFloat16, DType::kFloat32)), kGemmTileLarge);
   auto g = gemm_args(128, 256, 64);
   g.tile = kGemmTileLarge;
   EXPECT_EQ(resolved_tile(g), kGemmTileLarge);
@@ -129,12 +128,15 @@ TEST(OpsGemmTiles, StreamKKeepsTheTile) {
 TEST(OpsGemmArguments, AcceptsEveryBuiltCombination) {
   for (DType in : {DType::kBFloat16, DType::kFloat16})
     for (DType out : {in, DType::kFloat32})
-      for (bool nk : {false, true}) {
-        auto g = gemm_args(1000, 520, 200, in, out, nk);  // no dimension a multiple of the tile
-        EXPECT_EQ(can_implement(g), "") << dtype_name(in) << " -> " << dtype_name(out) << (nk ? " NxK" : " KxN");
-        g.bias = fake_ptr(3);
-        EXPECT_EQ(can_implement(g), "");
-      }
+      for (bool nk : {false, true})
+        for (GemmTile tile : {GemmTile{}, kGemmTileLarge, kGemmTileSmall, kGemmTileSkinny, kGemmTileTiny}) {
+          auto g = gemm_args(1000, 520, 200, in, out, nk);  // no dimension a multiple of the tile
+          g.tile = tile;
+          EXPECT_EQ(can_implement(g), "")
+              << dtype_name(in) << " -> " << dtype_name(out) << (nk ? " NxK " : " KxN ") << tile.m << "x" << tile.n;
+          g.bias = fake_ptr(3);
+          EXPECT_EQ(can_implement(g), "");
+        }
   EXPECT_EQ(can_implement(gemm_args(1, 8, 8)), "");
   EXPECT_EQ(can_implement(gemm_args(0, 8, 8)), "") << "an empty output is nothing to do";
   // Padded rows: strides that are multiples of 16 bytes.
@@ -204,19 +206,6 @@ TEST(OpsGemmArguments, RejectionsNameTheTensorAndTheRule) {
   EXPECT_EQ(can_implement(g),
             "gemm: tile 64x256x64 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64 (or "
             "0x0x0 for the automatic choice).");
-  g = gemm_args(256, 256, 128, DType::kBFloat16, DType::kFloat32);
-  g.tile = kGemmTileSmall;
-  EXPECT_EQ(can_implement(g),
-            "gemm: tile 128x128x64 is built for 16-bit outputs only; C is float32: use 128x256x64 or the automatic "
-            "choice.");
-  g.tile = kGemmTileSkinny;
-  EXPECT_EQ(can_implement(g),
-            "gemm: tile 64x128x64 is built for 16-bit outputs only; C is float32: use 128x256x64 or the automatic "
-            "choice.");
-  g.tile = kGemmTileTiny;
-  EXPECT_EQ(can_implement(g),
-            "gemm: tile 64x64x64 is built for 16-bit outputs only; C is float32: use 128x256x64 or the automatic "
-            "choice.");
   // gemm() and workspace_size() refuse what can_implement refuses, with the same text, before any CUDA call.
   g = gemm_args(256, 256, 100);
   EXPECT_EQ(error_of([&] { gemm(g, nullptr, nullptr); }), can_implement(g));

@@ -816,7 +816,7 @@ bool symmetric_view(const Context& ctx, const Tensor& t) {
   return ctx.is_symmetric(last);
 }
 
-void check_tile(const FusedPlan& p, const MatmulOperands& mm) {
+void check_tile(const FusedPlan& p) {
   if (std::find(kGemmTiles.begin(), kGemmTiles.end(), p.tile) == kGemmTiles.end()) {
     std::string supported;  // only on the error path: this check runs on every call
     for (const GemmTile& t : kGemmTiles) supported += str_cat(supported.empty() ? "" : ", ", t.m, "x", t.n, "x", t.k);
@@ -824,18 +824,13 @@ void check_tile(const FusedPlan& p, const MatmulOperands& mm) {
                                   "x", p.tile.n, "x", p.tile.k, " is not a tile of the GEMM core; the fused kernels run ",
                                   supported, "."));
   }
-  // Before any launch, so that no rank starts a call that its GEMM would then refuse.
-  IRIS_CHECK_ARG(gemm_tile_has_float32_output(p.tile) || mm.c.dtype != DType::kFloat32, ccl::op_name(p.sig.op),
-                 ": the GEMM tile ", p.tile.m, "x", p.tile.n, "x", p.tile.k,
-                 " is built for 16-bit outputs only; C is float32: use ", kGemmTileLarge.m, "x", kGemmTileLarge.n, "x",
-                 kGemmTileLarge.k, ".");
 }
 
 void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
             cudaStream_t stream) {
   const FusedPlan p = context_plan(plan, ctx, mm, config);
   check_fused_workspace(p, ws);
-  check_tile(p, mm);
+  check_tile(p);
   // Every rank must take the path its peers prepared for (see OpSignature::symmetric_output).
   IRIS_CHECK_ARG(p.sig.symmetric_output == ws.signature().symmetric_output, ccl::op_name(p.sig.op), ": C is ",
                  p.sig.symmetric_output ? "" : "not ", "on the symmetric heap but the workspace was prepared with C ",

@@ -69,27 +69,22 @@ struct Choice {
   bool stream_k = false;
 };
 
-// Stream-K runs only for an explicit 128x128 tile (its own output tiles, computed by the stream-K kernel)
-// whose output leaves at least half the SMs the GEMM may use idle for a long K loop; CUTLASS's stream-K
-// heuristic then picks the split. Measured with bench/gemm_bench on one H200 (bf16, iris / cuBLAS, B as
-// K x N / N x K): with the 128x128 tile, data-parallel -> stream-K, 128 x 4096 x 8192 (32 tiles) 0.56 /
-// 0.60 -> 0.76 / 0.80 and 128 x 8192 x 8192 (64 tiles) 0.69 / 0.76 -> 0.80 / 0.86, but 128 x 8192 x 4096
-// (64 tiles, half the K) 0.78 / 0.78 -> 0.72 / 0.75, hence the K bound. The automatic choice never
-// takes it: its 64-row tiles, data-parallel, beat it wherever it would run (2026-12-01, timed in turns):
-// 64x64 against stream-K 128x128 at 128 x 2048 x 8192 1.04 / 1.13 against 0.60 / 0.64, 64 x 4096 x 8192
-// 1.14 / 1.13 against 0.69 / 0.70, 128 x 1024 x 8192 1.16 / 1.18 against 0.49 / 0.49, 64 x 1024 x 8192
-// 1.03 / 1.23 against 0.41 / 0.49.
+// Stream-K runs only for an explicit 128x128 tile of 16-bit output (its own output tiles, computed by
+// the stream-K kernel) whose output leaves at least half the SMs the GEMM may use idle for a long K loop;
+// CUTLASS's stream-K heuristic then picks the split. Measured on one H200 (bf16, iris / cuBLAS, B as
+// K x N / N x K, timed in turns; bench/results/2026-12-01-h200-gemm-bf16.txt): with the 128x128 tile,
+// data-parallel -> stream-K, 128 x 4096 x 8192 (32 tiles) 0.59 / 0.64 -> 0.77 / 0.84 and 128 x 8192 x
+// 8192 (64 tiles) 0.67 / 0.74 -> 0.78 / 0.83; on 2026-11-29, 128 x 8192 x 4096 (64 tiles, half the K)
+// 0.78 / 0.78 -> 0.72 / 0.75, hence the K bound. The automatic choice never takes it: its 64-row tiles,
+// data-parallel, beat it wherever it would run: 64x64 against stream-K 128x128 at 128 x 2048 x 8192
+// 1.04 / 1.07 against 0.60 / 0.60, 64 x 4096 x 8192 1.07 / 1.09 against 0.67 / 0.69, 128 x 1024 x 8192
+// 1.07 / 1.07 against 0.44 / 0.43, 64 x 1024 x 8192 1.02 / 1.06 against 0.41 / 0.42.
 Choice choose(const GemmArguments& g, int sm_count) {
   const int64_t m = g.a.rows, n = g.b_is_nk ? g.b.rows : g.b.cols, k = g.a.cols;
   Choice c;
-  if (!g.tile.is_auto()) {
-    c.tile = g.tile;
-  } else if (!is_16bit_float(g.c.dtype)) {
-    c.tile = kGemmTileLarge;  // the only tile built for float32 outputs
-  } else {
-    c.tile = select_gemm_tile(m, n, k, g.b_is_nk, sm_count);
-  }
-  c.stream_k = g.stream_k && g.tile == kGemmTileSmall && k >= 8192 && 2 * tile_count(m, n, c.tile) <= sm_count;
+  c.tile = g.tile.is_auto() ? select_gemm_tile(m, n, k, g.b_is_nk, sm_count) : g.tile;
+  c.stream_k = g.stream_k && g.tile == kGemmTileSmall && is_16bit_float(g.c.dtype) && k >= 8192 &&
+               2 * tile_count(m, n, c.tile) <= sm_count;
   return c;
 }
 
@@ -130,9 +125,10 @@ constexpr Sm90Instance instance() {
   return {kIn, kOut, kBIsNK, kTile, &G::workspace_size, &G::run};
 }
 
-// The complete set: the large tile for 16-bit and float32 outputs, the 128x128 tile for 16-bit outputs,
-// data-parallel and stream-K (gemm_sm90_<in>_<layout>.cu), and the two 64-row tiles for 16-bit outputs
-// (gemm_sm90_<in>_<layout>_m64.cu). About 35 s of compile each on 2 cores, so the set stays small.
+// The complete set: every tile for 16-bit and float32 outputs (gemm_sm90_<in>_<layout>.cu for the
+// large tile and the 128x128 tile's 16-bit output, _m64.cu for the 64-row tiles' 16-bit output, _f32.cu
+// for the float32 outputs of the others), and the stream-K kernel for 16-bit outputs. About 35 s of
+// compile each on 2 cores, so the set stays small.
 constexpr DType kBF16 = DType::kBFloat16;
 constexpr DType kF16 = DType::kFloat16;
 constexpr DType kF32 = DType::kFloat32;
@@ -145,6 +141,10 @@ constexpr Sm90Instance kSm90Instances[] = {
     // gemm_sm90_bf16_kn_m64.cu
     instance<kBF16, kBF16, false, kTileSkinny>(),
     instance<kBF16, kBF16, false, kTileTiny>(),
+    // gemm_sm90_bf16_kn_f32.cu
+    instance<kBF16, kF32, false, kTileSmall>(),
+    instance<kBF16, kF32, false, kTileSkinny>(),
+    instance<kBF16, kF32, false, kTileTiny>(),
     // gemm_sm90_bf16_nk.cu
     instance<kBF16, kBF16, true, kTileLarge>(),
     instance<kBF16, kF32, true, kTileLarge>(),
@@ -153,6 +153,10 @@ constexpr Sm90Instance kSm90Instances[] = {
     // gemm_sm90_bf16_nk_m64.cu
     instance<kBF16, kBF16, true, kTileSkinny>(),
     instance<kBF16, kBF16, true, kTileTiny>(),
+    // gemm_sm90_bf16_nk_f32.cu
+    instance<kBF16, kF32, true, kTileSmall>(),
+    instance<kBF16, kF32, true, kTileSkinny>(),
+    instance<kBF16, kF32, true, kTileTiny>(),
     // gemm_sm90_f16_kn.cu
     instance<kF16, kF16, false, kTileLarge>(),
     instance<kF16, kF32, false, kTileLarge>(),
@@ -161,6 +165,10 @@ constexpr Sm90Instance kSm90Instances[] = {
     // gemm_sm90_f16_kn_m64.cu
     instance<kF16, kF16, false, kTileSkinny>(),
     instance<kF16, kF16, false, kTileTiny>(),
+    // gemm_sm90_f16_kn_f32.cu
+    instance<kF16, kF32, false, kTileSmall>(),
+    instance<kF16, kF32, false, kTileSkinny>(),
+    instance<kF16, kF32, false, kTileTiny>(),
     // gemm_sm90_f16_nk.cu
     instance<kF16, kF16, true, kTileLarge>(),
     instance<kF16, kF32, true, kTileLarge>(),
@@ -169,6 +177,10 @@ constexpr Sm90Instance kSm90Instances[] = {
     // gemm_sm90_f16_nk_m64.cu
     instance<kF16, kF16, true, kTileSkinny>(),
     instance<kF16, kF16, true, kTileTiny>(),
+    // gemm_sm90_f16_nk_f32.cu
+    instance<kF16, kF32, true, kTileSmall>(),
+    instance<kF16, kF32, true, kTileSkinny>(),
+    instance<kF16, kF32, true, kTileTiny>(),
 };
 
 int tile_id(const GemmTile& t) {
@@ -298,9 +310,6 @@ std::string can_implement(const GemmArguments& g) {
     if (std::find(kGemmTiles.begin(), kGemmTiles.end(), g.tile) == kGemmTiles.end())
       return str_cat("gemm: tile ", tile_name(g.tile), " is not supported; the tiles are ", supported_tiles(),
                      " (or 0x0x0 for the automatic choice).");
-    if (!gemm_tile_has_float32_output(g.tile) && g.c.dtype == DType::kFloat32)
-      return str_cat("gemm: tile ", tile_name(g.tile), " is built for 16-bit outputs only; C is float32: use ",
-                     tile_name(kGemmTileLarge), " or the automatic choice.");
   }
   return "";
 }

@@ -37,7 +37,7 @@ inline constexpr int kTileSkinny = 2;  // 64x128x64 ping-pong, cluster 1x1
 inline constexpr int kTileTiny = 3;    // 64x64x64 ping-pong, cluster 1x1
 // Not a tile of its own: kGemmTileSmall's output tiles, computed by a stream-K kernel (128x128x64
 // cooperative, cluster 1x1, CUTLASS's stream-K tile scheduler) that splits K across CTAs when the tiles
-// are too few to fill the device (GemmArguments::stream_k). 16-bit outputs only, like kTileSmall.
+// are too few to fill the device (GemmArguments::stream_k). 16-bit outputs only.
 inline constexpr int kTileSmallStreamK = 4;
 
 template <DType kIn, DType kOut, bool kBIsNK, int kTile>

@@ -44,36 +44,35 @@ struct GemmTile {
 };
 
 // 128x256x64, warp-specialized cooperative (two consumer warpgroups share a tile), cluster 2x1 (B
-// multicast to both CTAs). The large-shape configuration, and the only one with float32 outputs.
+// multicast to both CTAs). The large-shape configuration.
 inline constexpr GemmTile kGemmTileLarge{128, 256, 64};
 // 128x128x64, warp-specialized ping-pong (two consumer warpgroups alternate tiles), cluster 1x2. For
-// mid-sized outputs. 16-bit outputs only.
+// mid-sized outputs.
 inline constexpr GemmTile kGemmTileSmall{128, 128, 64};
 // 64x128x64 and 64x64x64, warp-specialized ping-pong, cluster 1x1: for outputs of few rows (decode,
 // and the per-rank GEMMs of the fused ops at small M), where 128-row tiles leave most SMs idle and the
-// GEMM is bound by reading B. 16-bit outputs only.
+// GEMM is bound by reading B.
 inline constexpr GemmTile kGemmTileSkinny{64, 128, 64};
 inline constexpr GemmTile kGemmTileTiny{64, 64, 64};
-// Every tile a GEMM may run with.
+// Every tile a GEMM may run with, each for every input and output type.
 inline constexpr std::array<GemmTile, 4> kGemmTiles{kGemmTileLarge, kGemmTileSmall, kGemmTileSkinny, kGemmTileTiny};
-// True for the tiles built for float32 outputs as well as 16-bit ones (kGemmTileLarge).
-constexpr bool gemm_tile_has_float32_output(GemmTile t) { return t == kGemmTileLarge; }
 
 // The SM count the automatic choice assumes where neither GemmArguments::sm_count nor a device says
 // otherwise: H100 SXM and H200.
 inline constexpr int kGemmDefaultSmCount = 132;
 
-// The tile an automatic choice (GemmArguments::tile left at {0, 0, 0}) takes for an M x N x K problem of
-// 16-bit output on `sm_count` SMs. Above 2^25 output elements (4096 x 8192): kGemmTileLarge when B is
+// The tile an automatic choice (GemmArguments::tile left at {0, 0, 0}) takes for an M x N x K problem on
+// `sm_count` SMs, whatever the output type. Above 2^25 output elements (4096 x 8192): kGemmTileLarge when B is
 // N x K or N >= 8192, else kGemmTileSmall. Up to there, the largest of kGemmTileSmall, kGemmTileSkinny,
 // kGemmTileTiny whose output has at least 7/8 of sm_count tiles (a full wave), else kGemmTileTiny (the
 // most tiles). Measured on one H200 (bf16, iris / cuBLAS, B as K x N / N x K, timed in turns;
-// bench/results/2026-12-01-h200-gemm-*.txt): from 2048 rows up the choice is 1.01-1.03 / 1.01-1.03;
-// 128 x 8192 x 8192: 64x128 (128 tiles) 0.99 / 0.99 against 0.89 / 0.86 (64x64), 0.70 / 0.76 (128x128);
-// 128 x 8192 x 4096: 64x128 0.96 / 0.95 against 0.89 / 0.93, 0.73 / 0.79; 128 x 4096 x 8192: 64x64
-// (128 tiles) 1.13 / 1.10 against 1.02 / 1.01 (64x128), 0.61 / 0.63; 64 x 8192 x 8192: 64x64 0.99 / 1.07
-// against 0.95 / 1.05, 0.65 / 0.71; at 256 x 8192 x 8192 (the configuration sweep) 128x128 (128 tiles)
-// 1.00-1.02 against 0.99 (64x128).
+// bench/results/2026-12-01-h200-gemm-*.txt): from 2048 rows up the choice is 1.01-1.04 / 1.02-1.03;
+// 128 x 8192 x 8192: 64x128 (128 tiles) 0.94 / 0.98 against 0.87 / 0.86 (64x64), 0.67 / 0.74 (128x128);
+// 128 x 8192 x 4096: 64x128 0.95 / 0.95 against 0.90 / 0.91, 0.77 / 0.79; 128 x 4096 x 8192: 64x64
+// (128 tiles) 1.09 / 1.13 against 0.99 / 1.04 (64x128), 0.59 / 0.64; 64 x 8192 x 8192: 64x64 0.99 / 1.07
+// against 0.96 / 1.07, 0.64 / 0.72; at 256 x 8192 x 8192 (the configuration sweep) 128x128 (128 tiles)
+// 1.00-1.02 against 0.99 (64x128). Float32 outputs: 0.98-1.22 except 128 x 2048 x 8192 with B as K x N
+// (0.79: cuBLAS splits K there; this GEMM core has no split-K for 64-row tiles).
 GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk = false, int sm_count = kGemmDefaultSmCount);
 
 struct GemmArguments {
@@ -85,7 +84,7 @@ struct GemmArguments {
   float alpha = 1.0f;          // C = alpha * (A @ B) + bias
   GemmTile tile{};             // one of kGemmTiles, or {0, 0, 0} for select_gemm_tile
   int sm_count = 0;            // SMs the persistent kernel may occupy (2 at least: one cluster); 0 = all
-  // Allows stream-K for an explicit 128x128 tile (kGemmTileSmall, 16-bit C): when its output has at
+  // Allows stream-K for an explicit 128x128 tile (kGemmTileSmall) of 16-bit C: when its output has at
   // most sm_count / 2 tiles and K >= 8192 (the measured rule in gemm_sm90.cu), a stream-K kernel splits
   // the K loop across CTAs (CUTLASS's stream-K scheduler and its heuristic) so every SM works; partial
   // sums meet in the workspace (workspace_size(args) bytes, then non-zero) and are reduced in a fixed

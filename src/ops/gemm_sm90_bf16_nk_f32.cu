@@ -1,0 +1,12 @@
+// GEMM core instantiations, float32 outputs of the 128x128 and 64-row tiles:
+// bfloat16 inputs, B stored N x K (column-major K x N).
+// (A file of their own so that a parallel build compiles them beside the others.)
+#include "ops/gemm_sm90_impl.hpp"
+
+namespace iris::ops::detail {
+
+template struct Sm90Gemm<DType::kBFloat16, DType::kFloat32, true, kTileSmall>;
+template struct Sm90Gemm<DType::kBFloat16, DType::kFloat32, true, kTileSkinny>;
+template struct Sm90Gemm<DType::kBFloat16, DType::kFloat32, true, kTileTiny>;
+
+}  // namespace iris::ops::detail
