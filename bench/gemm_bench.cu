@@ -5,16 +5,17 @@
 // Shapes: issue 5's global (M, N, K) = (8192, 8192, 8192), (16384, 4096, 8192), (4096, 8192, 4096),
 // (2048, 8192, 8192), (128, 8192, 8192), then the per-rank GEMMs of the fused ops at 128 rows on 2
 // ranks: (128, 8192, 4096) (matmul_all_reduce, matmul_reduce_scatter), (128, 4096, 8192)
-// (all_gather_matmul), (64, 8192, 8192) (matmul_all_gather), and two decode shapes whose output fills
-// at most half the SMs even with 64x64 tiles, where stream-K may take over: (128, 2048, 8192) and
-// (64, 4096, 8192). bf16 in and out, fp32 accumulation, B as K x N and as N x K. Every tile of
-// kGemmTiles and the automatic choice are timed, and the automatic choice with GemmArguments::stream_k
-// ("+sk") where it then runs the stream-K kernel. Each figure is the median of --repeats timed batches
-// of --iters back-to-back launches (CUDA events) after a warm-up; cuBLAS and every iris row are timed in
-// turns within each repeat, so that drift in clocks and power over the run (a sustained GEMM holds an
-// H200 at its power limit) falls on all of them alike, not on whichever was timed first.
+// (all_gather_matmul), (64, 8192, 8192) (matmul_all_gather), and decode shapes whose output fills at
+// most half the SMs even with 64x64 tiles: (128, 2048, 8192), (64, 4096, 8192), (128, 1024, 8192),
+// (64, 1024, 8192). bf16 in, bf16 out (or float32 with --out f32), fp32 accumulation, B as K x N and as
+// N x K. The automatic choice and every tile of kGemmTiles are timed, and the 128x128 tile with
+// GemmArguments::stream_k ("128x128+sk") where it then runs the stream-K kernel. Each figure is the
+// median of --repeats timed batches of --iters back-to-back launches (CUDA events) after a warm-up;
+// cuBLAS and every iris row are timed in turns within each repeat, so that drift in clocks and power
+// over the run (a sustained GEMM holds an H200 at its power limit) falls on all of them alike, not on
+// whichever was timed first.
 //
-//   gemm_bench [--repeats N] [--iters N] [--json FILE]
+//   gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--json FILE]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -59,10 +60,14 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
   }
 }
 
-__global__ void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* out) {
+__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ float to_float(float x) { return x; }
+
+template <typename T>
+__global__ void max_abs_diff(const T* a, const T* b, size_t n, float* out) {
   float m = 0;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
-    m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
+    m = fmaxf(m, fabsf(to_float(a[i]) - to_float(b[i])));
   for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   if ((threadIdx.x & 31) == 0) atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // m >= 0
 }
@@ -102,14 +107,18 @@ std::vector<double> time_us_interleaved(const std::vector<std::function<void()>>
 
 int main(int argc, char** argv) try {
   int repeats = 5, iters = 10;
+  bool out_f32 = false;
   std::string json;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--repeats" && i + 1 < argc) repeats = std::atoi(argv[++i]);
     else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json = argv[++i];
+    else if (a == "--out" && i + 1 < argc &&
+             (std::strcmp(argv[i + 1], "f32") == 0 || std::strcmp(argv[i + 1], "bf16") == 0))
+      out_f32 = std::strcmp(argv[++i], "f32") == 0;
     else {
-      std::fprintf(stderr, "usage: gemm_bench [--repeats N] [--iters N] [--json FILE]\n");
+      std::fprintf(stderr, "usage: gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--json FILE]\n");
       return 2;
     }
   }
@@ -124,8 +133,11 @@ int main(int argc, char** argv) try {
   }
   cudaDeviceProp prop{};
   IRIS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("# gemm_bench on %s (%d SMs): bf16 in/out, fp32 accumulation; ratio = iris / cuBLAS TFLOP/s\n",
-              prop.name, prop.multiProcessorCount);
+  std::printf("# gemm_bench on %s (%d SMs): bf16 in, %s out, fp32 accumulation; ratio = iris / cuBLAS TFLOP/s\n",
+              prop.name, prop.multiProcessorCount, out_f32 ? "f32" : "bf16");
+  const iris::DType c_dtype = out_f32 ? iris::DType::kFloat32 : iris::DType::kBFloat16;
+  const size_t c_size = out_f32 ? 4 : 2;
+  const cudaDataType_t c_cuda = out_f32 ? CUDA_R_32F : CUDA_R_16BF;
   std::printf("%7s %6s %6s %3s %-16s %9s %9s %9s %7s %10s\n", "M", "N", "K", "B", "tile", "iris_us", "cublas_us",
               "iris_TF", "ratio", "max|diff|");
   cublasHandle_t handle;
@@ -136,12 +148,13 @@ int main(int argc, char** argv) try {
     max_b = std::max<size_t>(max_b, s.k * s.n);
     max_c = std::max<size_t>(max_c, s.m * s.n);
   }
-  __nv_bfloat16 *a, *b, *c_iris, *c_ref;
+  __nv_bfloat16 *a, *b;
+  void *c_iris, *c_ref;
   float* diff;
   IRIS_CUDA_CHECK(cudaMalloc(&a, max_a * 2));
   IRIS_CUDA_CHECK(cudaMalloc(&b, max_b * 2));
-  IRIS_CUDA_CHECK(cudaMalloc(&c_iris, max_c * 2));
-  IRIS_CUDA_CHECK(cudaMalloc(&c_ref, max_c * 2));
+  IRIS_CUDA_CHECK(cudaMalloc(&c_iris, max_c * c_size));
+  IRIS_CUDA_CHECK(cudaMalloc(&c_ref, max_c * c_size));
   IRIS_CUDA_CHECK(cudaMalloc(&diff, sizeof(float)));
   fill_bf16<<<1024, 256>>>(a, max_a, 1);
   fill_bf16<<<1024, 256>>>(b, max_b, 2);
@@ -153,9 +166,9 @@ int main(int argc, char** argv) try {
       const float one = 1.0f, zero = 0.0f;
       // Row-major C = A @ B is column-major C^T = B^T A^T: cuBLAS's first operand is B.
       auto cublas = [&] {
-        CUBLAS_OK(cublasGemmEx(handle, nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, s.n, s.m, s.k, &one, b,
-                               CUDA_R_16BF, nk ? s.k : s.n, a, CUDA_R_16BF, s.k, &zero, c_ref, CUDA_R_16BF, s.n,
-                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        CUBLAS_OK(cublasGemmEx(handle, nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, s.n, s.m, s.k, &one, b, CUDA_R_16BF,
+                               nk ? s.k : s.n, a, CUDA_R_16BF, s.k, &zero, c_ref, c_cuda, s.n, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
       };
       struct Row {
         iris::ops::GemmArguments args;
@@ -165,7 +178,7 @@ int main(int argc, char** argv) try {
       std::vector<Row> rows;
       std::vector<iris::ops::GemmTile> tiles{iris::ops::GemmTile{}};
       for (auto t : iris::ops::kGemmTiles) tiles.push_back(t);
-      tiles.push_back(iris::ops::GemmTile{});  // the automatic choice again, with stream_k
+      tiles.push_back(iris::ops::kGemmTileSmall);  // the 128x128 tile again, with stream_k
       for (size_t ti = 0; ti < tiles.size(); ++ti) {
         const iris::ops::GemmTile tile = tiles[ti];
         const bool stream_k = ti + 1 == tiles.size();
@@ -175,12 +188,12 @@ int main(int argc, char** argv) try {
         args.b = nk ? iris::Tensor::matrix(b, iris::DType::kBFloat16, s.n, s.k)
                     : iris::Tensor::matrix(b, iris::DType::kBFloat16, s.k, s.n);
         args.b_is_nk = nk;
-        args.c = iris::Tensor::matrix(c_iris, iris::DType::kBFloat16, s.m, s.n);
+        args.c = iris::Tensor::matrix(c_iris, c_dtype, s.m, s.n);
         args.tile = tile;
         args.stream_k = stream_k;
         const auto resolved = iris::ops::resolved_tile(args);
         const size_t ws_bytes = iris::ops::workspace_size(args);
-        if (stream_k && ws_bytes == 0) continue;  // the data-parallel kernel: the same as the auto row
+        if (stream_k && ws_bytes == 0) continue;  // the data-parallel kernel: the same as the 128x128 row
         if (ws_bytes > 0) IRIS_CUDA_CHECK(cudaMalloc(&row.ws, ws_bytes));
         char tname[32];
         std::snprintf(tname, sizeof tname, "%s%dx%d%s", tile.is_auto() ? "auto:" : "", resolved.m, resolved.n,
@@ -197,10 +210,15 @@ int main(int argc, char** argv) try {
         const double t_iris = t_us[ri + 1] * 1e-3;
         // The difference from cuBLAS's output (c_ref holds the last cuBLAS launch's result), on a
         // poisoned output.
-        IRIS_CUDA_CHECK(cudaMemset(c_iris, 0xff, s.m * s.n * 2));
+        IRIS_CUDA_CHECK(cudaMemset(c_iris, 0xff, s.m * s.n * c_size));
         iris::ops::gemm(row.args, row.ws, nullptr);
         IRIS_CUDA_CHECK(cudaMemset(diff, 0, sizeof(float)));
-        max_abs_diff<<<264, 256>>>(c_iris, c_ref, s.m * s.n, diff);
+        if (out_f32)
+          max_abs_diff<<<264, 256>>>(static_cast<const float*>(c_iris), static_cast<const float*>(c_ref), s.m * s.n,
+                                     diff);
+        else
+          max_abs_diff<<<264, 256>>>(static_cast<const __nv_bfloat16*>(c_iris),
+                                     static_cast<const __nv_bfloat16*>(c_ref), s.m * s.n, diff);
         float d = 0;
         IRIS_CUDA_CHECK(cudaMemcpy(&d, diff, sizeof(float), cudaMemcpyDeviceToHost));
         const double flop = 2.0 * s.m * s.n * s.k;
