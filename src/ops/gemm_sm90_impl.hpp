@@ -53,44 +53,31 @@ struct CutlassElement<DType::kFloat32> {
   using type = float;
 };
 
+// A kernel configuration: CTA tile (M, N, K), cluster (M, N), and the warp-specialized schedule, ping-pong
+// (two consumer warpgroups alternate tiles) or cooperative (both share one tile; M of 128 and up).
+template <int kM, int kN, int kK, int kClusterM, int kClusterN, bool kPingpong>
+struct Sm90Config {
+  using TileShape = cute::Shape<cute::Int<kM>, cute::Int<kN>, cute::Int<kK>>;
+  using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
+  using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
+};
+
+// Each tile id's configuration (the tiles of gemm.hpp's kGemmTiles, and the stream-K kernel).
 template <int kTile>
 struct Sm90TileConfig;
 template <>
-struct Sm90TileConfig<kTileLarge> {
-  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
-  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
+struct Sm90TileConfig<kTileLarge> : Sm90Config<128, 256, 64, 2, 1, false> {};
 template <>
-struct Sm90TileConfig<kTileSmall> {
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
-  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-};
-
+struct Sm90TileConfig<kTileSmall> : Sm90Config<128, 128, 64, 1, 2, true> {};
 template <>
-struct Sm90TileConfig<kTileSkinny> {
-  using TileShape = cute::Shape<cute::_64, cute::_128, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-};
+struct Sm90TileConfig<kTileSkinny> : Sm90Config<64, 128, 64, 1, 1, true> {};
 template <>
-struct Sm90TileConfig<kTileTiny> {
-  using TileShape = cute::Shape<cute::_64, cute::_64, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-};
+struct Sm90TileConfig<kTileTiny> : Sm90Config<64, 64, 64, 1, 1, true> {};
 template <>
-struct Sm90TileConfig<kTileSmallStreamK> {
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
+struct Sm90TileConfig<kTileSmallStreamK> : Sm90Config<128, 128, 64, 1, 1, false> {};
 
 // The tile scheduler: persistent data-parallel, or stream-K for kTileSmallStreamK.
 template <int kTile>
