@@ -47,6 +47,7 @@ void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   detail::require_op(kOp, kPreamble, ws, OpKind::kAllGather);
   ws.check_capacity(p.x.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;
+  if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.x.ll) {
     detail::launch_ll(detail::ll_args(ctx, in, out, p.x.block_rows, p.x.ll_words, ws, p.in_place),
                       detail::LLMode::kAllGather, in.dtype, ReduceOp::kSum, p.x.blocks,

@@ -133,7 +133,8 @@ AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size
   (void)dtype;
   (void)rows;
   if (config.all_reduce_variant != AllReduceVariant::kAuto) return config.all_reduce_variant;
-  if (world_size == 1) return AllReduceVariant::kTwoShot;  // a plain copy
+  // One rank: the call is a copy (single_rank_copy); the plan and workspace stay two_shot's.
+  if (world_size == 1) return AllReduceVariant::kTwoShot;
   return bytes <= kOneShotMaxBytes ? AllReduceVariant::kOneShot : AllReduceVariant::kTwoShot;
 }
 
@@ -149,6 +150,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;
   stream = detail::pick_stream(ctx, stream);
+  if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   const DeviceContext dctx = ctx.device_context();
   const uint64_t key = layout_key(p, in.element_size());
   switch (p.variant) {

@@ -38,6 +38,7 @@ void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   detail::require_op(kOp, kPreamble, ws, OpKind::kAllToAll);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;
+  if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.ll) {
     detail::launch_ll(detail::ll_args(ctx, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kAllToAll, in.dtype,
                       ReduceOp::kSum, p.blocks, detail::pick_stream(ctx, stream));

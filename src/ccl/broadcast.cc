@@ -65,6 +65,7 @@ void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, cons
   detail::require_op(kOp, kPreamble, ws, OpKind::kBroadcast);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (out.numel() == 0) return;
+  if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   const bool is_root = ctx.rank() == root;
   detail::BroadcastArgs a{};
   a.ctx = ctx.device_context();

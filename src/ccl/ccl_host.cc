@@ -35,6 +35,26 @@ int sm_count(const Context& ctx) {
   return n;
 }
 
+bool single_rank_copy(const Context& ctx, const Tensor& out, const Tensor& in, Workspace& ws, cudaStream_t stream) {
+  if (ctx.world_size() != 1) return false;
+  const bool same = out.data == in.data && out.rows == in.rows && out.cols == in.cols && out.stride == in.stride;
+  if (!same && out.numel() > 0) {
+    const size_t esz = in.element_size();
+    if (in.contiguous() && out.contiguous()) {
+      IRIS_CUDA_CHECK(
+          cudaMemcpyAsync(out.data, in.data, static_cast<size_t>(in.numel()) * esz, cudaMemcpyDefault, stream));
+    } else {
+      const size_t width = static_cast<size_t>(in.cols) * esz;
+      // A one-row view may carry any stride (it has no second row): its pitch is its width.
+      auto pitch = [&](const Tensor& t) { return t.rows <= 1 ? width : static_cast<size_t>(t.stride) * esz; };
+      IRIS_CUDA_CHECK(cudaMemcpy2DAsync(out.data, pitch(out), in.data, pitch(in), width, static_cast<size_t>(in.rows),
+                                        cudaMemcpyDefault, stream));
+    }
+  }
+  ws.count_call();
+  return true;
+}
+
 void require_prepared(const char* op, const char* preamble, const Workspace& ws) {
   IRIS_CHECK_ARG(ws.prepared(), op, ": the workspace was never prepared; call ", preamble,
                  " with the same arguments and this workspace first (on every rank).");

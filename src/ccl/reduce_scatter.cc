@@ -44,6 +44,7 @@ void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Con
   detail::require_op(kOp, kPreamble, ws, OpKind::kReduceScatter);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (out.numel() == 0) return;
+  if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.ll) {
     detail::launch_ll(detail::ll_args(ctx, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kReduceScatter,
                       in.dtype, op, p.blocks, detail::pick_stream(ctx, stream));
