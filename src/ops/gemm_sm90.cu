@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "iris/ccl/workspace.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/error.hpp"
 #include "iris/ops/gemm.hpp"
@@ -61,8 +62,6 @@ bool overlaps(const Tensor& x, const Tensor& y) {
   return x0 < y0 + y.span_bytes() && y0 < x0 + x.span_bytes();
 }
 
-int64_t tile_count(int64_t m, int64_t n, GemmTile t) { return ((m + t.m - 1) / t.m) * ((n + t.n - 1) / t.n); }
-
 // What an automatic choice resolves to on `sm_count` SMs, and whether the stream-K kernel runs.
 struct Choice {
   GemmTile tile;
@@ -84,7 +83,7 @@ Choice choose(const GemmArguments& g, int sm_count) {
   Choice c;
   c.tile = g.tile.is_auto() ? select_gemm_tile(m, n, k, g.b_is_nk, sm_count) : g.tile;
   c.stream_k = g.stream_k && g.tile == kGemmTileSmall && is_16bit_float(g.c.dtype) && k >= 8192 &&
-               2 * tile_count(m, n, c.tile) <= sm_count;
+               2 * ccl::tile_count(m, n, c.tile.m, c.tile.n) <= sm_count;
   return c;
 }
 
@@ -243,7 +242,7 @@ GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_
   if (m * n > (int64_t{1} << 25)) return b_is_nk || n >= 8192 ? kGemmTileLarge : kGemmTileSmall;
   const int64_t full_wave = (int64_t{std::max(sm_count, 1)} * 7 + 7) / 8;
   for (const GemmTile& t : {kGemmTileSmall, kGemmTileSkinny})
-    if (tile_count(m, n, t) >= full_wave) return t;
+    if (ccl::tile_count(m, n, t.m, t.n) >= full_wave) return t;
   return kGemmTileTiny;
 }
 

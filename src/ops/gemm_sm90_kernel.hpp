@@ -1,6 +1,6 @@
 // The GEMM core's kernel instantiations, as the dispatcher (gemm_sm90.cu) sees them: no CUTLASS
 // types here, so only the instantiation files pay for the CUTLASS headers. Each instantiation (input
-// type, output type, B layout, tile) is defined once, in gemm_sm90_<in>_<layout>[_m64].cu, from
+// type, output type, B layout, tile) is defined once, in gemm_sm90_<in>_<layout>[_m64|_f32].cu, from
 // gemm_sm90_impl.hpp; the dispatcher's table (kSm90Instances in gemm_sm90.cu) lists the complete set,
 // and a table entry without its file fails at link time. CMake compiles those files with -DNDEBUG,
 // --expt-relaxed-constexpr and sm_90a (CMakeLists.txt).
