@@ -100,6 +100,10 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   EXPECT_EQ(select_gemm_tile(128, 8192, 8192, false, 64), kGemmTileSmall);
   EXPECT_EQ(select_gemm_tile(128, 4096, 8192, false, 64), kGemmTileSkinny);
   EXPECT_EQ(select_gemm_tile(128, 8192, 8192, false, 256), kGemmTileTiny);
+  EXPECT_EQ(error_of([] { (void)select_gemm_tile(128, 8192, 8192, false, 0); }),
+            "select_gemm_tile: sm_count must be positive, got 0.");
+  EXPECT_EQ(error_of([] { (void)select_gemm_tile(-1, 8192, 8192); }),
+            "select_gemm_tile: M x N x K = -1 x 8192 x 8192 has a negative size.");
   // The same choice for every output type.
   EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64)), kGemmTileTiny);
   EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64, DType::kBFloat16, DType::kFloat32)), kGemmTileTiny);

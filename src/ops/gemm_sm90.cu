@@ -238,9 +238,11 @@ GemmProblem make_problem(const GemmArguments& g) {
 }  // namespace
 
 GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_count) {
-  (void)k;
+  IRIS_CHECK_ARG(m >= 0 && n >= 0 && k >= 0, "select_gemm_tile: M x N x K = ", m, " x ", n, " x ", k,
+                 " has a negative size.");
+  IRIS_CHECK_ARG(sm_count > 0, "select_gemm_tile: sm_count must be positive, got ", sm_count, ".");
   if (m * n > (int64_t{1} << 25)) return b_is_nk || n >= 8192 ? kGemmTileLarge : kGemmTileSmall;
-  const int64_t full_wave = (int64_t{std::max(sm_count, 1)} * 7 + 7) / 8;
+  const int64_t full_wave = (int64_t{sm_count} * 7 + 7) / 8;
   for (const GemmTile& t : {kGemmTileSmall, kGemmTileSkinny})
     if (ccl::tile_count(m, n, t.m, t.n) >= full_wave) return t;
   return kGemmTileTiny;

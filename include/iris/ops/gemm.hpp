@@ -72,7 +72,8 @@ inline constexpr int kGemmDefaultSmCount = 132;
 // (128 tiles) 1.09 / 1.13 against 0.99 / 1.04 (64x128), 0.59 / 0.64; 64 x 8192 x 8192: 64x64 0.99 / 1.07
 // against 0.96 / 1.07, 0.64 / 0.72; at 256 x 8192 x 8192 (the configuration sweep) 128x128 (128 tiles)
 // 1.00-1.02 against 0.99 (64x128). Float32 outputs: 0.98-1.22 except 128 x 2048 x 8192 with B as K x N
-// (0.79: cuBLAS splits K there; this GEMM core has no split-K for 64-row tiles).
+// (0.79: cuBLAS splits K there; this GEMM core has no split-K for 64-row tiles). Throws
+// std::invalid_argument for a negative size or sm_count < 1.
 GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk = false, int sm_count = kGemmDefaultSmCount);
 
 struct GemmArguments {
