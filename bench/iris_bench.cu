@@ -8,13 +8,15 @@
 //
 // One thread per GPU (iris::run_threads), each with its own iris::Context and NCCL communicator. For each
 // operation and size, every rank allocates the input and output on the iris heap and fills the input with
-// small integers (exact sums, see iris_bench_data.hpp); then each implementation in turn (NCCL on those
-// buffers, NCCL on buffers in registered symmetric windows, iris per variant):
+// small integers (exact sums, see iris_bench_data.hpp); then each implementation (NCCL on those buffers,
+// NCCL on buffers in registered symmetric windows, iris per variant):
 //   1. prepares (iris: the op's preamble into a fresh workspace; NCCL symmetric: copies the input in),
 //   2. runs one eager call into a poisoned output and counts wrong elements against the host reference,
-//   3. captures `iters` calls into a CUDA graph on the context's stream,
-//   4. after a host barrier, replays it `warmup` times untimed and `repeats` times timed (CUDA events),
-//   5. checks the output of the last replay (poisoned before the replays) again.
+//   3. captures `iters` calls into a CUDA graph on the context's stream;
+//   4. after a host barrier, the two NCCL graphs and one iris variant's are replayed in turns, `warmup`
+//      rounds untimed and `repeats` rounds timed (CUDA events between the replays), so that none gains
+//      from its place in the run; NCCL's graphs are timed again with each iris variant;
+//   5. each is replayed once more into a poisoned output, which is checked again.
 // The per-call time of a rank is the median over the timed replays; the table shows the maximum over ranks.
 // Every fallible step ends with an agreement between the ranks (agree()), so a failure (an op that is
 // not implemented, an exhausted heap) skips that column on every rank instead of leaving a peer waiting.
@@ -128,101 +130,76 @@ void iris_call(iris::Context& ctx, const Problem& p, const iris::Tensor& out, co
   }
 }
 
-// What one implementation needs to be measured.
+// One implementation of a row: iris (one variant), NCCL on plain buffers or NCCL on symmetric windows.
 struct Subject {
-  std::string what;                   // for messages: "iris all_reduce one_shot 8192 B"
-  void* out = nullptr;                // device output of p.out_bytes()
-  std::function<void()> prepare;      // may be empty
-  std::function<void()> call;         // enqueues one call on the context's stream
-  std::function<void()> after_drain;  // surfaces asynchronous errors once the stream drained; may be empty
+  Timed timed;                    // what, call, after_drain; the graph ready() captured
+  void* out = nullptr;            // device output of p.out_bytes()
+  std::function<void()> prepare;  // may be empty
+  int64_t wrong_eager = 0;        // this rank's wrong elements in the eager call
+  bool skipped = false;           // not run at all: the column shows n/a, with skipped_why as its reason
+  std::string skipped_why;
+
+  void skip(std::string why) {
+    skipped = true;
+    skipped_why = std::move(why);
+    timed.error = "not run";  // never ready
+  }
 };
 
-// Steps 1-5 of the header comment, for one implementation. Collective.
-Column measure(iris::Context& ctx, const Options& o, const Expectation& e, const Subject& s) {
-  Column c;
-  c.ran = true;
+// 0x7F in every byte is no value a check accepts (bf16/fp32 ~3.4e38, fp16 NaN, int32 2139062143).
+void poison(const Problem& p, const Subject& s, cudaStream_t stream) {
+  IRIS_CUDA_CHECK(cudaMemsetAsync(s.out, 0x7F, p.out_bytes(), stream));
+}
+
+// Collective. Steps 1-3 of the header comment; a failure sets s.timed.error on every rank.
+void ready(iris::Context& ctx, const Options& o, const Expectation& e, Subject& s) {
   cudaStream_t stream = ctx.stream();
-  const int rank = ctx.rank();
-  const size_t out_bytes = e.problem.out_bytes();
-  auto drain = [&] {
-    wait_stream(stream, s.what + " (eager call)", o.gpu_timeout_s, rank);
-    if (s.after_drain) s.after_drain();
-  };
-  // 0x7F in every byte is no value a check accepts (bf16/fp32 ~3.4e38, fp16 NaN, int32 2139062143).
-  auto poison = [&] { IRIS_CUDA_CHECK(cudaMemsetAsync(s.out, 0x7F, out_bytes, stream)); };
-
-  std::string err = agree(ctx, try_step([&] {
-                            if (s.prepare) s.prepare();
-                          }));
-  if (!err.empty()) {
-    c.error = err;
-    return c;
-  }
-
+  s.timed.error = agree(ctx, try_step([&] {
+                          if (s.prepare) s.prepare();
+                        }));
+  if (!s.timed.error.empty()) return;
   // One eager call: the check, and NCCL's lazy connection set-up before any capture.
-  int64_t wrong_eager = 0;
-  err = agree(ctx, try_step([&] {
-                poison();
-                s.call();
-                drain();
-                if (o.check) wrong_eager = static_cast<int64_t>(count_wrong(s.out, e, stream));
-              }));
-  if (!err.empty()) {
-    c.error = err;
-    return c;
-  }
+  s.timed.error = agree(ctx, try_step([&] {
+                          poison(e.problem, s, stream);
+                          s.timed.call();
+                          wait_stream(stream, s.timed.what + " (eager call)", o.gpu_timeout_s, ctx.rank());
+                          if (s.timed.after_drain) s.timed.after_drain();
+                          if (o.check) s.wrong_eager = static_cast<int64_t>(count_wrong(s.out, e, stream));
+                        }));
+  if (!s.timed.error.empty()) return;
+  prepare_timed(ctx, s.timed, o.iters, o.gpu_timeout_s, /*eager_first=*/false, /*direct_fallback=*/false);
+}
 
-  Graph graph;
-  err = agree(ctx, try_step([&] { graph.capture(stream, o.iters, s.call); }));
-  if (!err.empty()) {
-    c.error = "CUDA graph capture: " + err;
-    return c;
-  }
-
-  err = agree(ctx, try_step([&] {
-                if (o.check) poison();
-              }));
-  if (!err.empty()) {
-    c.error = err;
-    return c;
-  }
-  ctx.barrier();  // every rank starts replaying together (collective; throws on every rank)
-  std::vector<double> times;
-  err = agree(ctx, try_step([&] {
-                times =
-                    graph.time_replays(stream, o.warmup, o.repeats, o.gpu_timeout_s, rank, s.what + " (graph replays)");
-                if (s.after_drain) s.after_drain();
-              }));
-  if (!err.empty()) {
-    c.error = "graph replay: " + err;
-    return c;
-  }
-
+// Collective. Step 5 for a subject step 4 timed without error: one more replay into a poisoned output (the
+// subjects share buffers, so the last timed replay's output may be another's), checked; then the column's
+// wrong count and note.
+void check_replay(iris::Context& ctx, const Options& o, const Expectation& e, const Subject& s, Column& c) {
+  if (!o.check) return;
+  cudaStream_t stream = ctx.stream();
   int64_t wrong_replay = 0;
-  if (o.check) {
-    err = agree(ctx, try_step([&] { wrong_replay = static_cast<int64_t>(count_wrong(s.out, e, stream)); }));
-    if (!err.empty()) {
-      c.error = "check after replays: " + err;
-      return c;
-    }
+  const std::string err =
+      agree(ctx, try_step([&] {
+              poison(e.problem, s, stream);
+              s.timed.turn(stream, o.iters).launch();
+              wait_stream(stream, s.timed.what + " (replay after the timing)", o.gpu_timeout_s, ctx.rank());
+              if (s.timed.after_drain) s.timed.after_drain();
+              wrong_replay = static_cast<int64_t>(count_wrong(s.out, e, stream));
+            }));
+  if (!err.empty()) {
+    c.error = "check after the replays: " + err;
+    c.time_us = std::nan("");
+    return;
   }
-
-  double slowest = 0;
-  for (double t : allgather_double(ctx, median(times))) slowest = std::max(slowest, t);
-  c.time_us = slowest;
-  if (o.check) {
-    double eager = 0, replay = 0;
-    for (double w : allgather_double(ctx, static_cast<double>(wrong_eager))) eager += w;
-    for (double w : allgather_double(ctx, static_cast<double>(wrong_replay))) replay += w;
-    c.wrong = static_cast<int64_t>(eager + replay);
-    if (eager > 0 && replay > 0)
-      c.note = "eager call and last replay";
-    else if (eager > 0)
-      c.note = "eager call";
-    else if (replay > 0)
-      c.note = "last graph replay";
-  }
-  return c;
+  double eager = 0, replay = 0;
+  for (double w : allgather_double(ctx, static_cast<double>(s.wrong_eager))) eager += w;
+  for (double w : allgather_double(ctx, static_cast<double>(wrong_replay))) replay += w;
+  c.wrong = static_cast<int64_t>(eager + replay);
+  if (eager > 0 && replay > 0)
+    c.note = "eager call and replay after the timing";
+  else if (eager > 0)
+    c.note = "eager call";
+  else if (replay > 0)
+    c.note = "replay after the timing";
 }
 
 // The NCCL symmetric-window column is measured where NCCL has symmetric kernels (all_reduce, all_gather,
@@ -282,43 +259,42 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
               }));
   if (!err.empty()) return fail_all("input fill: " + err);
 
-  Column nccl_plain, nccl_sym;
+  // NCCL's subjects are readied once and timed again in turns with each iris variant (step 4).
+  Subject plain, sym;
   if (nccl) {
-    Subject s;
-    s.what = std::string("nccl ") + op_name(p.op) + " " + size_text;
-    s.out = out.get();
-    s.call = [&] { nccl->call(p, in.get(), out.get(), stream); };
-    s.after_drain = [&] { nccl->check_async_error(); };
-    nccl_plain = measure(ctx, o, e, s);
+    plain.timed.what = std::string("nccl ") + op_name(p.op) + " " + size_text;
+    plain.out = out.get();
+    plain.timed.call = [&] { nccl->call(p, in.get(), out.get(), stream); };
+    plain.timed.after_drain = [&] { nccl->check_async_error(); };
+    ready(ctx, o, e, plain);
 
     if (nccl->symmetric_ready()) {
+      sym.timed.what = std::string("nccl symmetric ") + op_name(p.op) + " " + size_text;
       if (p.in_bytes() <= nccl->symmetric_in_bytes() && p.out_bytes() <= nccl->symmetric_out_bytes()) {
-        Subject y;
-        y.what = std::string("nccl symmetric ") + op_name(p.op) + " " + size_text;
-        y.out = nccl->symmetric_out();
-        y.prepare = [&] {
+        sym.out = nccl->symmetric_out();
+        sym.prepare = [&] {
           IRIS_CUDA_CHECK(
               cudaMemcpyAsync(nccl->symmetric_in(), in.get(), p.in_bytes(), cudaMemcpyDeviceToDevice, stream));
           wait_stream(stream, "copy into the symmetric window", o.gpu_timeout_s, rank);
         };
-        y.call = [&] { nccl->call(p, nccl->symmetric_in(), nccl->symmetric_out(), stream); };
-        y.after_drain = s.after_drain;
-        nccl_sym = measure(ctx, o, e, y);
+        sym.timed.call = [&] { nccl->call(p, nccl->symmetric_in(), nccl->symmetric_out(), stream); };
+        sym.timed.after_drain = plain.timed.after_drain;
+        ready(ctx, o, e, sym);
       } else {
-        nccl_sym.ran = true;
-        nccl_sym.error = "larger than the registered symmetric window";
+        sym.timed.error = "larger than the registered symmetric window";
       }
-    } else if (!symmetric_column(o, p.op)) {
-      nccl_sym.error = kSymmetricSkipped;  // not run: shown as n/a, the reason goes to the note and the JSON
+    } else {
+      sym.skip(symmetric_column(o, p.op) ? "" : kSymmetricSkipped);
     }
+  } else {
+    plain.skip("");
+    sym.skip("");
   }
 
   const iris::Tensor tin = input_tensor(p, in.get());
   const iris::Tensor tout = output_tensor(p, out.get());
   for (size_t i = 0; i < rows.size(); ++i) {
     Record& r = rows[i];
-    r.nccl = nccl_plain;
-    r.nccl_sym = nccl_sym;
     iris::ccl::Config cfg;
     if (p.op == Op::kAllReduce) {
       cfg.all_reduce_variant = o.variants[i];
@@ -334,12 +310,32 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
     iris::ccl::Workspace ws;
     iris::ccl::ContextWorkspaceHost host(ctx);
     Subject s;
-    s.what = std::string("iris ") + op_name(p.op) + (r.variant == "-" ? "" : " " + r.variant) + " " + size_text;
+    s.timed.what = std::string("iris ") + op_name(p.op) + (r.variant == "-" ? "" : " " + r.variant) + " " + size_text;
     s.out = out.get();
     s.prepare = [&] { iris_preamble(ctx, p, tout, tin, cfg, ws); };
-    s.call = [&] { iris_call(ctx, p, tout, tin, cfg, ws, stream); };
-    s.after_drain = [&] { ctx.check_device_error(); };
-    r.iris = measure(ctx, o, e, s);
+    s.timed.call = [&] { iris_call(ctx, p, tout, tin, cfg, ws, stream); };
+    s.timed.after_drain = [&] { ctx.check_device_error(); };
+    ready(ctx, o, e, s);
+
+    // Step 4: the three in turns, so that none gains from its place in the run.
+    const std::vector<Subject*> subjects = {&plain, &sym, &s};
+    const std::vector<Column*> columns = {&r.nccl, &r.nccl_sym, &r.iris};
+    const std::vector<TurnTime> times =
+        time_together(ctx, {&plain.timed, &sym.timed, &s.timed}, o.iters, o.warmup, o.repeats, o.gpu_timeout_s);
+    for (size_t j = 0; j < subjects.size(); ++j) {
+      Column& c = *columns[j];
+      if (subjects[j]->skipped) {
+        c.error = subjects[j]->skipped_why;
+        continue;
+      }
+      c.ran = true;
+      if (!times[j].error.empty()) {
+        c.error = times[j].error;
+        continue;
+      }
+      c.time_us = times[j].us;
+      check_replay(ctx, o, e, *subjects[j], c);
+    }
     // Collective free of the workspace's arrays, in the same order on every rank.
     std::string rel = agree(ctx, try_step([&] { ws.release(host); }));
     if (!rel.empty() && r.iris.error.empty())

@@ -6,12 +6,15 @@
 // values (different on every rank; matmul_all_gather's B is the same on every rank, as the op
 // assumes), then:
 //   1. sequential: one eager call, whose C is saved as the reference, then `iters` calls captured into
-//      a CUDA graph and timed over replays (cuBLAS and NCCL both capture);
-//   2. GEMM only: that GEMM alone, captured and timed the same way;
+//      a CUDA graph (cuBLAS and NCCL both capture);
+//   2. GEMM only: that GEMM alone, captured the same way after one eager call;
 //   3. fused, per variant: the preamble (outside any capture: it allocates and talks to the other
 //      ranks), one eager call into a poisoned C that is compared with the reference, then a graph of
-//      `iters` calls timed over replays, and the last replay's C compared again. When the capture
-//      throws, the op is timed as direct launches instead and the row says so.
+//      `iters` calls (when the capture throws, direct launches instead, and the row says so);
+//   4. per variant, the three graphs replayed in turns (warm-up rounds, then timed rounds), so that
+//      none gains from its place in the run: a GPU at its power limit runs whatever follows an idle
+//      gap faster. The sequential and GEMM graphs are timed again with every variant;
+//   5. one more fused replay into a poisoned C, compared with the reference again.
 // Times are medians over the timed replays per rank, then the maximum over ranks. As in the
 // collective tables, every fallible step ends with an agreement between the ranks, so a failure (an
 // op that is not implemented, an exhausted heap) marks that column on every rank and the run goes on.
@@ -285,69 +288,13 @@ void check_cublas(cublasStatus_t status, const char* call) {
     throw iris::Error(std::string(call) + " failed: " + cublasGetStatusString(status));
 }
 
-// ---- timing -----------------------------------------------------------------------------------------
-
-struct Timing {
-  double us = std::nan("");   // median per call on this rank, then the maximum over ranks
-  std::string error;          // why not measured
-  std::string capture_error;  // set when the graph capture failed and direct launches were timed
-};
-
-void record_timing(const Timing& t, Column& c) {
+// A column from what time_together measured.
+void record_time(const TurnTime& t, Column& c) {
+  c.ran = true;
   if (t.error.empty())
     c.time_us = t.us;
   else
     c.error = t.error;
-}
-
-// Collective. `iters` calls of `call` captured into a CUDA graph and timed over replays, after one eager
-// call when eager_first (lazy set-up, such as cuBLAS's first-call work, stays out of the capture). When
-// the capture throws and direct_fallback is set, direct launches are timed instead.
-Timing time_calls(iris::Context& ctx, const Options& o, const std::string& what, const std::function<void()>& call,
-                  const std::function<void()>& after_drain, bool eager_first, bool direct_fallback) {
-  Timing t;
-  cudaStream_t stream = ctx.stream();
-  const int rank = ctx.rank();
-  std::string err;
-  if (eager_first) {
-    err = agree(ctx, try_step([&] {
-                  call();
-                  wait_stream(stream, what + " (eager call)", o.gpu_timeout_s, rank);
-                  if (after_drain) after_drain();
-                }));
-    if (!err.empty()) {
-      t.error = err;
-      return t;
-    }
-  }
-  Graph graph;
-  bool direct = false;
-  err = agree(ctx, try_step([&] { graph.capture(stream, o.iters, call); }));
-  if (!err.empty()) {
-    if (!direct_fallback) {
-      t.error = "CUDA graph capture: " + err;
-      return t;
-    }
-    t.capture_error = err;
-    direct = true;
-  }
-  ctx.barrier();  // every rank starts together (collective; throws on every rank)
-  std::vector<double> times;
-  err = agree(ctx, try_step([&] {
-                times = direct ? time_launches(stream, o.iters, o.warmup, o.repeats, call, o.gpu_timeout_s, rank,
-                                               what + " (direct launches)")
-                               : graph.time_replays(stream, o.warmup, o.repeats, o.gpu_timeout_s, rank,
-                                                    what + " (graph replays)");
-                if (after_drain) after_drain();
-              }));
-  if (!err.empty()) {
-    t.error = (direct ? "direct launches: " : "graph replay: ") + err;
-    return t;
-  }
-  double slowest = 0;
-  for (double x : allgather_double(ctx, median(times))) slowest = std::max(slowest, x);
-  t.us = slowest;
-  return t;
 }
 
 std::string shape_name(const FusedShape& s) {
@@ -472,7 +419,7 @@ struct FusedRunner::Impl {
 
   std::vector<FusedRecord> run(FusedOp op, const FusedShape& shape, uint64_t run_id);
   void run_variant(FusedRecord& r, FusedOp op, const Layout& l, const Variant& v, void* a, void* b, void* c,
-                   const void* ref, bool have_ref);
+                   const void* ref, bool have_ref, const Timed& seq, const Timed& gemm_only);
 };
 
 std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& shape, uint64_t run_id) {
@@ -566,49 +513,39 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
   }
 
   const std::string what = std::string(fused_op_name(op)) + " " + shape_name(shape);
-  Column seq, gemm_only;
+  // The sequential path and the GEMM alone are captured once and timed again in turns with each variant.
+  Timed seq, gemm_only;
+  seq.what = "sequential " + what;
+  gemm_only.what = "cuBLAS GEMM " + what;
+  gemm_only.call = gemm_call;
   bool have_ref = false;
   if (!nccl) {
     seq.error = no_nccl_reason;  // not run: shown as n/a, the reason as a note
   } else {
-    seq.ran = true;
+    seq.call = seq_call;
+    seq.after_drain = [&] { nccl->check_async_error(); };
     // The eager call also makes NCCL's lazy connection set-up happen before any capture.
-    err = agree(ctx, try_step([&] {
-                  seq_call();
-                  wait_stream(stream, "sequential " + what + " (eager call)", o.gpu_timeout_s, rank);
-                  nccl->check_async_error();
-                  IRIS_CUDA_CHECK(cudaMemcpyAsync(ref.get(), pc, l.c_bytes(), cudaMemcpyDeviceToDevice, stream));
-                  wait_stream(stream, "saving the sequential result", o.gpu_timeout_s, rank);
-                }));
-    if (!err.empty()) {
-      seq.error = err;
-    } else {
-      have_ref = true;
-      record_timing(time_calls(
-                        ctx, o, "sequential " + what, seq_call, [&] { nccl->check_async_error(); },
-                        /*eager_first=*/false, /*direct_fallback=*/false),
-                    seq);
-    }
+    seq.error = agree(ctx, try_step([&] {
+                        seq_call();
+                        wait_stream(stream, seq.what + " (eager call)", o.gpu_timeout_s, rank);
+                        nccl->check_async_error();
+                        IRIS_CUDA_CHECK(cudaMemcpyAsync(ref.get(), pc, l.c_bytes(), cudaMemcpyDeviceToDevice, stream));
+                        wait_stream(stream, "saving the sequential result", o.gpu_timeout_s, rank);
+                      }));
+    have_ref = seq.error.empty();
+    if (have_ref) prepare_timed(ctx, seq, o.iters, o.gpu_timeout_s, /*eager_first=*/false, /*direct_fallback=*/false);
   }
-  gemm_only.ran = true;
-  record_timing(time_calls(ctx, o, "cuBLAS GEMM " + what, gemm_call, nullptr, /*eager_first=*/true,
-                           /*direct_fallback=*/false),
-                gemm_only);
+  prepare_timed(ctx, gemm_only, o.iters, o.gpu_timeout_s, /*eager_first=*/true, /*direct_fallback=*/false);
 
-  for (size_t i = 0; i < rows.size(); ++i) {
-    rows[i].seq = seq;
-    rows[i].gemm = gemm_only;
-    run_variant(rows[i], op, l, variants[i], pa, pb, pc, ref.get(), have_ref);
-  }
+  for (size_t i = 0; i < rows.size(); ++i)
+    run_variant(rows[i], op, l, variants[i], pa, pb, pc, ref.get(), have_ref, seq, gemm_only);
   return rows;
 }
 
 void FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l, const Variant& v, void* a, void* b,
-                                    void* c, const void* ref, bool have_ref) {
+                                    void* c, const void* ref, bool have_ref, const Timed& seq, const Timed& gemm_only) {
   cudaStream_t stream = ctx.stream();
   const int rank = ctx.rank();
-  const std::string what =
-      std::string("fused ") + fused_op_name(op) + (v.name == "-" ? "" : "/" + v.name) + " " + shape_name(r.shape);
   const iris::ops::MatmulOperands mm = operands(l, a, b, c, o.fused_b_nk);
   try {  // the SM split, for the JSON; a plan that throws fails the preamble below, on every rank
     const iris::ops::FusedPlan plan = plan_for(op, mm, v.config, ctx.world_size(), device_sms);
@@ -616,44 +553,60 @@ void FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
     r.comm_sms = plan.comm_sms;
   } catch (const std::exception&) {
   }
-  r.fused.ran = true;
   const bool check = o.check && have_ref;
   // 0x7F in every byte is bf16 ~3.4e38: no output the check accepts.
   auto poison = [&] { IRIS_CUDA_CHECK(cudaMemsetAsync(c, 0x7F, l.c_bytes(), stream)); };
 
   iris::ops::FusedWorkspace ws;
-  auto call = [&] { fused_call(op, ctx, mm, v.config, ws, stream); };
-  auto after_drain = [&] { ctx.check_device_error(); };
+  Timed fused;
+  fused.what =
+      std::string("fused ") + fused_op_name(op) + (v.name == "-" ? "" : "/" + v.name) + " " + shape_name(r.shape);
+  fused.call = [&] { fused_call(op, ctx, mm, v.config, ws, stream); };
+  fused.after_drain = [&] { ctx.check_device_error(); };
   Diff eager, replay;
   std::string err = agree(ctx, try_step([&] { fused_preamble(op, ctx, mm, v.config, ws); }));
   if (!err.empty()) {
-    r.fused.error = "preamble: " + err;
+    fused.error = "preamble: " + err;
   } else {
-    err = agree(ctx, try_step([&] {
-                  poison();
-                  call();
-                  wait_stream(stream, what + " (eager call)", o.gpu_timeout_s, rank);
-                  after_drain();
-                  if (check) eager = compare(c, ref, l.c_elems());
-                }));
-    if (!err.empty()) r.fused.error = err;
+    fused.error = agree(ctx, try_step([&] {
+                          poison();
+                          fused.call();
+                          wait_stream(stream, fused.what + " (eager call)", o.gpu_timeout_s, rank);
+                          fused.after_drain();
+                          if (check) eager = compare(c, ref, l.c_elems());
+                        }));
   }
-  if (r.fused.error.empty()) {
-    // Poisoned again before the capture (which runs nothing), so the check after the replays sees the last
-    // replay's output.
-    err = agree(ctx, try_step(poison));
-    if (!err.empty()) r.fused.error = err;
-  }
-  if (r.fused.error.empty()) {
-    const Timing t = time_calls(ctx, o, what, call, after_drain, /*eager_first=*/false, /*direct_fallback=*/true);
-    record_timing(t, r.fused);
-    if (t.error.empty() && !t.capture_error.empty()) {
+  if (fused.error.empty())
+    prepare_timed(ctx, fused, o.iters, o.gpu_timeout_s, /*eager_first=*/false, /*direct_fallback=*/true);
+
+  // The three paths in turns, so that none gains from running first on a GPU at its power limit.
+  const std::vector<TurnTime> times =
+      time_together(ctx, {&seq, &gemm_only, &fused}, o.iters, o.warmup, o.repeats, o.gpu_timeout_s);
+  if (nccl)
+    record_time(times[0], r.seq);
+  else
+    r.seq.error = seq.error;
+  record_time(times[1], r.gemm);
+  r.fused.ran = true;
+  if (fused.ready()) {
+    record_time(times[2], r.fused);
+    if (r.fused.error.empty() && fused.direct) {
       r.fused_direct = true;
-      r.fused.note = "timed as direct launches (marked *): the CUDA graph capture failed: " + t.capture_error;
+      r.fused.note = "timed as direct launches (marked *): the CUDA graph capture failed: " + fused.capture_error;
     }
+  } else {
+    r.fused.error = fused.error;
   }
   if (r.fused.error.empty() && check) {
-    err = agree(ctx, try_step([&] { replay = compare(c, ref, l.c_elems()); }));
+    // The sequential path and the GEMM wrote C between the fused replays: one more replay, into a
+    // poisoned C, is what the check sees.
+    err = agree(ctx, try_step([&] {
+                  poison();
+                  fused.turn(stream, o.iters).launch();
+                  wait_stream(stream, fused.what + " (replay after the timed turns)", o.gpu_timeout_s, rank);
+                  fused.after_drain();
+                  replay = compare(c, ref, l.c_elems());
+                }));
     if (!err.empty()) {
       r.fused.error = "check after the replays: " + err;
     } else {
@@ -665,11 +618,11 @@ void FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
       r.rel_diff = rel;
       r.fused.wrong = static_cast<int64_t>(beyond_eager + beyond_replay);
       if (beyond_eager > 0 && beyond_replay > 0)
-        r.wrong_where = "eager call and last replay";
+        r.wrong_where = "eager call and replay after the timing";
       else if (beyond_eager > 0)
         r.wrong_where = "eager call";
       else if (beyond_replay > 0)
-        r.wrong_where = "last graph replay";
+        r.wrong_where = "replay after the timing";
     }
   }
   if (!r.fused.error.empty()) r.fused.time_us = std::nan("");  // a failed check voids the time, as in the tables

@@ -177,7 +177,7 @@ after the other on the same buffers.
   -n, --iters N             collective calls captured in one CUDA graph           [20]
   -w, --warmup N            untimed graph replays before timing                   [2]
   -r, --repeats N           timed graph replays; the median per call is reported  [10]
-  -c, --check 0|1           check one eager call and the last replay exactly      [1]
+  -c, --check 0|1           check one eager call and one replay exactly           [1]
   -d, --dtype LIST          bf16, fp16, fp32, int32 (comma-separated)             [bf16]
   -o, --op LIST             all_reduce, all_gather, reduce_scatter, all_to_all,
                             broadcast, or all                                     [all]

@@ -134,8 +134,8 @@ void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
                 getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "unset", m.nccl_symmetric.c_str());
   }
   std::printf(
-      "# timing: %d calls per CUDA graph, %d warm-up + %d timed replays; time = median us per call, max over "
-      "ranks; check %s\n",
+      "# timing: %d calls per CUDA graph, %d warm-up + %d timed replays, NCCL's and iris's graphs in turns; time = "
+      "median us per call, max over ranks; check %s\n",
       o.iters, o.warmup, o.repeats, o.check ? "on (#wrong summed over ranks)" : "off");
   if (o.collectives) std::printf("# ratio = best NCCL time / iris time (>1: iris faster)\n");
   if (m.world == 1) {
@@ -258,12 +258,12 @@ void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) 
     std::printf("# min_band_tiles = %d (--fused-min-band-tiles): the fusion threshold\n", o.fused_min_band_tiles);
   std::printf(
       "# fused_us, seq_us, gemm_us: median us per call over %d timed replays of a CUDA graph of %d calls (after %d "
-      "untimed), max over ranks\n",
+      "untimed), the three in turns, max over ranks\n",
       o.repeats, o.iters, o.warmup);
   std::printf("# TF = TFLOP/s per GPU = 2*M*N*K / W / time; speedup = seq_us / fused_us (>1: fused faster)\n");
   if (o.check) {
     std::printf(
-        "# rel_diff = max over ranks of max |fused - seq| / max |seq| (the eager call and the last replay); "
+        "# rel_diff = max over ranks of max |fused - seq| / max |seq| (the eager call and a replay after the timing); "
         "#wrong = elements with |fused - seq| > 2^-6 max |seq|, summed over ranks\n");
   } else {
     std::printf("# check off (-c 0): rel_diff and #wrong not computed\n");
@@ -308,7 +308,7 @@ void print_fused_row(const FusedRecord& r, std::set<std::string>& printed_errors
     if (!n.c->note.empty()) messages.push_back(n.c->note);
     for (const std::string& msg : messages) {
       // Once per table for each column and message (an op that is not implemented says so once); the
-      // sequential and GEMM columns are shared by the variants, the fused column is not.
+      // sequential and GEMM paths are the same for every variant, the fused one is not.
       const std::string key = std::string(n.name) + (n.c == &r.fused ? " " + r.variant : "") + ": " + msg;
       if (printed_errors.insert(key).second) std::printf("#   ^ %s%s%s\n", n.name, where.c_str(), msg.c_str());
     }

@@ -50,7 +50,7 @@ struct FusedRecord {
   Column gemm;                     // the sequential path's GEMM alone
   double rel_diff = std::nan("");  // max over ranks of max |fused - seq| / max |seq|; NaN when not compared
   bool fused_direct = false;       // fused timed as direct launches (its CUDA graph capture failed)
-  std::string wrong_where;         // which checks found wrong elements ("eager call", "last graph replay", both)
+  std::string wrong_where;         // which checks found wrong elements ("eager call", "replay after the timing", both)
 
   // Each rank's GEMM does 1/W of the global 2*M*N*K, whichever dimension the op splits.
   double flop_per_gpu() const;

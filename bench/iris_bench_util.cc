@@ -128,46 +128,102 @@ struct Events {
 
 }  // namespace
 
-std::vector<double> Graph::time_replays(cudaStream_t stream, int warmup, int repeats, double timeout_s, int rank,
-                                        const std::string& what) {
-  IRIS_ASSERT(exec_ != nullptr, "time_replays before capture");
-  for (int i = 0; i < warmup; ++i) IRIS_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
-  // Back to back: the host stays ahead of the GPU, so each interval between two events is one replay
-  // (the ranks' start skew lands in the warm-up, or at worst in the first interval).
-  Events ev(static_cast<size_t>(repeats) + 1);
+Turn Graph::turn(cudaStream_t stream) const {
+  IRIS_ASSERT(exec_ != nullptr, "a graph launched before its capture");
+  cudaGraphExec_t exec = exec_;
+  return Turn{[exec, stream] { IRIS_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, iters_};
+}
+
+Turn direct_turn(int iters, const std::function<void()>& call) {
+  return Turn{[iters, call] {
+                for (int i = 0; i < iters; ++i) call();
+              },
+              iters};
+}
+
+std::vector<std::vector<double>> time_in_turns(cudaStream_t stream, const std::vector<Turn>& turns, int warmup,
+                                               int repeats, double timeout_s, int rank, const std::string& what) {
+  const size_t n = turns.size();
+  for (int i = 0; i < warmup; ++i)
+    for (const Turn& t : turns) t.launch();
+  Events ev(static_cast<size_t>(repeats) * n + 1);
   IRIS_CUDA_CHECK(cudaEventRecord(ev.events[0], stream));
-  for (int i = 0; i < repeats; ++i) {
-    IRIS_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
-    IRIS_CUDA_CHECK(cudaEventRecord(ev.events[i + 1], stream));
+  for (size_t e = 1; e < ev.events.size(); ++e) {
+    turns[(e - 1) % n].launch();
+    IRIS_CUDA_CHECK(cudaEventRecord(ev.events[e], stream));
   }
   wait_stream(stream, what, timeout_s, rank);
-  std::vector<double> us(static_cast<size_t>(repeats));
-  for (int i = 0; i < repeats; ++i) {
+  std::vector<std::vector<double>> us(n, std::vector<double>(static_cast<size_t>(repeats)));
+  for (size_t e = 1; e < ev.events.size(); ++e) {
     float ms = 0;
-    IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.events[i], ev.events[i + 1]));
-    us[i] = 1000.0 * ms / iters_;
+    IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.events[e - 1], ev.events[e]));
+    const size_t t = (e - 1) % n;
+    us[t][(e - 1) / n] = 1000.0 * ms / turns[t].calls;
   }
   return us;
 }
 
-std::vector<double> time_launches(cudaStream_t stream, int iters, int warmup, int repeats,
-                                  const std::function<void()>& call, double timeout_s, int rank,
-                                  const std::string& what) {
-  for (int i = 0; i < warmup * iters; ++i) call();
-  Events ev(static_cast<size_t>(repeats) + 1);
-  IRIS_CUDA_CHECK(cudaEventRecord(ev.events[0], stream));
-  for (int r = 0; r < repeats; ++r) {
-    for (int i = 0; i < iters; ++i) call();
-    IRIS_CUDA_CHECK(cudaEventRecord(ev.events[r + 1], stream));
+Turn Timed::turn(cudaStream_t stream, int iters) const {
+  return direct ? direct_turn(iters, call) : graph.turn(stream);
+}
+
+void prepare_timed(iris::Context& ctx, Timed& t, int iters, double timeout_s, bool eager_first, bool direct_fallback) {
+  cudaStream_t stream = ctx.stream();
+  const int rank = ctx.rank();
+  if (eager_first) {
+    t.error = agree(ctx, try_step([&] {
+                      t.call();
+                      wait_stream(stream, t.what + " (eager call)", timeout_s, rank);
+                      if (t.after_drain) t.after_drain();
+                    }));
+    if (!t.error.empty()) return;
   }
-  wait_stream(stream, what, timeout_s, rank);
-  std::vector<double> us(static_cast<size_t>(repeats));
-  for (int r = 0; r < repeats; ++r) {
-    float ms = 0;
-    IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.events[r], ev.events[r + 1]));
-    us[r] = 1000.0 * ms / iters;
+  const std::string err = agree(ctx, try_step([&] { t.graph.capture(stream, iters, t.call); }));
+  if (err.empty()) return;
+  if (direct_fallback) {
+    t.direct = true;
+    t.capture_error = err;
+  } else {
+    t.error = "CUDA graph capture: " + err;
   }
-  return us;
+}
+
+std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const Timed*>& paths, int iters, int warmup,
+                                    int repeats, double timeout_s) {
+  cudaStream_t stream = ctx.stream();
+  std::vector<TurnTime> out(paths.size());
+  std::vector<Turn> turns;
+  std::vector<size_t> index;  // paths[index[i]] is turns[i]
+  std::string what;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (!paths[i]->ready()) {
+      out[i].error = paths[i]->error;
+      continue;
+    }
+    turns.push_back(paths[i]->turn(stream, iters));
+    index.push_back(i);
+    what +=
+        (what.empty() ? "" : ", ") + paths[i]->what + (paths[i]->direct ? " (direct launches)" : " (graph replays)");
+  }
+  if (turns.empty()) return out;
+  ctx.barrier();  // every rank starts together (collective; throws on every rank)
+  std::vector<std::vector<double>> times;
+  const std::string err = agree(ctx, try_step([&] {
+                                  times = time_in_turns(stream, turns, warmup, repeats, timeout_s, ctx.rank(),
+                                                        "the timed turns of " + what);
+                                  for (size_t i : index)
+                                    if (paths[i]->after_drain) paths[i]->after_drain();
+                                }));
+  for (size_t t = 0; t < turns.size(); ++t) {
+    TurnTime& r = out[index[t]];
+    if (!err.empty()) {
+      r.error = (paths[index[t]]->direct ? "direct launches: " : "graph replay: ") + err;
+      continue;
+    }
+    // The same number of collective calls on every rank: err was agreed.
+    for (double x : allgather_double(ctx, median(times[t]))) r.us = std::max(r.us, x);
+  }
+  return out;
 }
 
 double median(std::vector<double> v) {

@@ -65,6 +65,21 @@ class HeapBuffer {
 // since a hung kernel cannot be taken back. Throws iris::CudaError on a CUDA error.
 void wait_stream(cudaStream_t stream, const std::string& what, double timeout_s, int rank);
 
+// One entry of time_in_turns: launch() enqueues `calls` calls on the stream.
+struct Turn {
+  std::function<void()> launch;
+  int calls = 1;
+};
+
+// Times several things in turns, so that none of them gains from its place in the run: a GPU held at its
+// power limit runs whatever follows an idle gap faster (seen as 20% on an H200 GEMM). `warmup` untimed
+// rounds, then `repeats` rounds, each launching every turn once, back to back with an event between each
+// launch; waits (bounded, see wait_stream) and returns, per turn, the time of each timed round divided by
+// its `calls`, in us. The host stays ahead of the GPU, so each interval between two events is one launch
+// (the ranks' start skew lands in the warm-up, or at worst in the first interval).
+std::vector<std::vector<double>> time_in_turns(cudaStream_t stream, const std::vector<Turn>& turns, int warmup,
+                                               int repeats, double timeout_s, int rank, const std::string& what);
+
 // `iters` calls captured into one executable CUDA graph (instantiated with flags 0).
 class Graph {
  public:
@@ -76,10 +91,9 @@ class Graph {
   // Captures call() `iters` times on `stream` (thread-local capture mode, so the other ranks' threads may
   // keep using CUDA meanwhile). On failure the stream is left out of capture and the error rethrown.
   void capture(cudaStream_t stream, int iters, const std::function<void()>& call);
-  // Launches `warmup` untimed replays, then `repeats` replays back to back with an event between each, waits
-  // (bounded, see wait_stream) and returns the time of each timed replay divided by `iters`, in us.
-  std::vector<double> time_replays(cudaStream_t stream, int warmup, int repeats, double timeout_s, int rank,
-                                   const std::string& what);
+  bool captured() const { return exec_ != nullptr; }
+  // One replay on `stream`, as a turn of time_in_turns.
+  Turn turn(cudaStream_t stream) const;
 
  private:
   cudaGraph_t graph_ = nullptr;
@@ -87,13 +101,42 @@ class Graph {
   int iters_ = 0;
 };
 
-// The fallback for calls that cannot be captured: `warmup` untimed rounds of `iters` direct calls, then
-// `repeats` timed rounds with an event between each; waits (bounded, see wait_stream) and returns the
-// time of each timed round divided by `iters`, in us. Includes the host's launch cost wherever the GPU
-// outruns the host, which graph replays do not.
-std::vector<double> time_launches(cudaStream_t stream, int iters, int warmup, int repeats,
-                                  const std::function<void()>& call, double timeout_s, int rank,
-                                  const std::string& what);
+// The fallback for calls that cannot be captured: `iters` direct calls as one turn. Timed, it includes the
+// host's launch cost wherever the GPU outruns the host, which graph replays do not.
+Turn direct_turn(int iters, const std::function<void()>& call);
+
+// One path to time against others: `iters` calls of `call` captured into a CUDA graph, or, where the capture
+// failed and the caller allowed it, `iters` direct calls.
+struct Timed {
+  std::string what;                   // for messages: "sequential matmul_all_reduce 8192x8192x8192"
+  std::function<void()> call;         // enqueues one call on the context's stream
+  std::function<void()> after_drain;  // surfaces asynchronous errors once the stream drained; may be empty
+  Graph graph;
+  bool direct = false;        // timed as direct launches: the capture failed (capture_error says why)
+  std::string capture_error;  //
+  std::string error;          // why it cannot be timed ("" when ready)
+
+  bool ready() const { return error.empty() && (direct || graph.captured()); }
+  Turn turn(cudaStream_t stream, int iters) const;
+};
+
+// Collective. Readies t for time_together: one eager call first when eager_first (lazy set-up, such as
+// cuBLAS's first-call work or NCCL's connections, stays out of the capture), then the capture of `iters`
+// calls. A failure sets t.error on every rank, except a failed capture with direct_fallback, which leaves
+// direct launches to time.
+void prepare_timed(iris::Context& ctx, Timed& t, int iters, double timeout_s, bool eager_first, bool direct_fallback);
+
+// What time_together measured of one path.
+struct TurnTime {
+  double us = 0;      // median per call over the timed rounds on each rank, then the maximum over ranks
+  std::string error;  // why not measured ("" when measured)
+};
+
+// Collective. After a barrier, times the ready entries of `paths` in turns (time_in_turns) on every rank,
+// then runs their after_drain. An entry that is not ready gets its own error; a failure while timing is
+// every entry's error.
+std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const Timed*>& paths, int iters, int warmup,
+                                    int repeats, double timeout_s);
 
 double median(std::vector<double> v);
 
