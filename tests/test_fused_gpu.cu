@@ -144,7 +144,8 @@ constexpr Shape kAwkward{328, 136, 72};
 constexpr Shape kManyTiles{512, 768, 256};
 // Many tiles with partial ones on both edges.
 constexpr Shape kManyAwkward{520, 776, 136};
-// Few tiles and a long K: unfused, the GEMM core runs its stream-K kernel (GemmArguments::stream_k).
+// Few tiles and a long K: unfused, the GEMM core splits K (GemmArguments::split_k; 128 x 256 x 4096 per
+// rank on 2 ranks: 8 tiles of 64x64, 4 slices).
 constexpr Shape kDeepK{128, 256, 8192};
 
 std::string shape_name(const Shape& s) {

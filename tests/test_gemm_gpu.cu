@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -67,17 +68,20 @@ struct GemmCase {
   int64_t pad = 0;  // extra elements per row of A, B and C (a multiple of 8)
   int sm_count = 0;
   bool stream_k = false;  // GemmArguments::stream_k
+  int split_k = 1;        // GemmArguments::split_k
 };
 
 std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
   const GemmCase& c = info.param;
-  std::string s = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + "_" +
-                  test::short_name(c.in) + "_to_" + test::short_name(c.out) + (c.b_is_nk ? "_nk" : "_kn") +
-                  (c.bias ? "_bias" : "") +
-                  (c.tile.is_auto() ? "_auto" : "_" + std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n)) +
-                  (c.pad ? "_pad" + std::to_string(c.pad) : "") +
-                  (c.sm_count ? "_sms" + std::to_string(c.sm_count) : "") + (c.alpha != 1.0f ? "_alpha" : "") +
-                  (c.stream_k ? "_streamk" : "");
+  std::string s =
+      std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + "_" + test::short_name(c.in) +
+      "_to_" + test::short_name(c.out) + (c.b_is_nk ? "_nk" : "_kn") + (c.bias ? "_bias" : "") +
+      (c.tile.is_auto() ? "_auto" : "_" + std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n)) +
+      (c.pad ? "_pad" + std::to_string(c.pad) : "") + (c.sm_count ? "_sms" + std::to_string(c.sm_count) : "") +
+      (c.alpha != 1.0f ? "_alpha" : "") + (c.stream_k ? "_streamk" : "") +
+      (c.split_k == 1   ? ""
+       : c.split_k == 0 ? "_splitauto"
+                        : "_split" + std::to_string(c.split_k));
   return s;
 }
 
@@ -135,6 +139,7 @@ void run_case(const GemmCase& c, bool in_graph) {
   args.tile = c.tile;
   args.sm_count = c.sm_count;
   args.stream_k = c.stream_k;
+  args.split_k = c.split_k;
   ASSERT_EQ(can_implement(args), "");
   const size_t ws_bytes = workspace_size(args);
   void* ws = nullptr;
@@ -263,6 +268,19 @@ const GemmCase kCases[] = {
     {96, 392, 8200, kF16, kF16, false, true, kGemmTileSmall, 1.0f, 16, 0, true},     // f16 kn
     {128, 512, 8192, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, true},
     {1000, 1024, 128, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, true},
+    // split K (a batched GEMM into float32 partials, then their sum): every tile, 16-bit and float32 C,
+    // both B layouts, slices that are not a multiple of the tile's K stage (1040 / 2 = 520, 2400 / 3 =
+    // 800), padded strides, alpha with a bias, few SMs, the most slices; then the automatic split where
+    // it splits (32 tiles, 4 slices; one tile, 16 slices) and where it does not (many tiles)
+    {128, 512, 8192, kBF16, kBF16, true, true, kGemmTileTiny, 1.0f, 0, 0, false, 4},
+    {130, 392, 1040, kF16, kF16, false, true, kGemmTileSkinny, 1.0f, 0, 0, false, 2},
+    {200, 136, 2400, kBF16, kF32, false, false, kGemmTileSmall, 0.5f, 0, 0, false, 3},
+    {300, 264, 1536, kF16, kF32, true, true, kGemmTileLarge, 1.0f, 8, 0, false, 2},
+    {70, 200, 4096, kBF16, kBF16, false, true, kGemmTileTiny, 0.5f, 16, 0, false, 16},
+    {257, 520, 2048, kF16, kF16, true, false, kGemmTileTiny, 1.0f, 0, 4, false, 8},
+    {128, 1024, 8192, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, false, 0},
+    {64, 64, 16384, kF16, kF32, false, true, GemmTile{}, 1.0f, 0, 0, false, 0},
+    {1000, 1024, 128, kBF16, kBF16, false, true, GemmTile{}, 1.0f, 0, 0, false, 0},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, GemmGpu, ::testing::ValuesIn(kCases), case_name);
@@ -273,6 +291,61 @@ TEST(GemmGpuGraph, CapturedAndReplayedGivesTheSameResult) {
   run_case(GemmCase{1000, 520, 200, kBF16, kF32, false, true, kGemmTileLarge}, /*in_graph=*/true);
   run_case(GemmCase{128, 512, 8192, kBF16, kBF16, true, true, kGemmTileSmall, 1.0f, 0, 0, /*stream_k=*/true},
            /*in_graph=*/true);
+  run_case(GemmCase{128, 1024, 8192, kF16, kF16, false, true, GemmTile{}, 1.0f, 0, 0, false, /*split_k=*/0},
+           /*in_graph=*/true);
+}
+
+// A split of K needs its workspace (the float32 partials first), 16-byte aligned, and sums the slices in
+// one order: two runs give the same bits.
+TEST(GemmGpuSplitK, WorkspaceRequiredAndResultsRepeatBitwise) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(1);
+  const int64_t m = 128, n = 1024, k = 8192;
+  std::vector<double> unused;
+  const auto a_img = host_matrix(kBF16, m, k, k, 5, &unused);
+  const auto b_img = host_matrix(kBF16, n, k, k, 6, &unused);
+  DeviceBuffer a(a_img.size()), b(b_img.size()), c(static_cast<size_t>(m * n) * 2);
+  a.upload(a_img);
+  b.upload(b_img);
+  GemmArguments args;
+  args.a = Tensor::matrix(a.ptr, kBF16, m, k);
+  args.b = Tensor::matrix(b.ptr, kBF16, n, k);
+  args.b_is_nk = true;
+  args.c = Tensor::matrix(c.ptr, kBF16, m, n);
+  args.sm_count = 132;
+  EXPECT_EQ(workspace_size(args), 0u) << "split_k = 1: no split, no workspace";
+  args.split_k = 0;
+  ASSERT_EQ(resolved_split_k(args), 4);
+  const size_t need = workspace_size(args);
+  EXPECT_GE(need, static_cast<size_t>(4 * m * n) * sizeof(float)) << "4 float32 partials of 128 x 1024";
+  EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, nullptr, nullptr); }),
+            "gemm: these arguments need " + std::to_string(need) +
+                " bytes of device workspace (workspace_size(args)) but workspace is null.");
+  DeviceBuffer ws(need + 16);
+  void* misaligned = static_cast<char*>(ws.ptr) + 8;
+  std::ostringstream where;
+  where << misaligned;
+  EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, misaligned, nullptr); }),
+            "gemm: workspace " + where.str() + " is not 16-byte aligned (split_k keeps float32 partials there).");
+  std::vector<std::vector<char>> outs;
+  for (int run = 0; run < 2; ++run) {
+    IRIS_CUDA_CHECK(cudaMemset(c.ptr, 0xFF, c.bytes));
+    IRIS_CUDA_CHECK(cudaMemset(ws.ptr, run == 0 ? 0x00 : 0x7F, ws.bytes));  // stale partials must not matter
+    gemm(args, ws.ptr, nullptr);
+    IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+    outs.push_back(c.download());
+  }
+  EXPECT_TRUE(outs[0] == outs[1]) << "two runs of the same split GEMM differ";
+  args.split_k = 1;  // and the unsplit GEMM agrees within rounding (the tests above hold the fp64 reference)
+  IRIS_CUDA_CHECK(cudaMemset(c.ptr, 0xFF, c.bytes));
+  gemm(args, nullptr, nullptr);
+  IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto unsplit = c.download();
+  int64_t far = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    const double x = decode(kBF16, outs[0].data() + i * 2), y = decode(kBF16, unsplit.data() + i * 2);
+    far += !(std::fabs(x - y) <= 0x1.0p-6 * std::fabs(y) + 1e-2);
+  }
+  EXPECT_EQ(far, 0) << "elements where the split and unsplit GEMMs differ by more than rounding";
 }
 
 // stream_k asks for workspace only when the stream-K kernel runs (the 128x128 tile, at most half the

@@ -129,6 +129,72 @@ TEST(OpsGemmTiles, StreamKKeepsTheTile) {
     }
 }
 
+// The automatic split of K: only where the output's tiles leave SMs idle and do not stream the inputs at
+// DRAM's rate already, as many slices as fit one wave, each at least kGemmMinSplitKDepth deep and K a
+// multiple of 8 slices.
+TEST(OpsGemmSplitK, AutomaticSplitFillsOneWave) {
+  EXPECT_EQ(select_split_k(128, 1024, 8192, kGemmTileTiny), 4);  // 32 tiles: 128 of 132 with 4 slices
+  EXPECT_EQ(select_split_k(64, 1024, 8192, kGemmTileTiny), 8);   // 16 tiles: 8 slices of 1024
+  EXPECT_EQ(select_split_k(128, 2048, 8192, kGemmTileTiny), 2);  // 64 tiles
+  EXPECT_EQ(select_split_k(128, 1280, 8192, kGemmTileTiny), 2);  // 40 tiles: 3 slices fit, but 8192 % 24 != 0
+  EXPECT_EQ(select_split_k(64, 64, 16384, kGemmTileTiny), 16);   // one tile: kGemmMaxSplitK
+  EXPECT_EQ(select_split_k(64, 64, 1 << 20, kGemmTileTiny), kGemmMaxSplitK);
+  EXPECT_EQ(select_split_k(128, 1024, 2048, kGemmTileTiny), 2);  // slices of at least 1024
+  EXPECT_EQ(select_split_k(128, 1024, 2040, kGemmTileTiny), 1);  // two slices of 1020 are too shallow
+  EXPECT_EQ(select_split_k(128, 1024, 1024, kGemmTileTiny), 1);
+  EXPECT_EQ(select_split_k(128, 1024, 8200, kGemmTileTiny), 1);  // 8200 is no multiple of 16, 24 or 32
+  EXPECT_EQ(select_split_k(128, 1024, 8208, kGemmTileTiny), 3);  // 8208 = 24 x 342 (not 32 x ...)
+  EXPECT_EQ(select_split_k(128, 4096, 8192, kGemmTileTiny), 1);  // 128 tiles: a full wave
+  EXPECT_EQ(select_split_k(64, 4096, 8192, kGemmTileTiny), 1);   // 64 tiles, but 4160 >= 24 x 128: DRAM-bound
+  EXPECT_EQ(select_split_k(64, 2992, 8192, kGemmTileTiny), 2);   // 47 tiles, 3056 < 3072
+  EXPECT_EQ(select_split_k(128, 8192, 8192, kGemmTileSkinny), 1);
+  EXPECT_EQ(select_split_k(128, 1024, 8192, kGemmTileSmall), 8);  // 8 tiles of 128x128
+  EXPECT_EQ(select_split_k(0, 1024, 8192, kGemmTileTiny), 1) << "no tiles, nothing to split";
+  EXPECT_EQ(select_split_k(128, 1024, 8192, kGemmTileTiny, 64), 2) << "the wave is the caller's SM count";
+  EXPECT_EQ(error_of([] { (void)select_split_k(128, 1024, 8192, kGemmTileTiny, 0); }),
+            "select_split_k: sm_count must be positive, got 0.");
+  EXPECT_EQ(error_of([] { (void)select_split_k(128, -1, 8192, kGemmTileTiny); }),
+            "select_split_k: M x N x K = 128 x -1 x 8192 has a negative size.");
+  EXPECT_EQ(error_of([] {
+              (void)select_split_k(128, 1024, 8192, GemmTile{32, 32, 32});
+            }),
+            "select_split_k: tile 32x32x32 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, "
+            "64x64x64.");
+}
+
+TEST(OpsGemmSplitK, ResolvedSplitAndItsArguments) {
+  auto g = gemm_args(128, 1024, 8192);
+  g.sm_count = 132;
+  EXPECT_EQ(resolved_split_k(g), 1) << "split_k defaults to 1: no split";
+  g.split_k = 0;
+  EXPECT_EQ(resolved_split_k(g), 4);
+  EXPECT_EQ(resolved_tile(g), kGemmTileTiny) << "a split never changes the tile";
+  g.split_k = 3;
+  EXPECT_EQ(can_implement(g),
+            "gemm: split_k = 3 needs K to be a multiple of 24 (8 per slice: each slice of A and B "
+            "starts 16-byte aligned), but K = 8192.");
+  g.split_k = 16;
+  EXPECT_EQ(can_implement(g), "");
+  EXPECT_EQ(resolved_split_k(g), 16) << "an explicit split is taken as given";
+  g.split_k = 17;
+  EXPECT_EQ(can_implement(g),
+            "gemm: split_k must be 0 (the automatic split), 1 (no split) or up to 16 slices, got 17.");
+  g.split_k = -1;
+  EXPECT_EQ(can_implement(g),
+            "gemm: split_k must be 0 (the automatic split), 1 (no split) or up to 16 slices, got -1.");
+  EXPECT_EQ(error_of([&] { (void)workspace_size(g); }), can_implement(g));
+  g.split_k = 2;
+  g.stream_k = true;
+  EXPECT_EQ(can_implement(g), "gemm: stream_k and split_k = 2 both split K; set one of them.");
+  // Automatic split with stream_k: where the stream-K kernel runs (an explicit 128x128 tile of 16-bit C,
+  // few tiles, K >= 8192) it alone splits K; elsewhere the automatic split applies.
+  g.split_k = 0;
+  g.tile = kGemmTileSmall;
+  EXPECT_EQ(resolved_split_k(g), 1);
+  g.c = mat(2, DType::kFloat32, 128, 1024);  // no stream-K kernel for float32 C
+  EXPECT_EQ(resolved_split_k(g), 8);
+}
+
 TEST(OpsGemmArguments, AcceptsEveryBuiltCombination) {
   for (DType in : {DType::kBFloat16, DType::kFloat16})
     for (DType out : {in, DType::kFloat32})

@@ -723,7 +723,7 @@ CollectiveViews collective_views(const FusedPlan& p, const MatmulOperands& mm, v
   }
 }
 
-// The unfused path's GEMM: the GEMM core's own tile, every SM, stream-K allowed. Bias: on rank 0's
+// The unfused path's GEMM: the GEMM core's own tile and split of K, every SM. Bias: on rank 0's
 // partial product for the reducing ops (added once), on every rank's GEMM for the gathering ones.
 GemmArguments unfused_gemm(const FusedPlan& p, const MatmulOperands& mm, const CollectiveViews& v, int rank) {
   switch (p.sig.op) {
@@ -737,9 +737,9 @@ GemmArguments unfused_gemm(const FusedPlan& p, const MatmulOperands& mm, const C
       return gemm_arguments(mm, mm.a, v.in, mm.bias, GemmTile{}, 0);
   }
 }
-GemmArguments unfused_gemm_stream_k(const FusedPlan& p, const MatmulOperands& mm, const CollectiveViews& v, int rank) {
+GemmArguments unfused_gemm_split_k(const FusedPlan& p, const MatmulOperands& mm, const CollectiveViews& v, int rank) {
   GemmArguments g = unfused_gemm(p, mm, v, rank);
-  g.stream_k = true;
+  g.split_k = 0;  // the automatic split: K cut into slices where the output's tiles leave SMs idle
   return g;
 }
 
@@ -759,8 +759,8 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
     else
       ccl::all_gather_preamble(ctx, v.out, v.in, auto_config, ws.collective());
   };
-  // The GEMM's stream-K workspace (this rank's memory: nothing to agree on).
-  ws.reserve_gemm_workspace(ops::workspace_size(unfused_gemm_stream_k(p, mm, v, ctx.rank())));
+  // The GEMM's split-K partials (this rank's memory: nothing to agree on).
+  ws.reserve_gemm_workspace(ops::workspace_size(unfused_gemm_split_k(p, mm, v, ctx.rank())));
   if (!ws.collective().prepared()) {
     prepare();
     return;
@@ -781,10 +781,10 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
 void run_unfused(Context& ctx, const MatmulOperands& mm, const FusedPlan& p, FusedWorkspace& ws, cudaStream_t stream) {
   const int me = ctx.rank();
   const CollectiveViews v = collective_views(p, mm, ws.staging(), me, ctx.world_size());
-  const GemmArguments g = unfused_gemm_stream_k(p, mm, v, me);
+  const GemmArguments g = unfused_gemm_split_k(p, mm, v, me);
   const size_t need = ops::workspace_size(g);
   IRIS_CHECK_ARG(need <= ws.gemm_workspace_bytes(), ccl::op_name(p.sig.op), ": the GEMM of this call needs ", need,
-                 " bytes of stream-K workspace but the workspace holds ", ws.gemm_workspace_bytes(), "; call ",
+                 " bytes of GEMM workspace but the workspace holds ", ws.gemm_workspace_bytes(), "; call ",
                  preamble_name(p.sig.op), " with these operands first.");
   const ccl::Config auto_config;
   switch (p.sig.op) {

@@ -13,6 +13,7 @@
 #include "iris/ops/gemm.hpp"
 #include "ops/gemm_check.hpp"
 #include "ops/gemm_sm90_kernel.hpp"
+#include "ops/gemm_split_k.hpp"
 
 namespace iris::ops {
 namespace {
@@ -62,10 +63,12 @@ bool overlaps(const Tensor& x, const Tensor& y) {
   return x0 < y0 + y.span_bytes() && y0 < x0 + x.span_bytes();
 }
 
-// What an automatic choice resolves to on `sm_count` SMs, and whether the stream-K kernel runs.
+// What an automatic choice resolves to on `sm_count` SMs, whether the stream-K kernel runs, and the split
+// of K.
 struct Choice {
   GemmTile tile;
   bool stream_k = false;
+  int splits = 1;
 };
 
 // Stream-K runs only for an explicit 128x128 tile of 16-bit output (its own output tiles, computed by
@@ -84,6 +87,7 @@ Choice choose(const GemmArguments& g, int sm_count) {
   c.tile = g.tile.is_auto() ? select_gemm_tile(m, n, k, g.b_is_nk, sm_count) : g.tile;
   c.stream_k = g.stream_k && g.tile == kGemmTileSmall && is_16bit_float(g.c.dtype) && k >= 8192 &&
                2 * ccl::tile_count(m, n, c.tile.m, c.tile.n) <= sm_count;
+  if (!c.stream_k) c.splits = g.split_k == 0 ? select_split_k(m, n, k, c.tile, sm_count) : g.split_k;
   return c;
 }
 
@@ -188,14 +192,11 @@ int tile_id(const GemmTile& t) {
   throw Error(str_cat("iris internal error: tile ", tile_name(t), " passed validation but is not in kGemmTiles."));
 }
 
-const Sm90Instance& find_instance(const GemmArguments& g, const GemmProblem& p) {
-  const Choice c = choose(g, p.sm_count);
-  const int tile = c.stream_k ? kTileSmallStreamK : tile_id(c.tile);
+const Sm90Instance& find_instance(DType in, DType out, bool b_is_nk, int tile) {
   for (const auto& inst : kSm90Instances)
-    if (inst.in == g.a.dtype && inst.out == g.c.dtype && inst.b_is_nk == g.b_is_nk && inst.tile == tile) return inst;
-  throw Error(str_cat("iris internal error: no GEMM instantiation for validated arguments (", dtype_name(g.a.dtype),
-                      " -> ", dtype_name(g.c.dtype), ", tile ", tile_name(c.tile), c.stream_k ? ", stream-K" : "",
-                      ")."));
+    if (inst.in == in && inst.out == out && inst.b_is_nk == b_is_nk && inst.tile == tile) return inst;
+  throw Error(str_cat("iris internal error: no GEMM instantiation for validated arguments (", dtype_name(in), " -> ",
+                      dtype_name(out), ", tile id ", tile, ")."));
 }
 
 // The device's Hopper check and SM count (cudaDeviceGetAttribute is a cached lookup, not a driver call).
@@ -224,6 +225,38 @@ GemmProblem make_problem(const GemmArguments& g) {
   p.sm_count = g.sm_count > 0 ? std::clamp(g.sm_count, 2, std::max(sms, 2)) : sms;
   return p;
 }
+
+// What gemm() launches for validated arguments: one kernel over C, or, with K split, the kernel of the
+// tile's float32 output over the packed partials at the start of the workspace, then the sum into C.
+struct Launch {
+  const Sm90Instance* inst = nullptr;
+  GemmProblem p;             // split: d is set at launch (the workspace), ldd = N, no bias
+  size_t partial_bytes = 0;  // split: the partials' room at the start of the workspace
+  size_t workspace = 0;      // all the workspace the call needs
+};
+
+constexpr size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+Launch plan_launch(const GemmArguments& g) {
+  Launch l;
+  l.p = make_problem(g);
+  const Choice c = choose(g, l.p.sm_count);
+  if (c.stream_k) {
+    l.inst = &find_instance(g.a.dtype, g.c.dtype, g.b_is_nk, kTileSmallStreamK);
+  } else if (c.splits == 1) {
+    l.inst = &find_instance(g.a.dtype, g.c.dtype, g.b_is_nk, tile_id(c.tile));
+  } else {
+    l.inst = &find_instance(g.a.dtype, DType::kFloat32, g.b_is_nk, tile_id(c.tile));
+    l.p.splits = c.splits;
+    l.p.d = nullptr;
+    l.p.ldd = l.p.n;
+    l.p.bias = nullptr;
+    l.partial_bytes = align256(static_cast<size_t>(c.splits) * static_cast<size_t>(l.p.m) * static_cast<size_t>(l.p.n) *
+                               sizeof(float));
+  }
+  l.workspace = l.partial_bytes + l.inst->workspace_size(l.p);
+  return l;
+}
 #endif  // IRIS_HAVE_CUTLASS
 
 #if !defined(IRIS_HAVE_CUTLASS)
@@ -248,7 +281,41 @@ GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_
   return kGemmTileTiny;
 }
 
+// The automatic split of K. A CTA of the unsplit GEMM streams its panels of A and B (its tile's rows of
+// A and columns of B, K deep) at about 120 GB/s on an H200, far below DRAM's ~3 TB/s: an output of few
+// tiles leaves the GEMM bound by each CTA's K loop, and cutting K into S slices gives S times the CTAs,
+// each with 1/S of the loop, for the cost of S float32 partials and their sum. Where the output's tiles
+// already stream the inputs at DRAM's rate (the inputs at least kSplitKStreamRatio ~ 3 TB/s / 120 GB/s
+// times one CTA's panels), a split only adds the partials. Measured on one H200 (bf16 in and out,
+// CUDA-graph replays, timed in turns with cuBLAS; bench/results/2026-12-01-h200-gemm-bf16-split.txt),
+// B as K x N, unsplit -> split (slices) against cuBLAS, us: 128 x 1024 x 8192 16.5 -> 9.7 (4) against
+// 10.4; 64 x 1024 x 8192 16.2 -> 8.7 (8) against 7.4; 128 x 2048 x 8192 16.9 -> 13.2 (2) against 14.2;
+// 32 x 2048 x 8192 20.5 -> 14.1 (4) against 10.2; 128 x 1280 x 8192 16.5 -> 12.7 (2) against 10.4; and
+// 64 x 4096 x 8192 (64 tiles, inputs 32.5 times one CTA's panels) 21.4 unsplit against 23.0 split in
+// two: no split. More slices than fit one wave, or slices shallower than 1024, measured no faster.
+constexpr int64_t kSplitKStreamRatio = 24;
+
+int select_split_k(int64_t m, int64_t n, int64_t k, GemmTile tile, int sm_count) {
+  IRIS_CHECK_ARG(m >= 0 && n >= 0 && k >= 0, "select_split_k: M x N x K = ", m, " x ", n, " x ", k,
+                 " has a negative size.");
+  IRIS_CHECK_ARG(sm_count > 0, "select_split_k: sm_count must be positive, got ", sm_count, ".");
+  IRIS_CHECK_ARG(std::find(kGemmTiles.begin(), kGemmTiles.end(), tile) != kGemmTiles.end(), "select_split_k: tile ",
+                 tile_name(tile), " is not supported; the tiles are ", supported_tiles(), ".");
+  const int64_t tiles = ccl::tile_count(m, n, tile.m, tile.n);
+  const int64_t full_wave = (int64_t{sm_count} * 7 + 7) / 8;
+  if (tiles == 0 || tiles >= full_wave) return 1;
+  // Bound by DRAM already: the inputs, (M + N) K elements, are at least kSplitKStreamRatio times what one
+  // CTA streams, (tile_m + tile_n) K.
+  if (m + n >= kSplitKStreamRatio * (tile.m + tile.n)) return 1;
+  int best = 1;
+  for (int s = 2; s <= kGemmMaxSplitK && tiles * s <= sm_count && k / s >= kGemmMinSplitKDepth; ++s)
+    if (k % (8 * s) == 0) best = s;
+  return best;
+}
+
 GemmTile resolved_tile(const GemmArguments& args) { return choose(args, choice_sm_count(args)).tile; }
+
+int resolved_split_k(const GemmArguments& args) { return choose(args, choice_sm_count(args)).splits; }
 
 bool gemm_available() {
 #if defined(IRIS_HAVE_CUTLASS)
@@ -307,6 +374,14 @@ std::string can_implement(const GemmArguments& g) {
   const int64_t n = g.b_is_nk ? g.b.rows : g.b.cols;
   if (g.c.rows != m) return str_cat("gemm: C is ", g.c.rows, "x", g.c.cols, " but A @ B is ", m, "x", n, ".");
   if (g.sm_count < 0) return str_cat("gemm: sm_count must be 0 (every SM) or positive, got ", g.sm_count, ".");
+  if (g.split_k < 0 || g.split_k > kGemmMaxSplitK)
+    return str_cat("gemm: split_k must be 0 (the automatic split), 1 (no split) or up to ", kGemmMaxSplitK,
+                   " slices, got ", g.split_k, ".");
+  if (g.split_k > 1 && g.stream_k)
+    return str_cat("gemm: stream_k and split_k = ", g.split_k, " both split K; set one of them.");
+  if (g.split_k > 1 && g.a.cols % (8 * g.split_k) != 0)
+    return str_cat("gemm: split_k = ", g.split_k, " needs K to be a multiple of ", 8 * g.split_k,
+                   " (8 per slice: each slice of A and B starts 16-byte aligned), but K = ", g.a.cols, ".");
   if (!g.tile.is_auto()) {
     if (std::find(kGemmTiles.begin(), kGemmTiles.end(), g.tile) == kGemmTiles.end())
       return str_cat("gemm: tile ", tile_name(g.tile), " is not supported; the tiles are ", supported_tiles(),
@@ -319,8 +394,7 @@ size_t workspace_size(const GemmArguments& args) {
   if (auto why = can_implement(args); !why.empty()) throw InvalidArgument(why);
 #if defined(IRIS_HAVE_CUTLASS)
   if (args.c.numel() == 0) return 0;
-  const GemmProblem p = make_problem(args);
-  return find_instance(args, p).workspace_size(p);
+  return plan_launch(args).workspace;
 #else
   return 0;
 #endif
@@ -330,12 +404,27 @@ void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream) {
   if (auto why = can_implement(args); !why.empty()) throw InvalidArgument(why);
 #if defined(IRIS_HAVE_CUTLASS)
   if (args.c.numel() == 0) return;
-  const GemmProblem p = make_problem(args);
-  const Sm90Instance& inst = find_instance(args, p);
-  const size_t need = inst.workspace_size(p);
-  IRIS_CHECK_ARG(need == 0 || workspace != nullptr, "gemm: these arguments need ", need,
+  Launch l = plan_launch(args);
+  IRIS_CHECK_ARG(l.workspace == 0 || workspace != nullptr, "gemm: these arguments need ", l.workspace,
                  " bytes of device workspace (workspace_size(args)) but workspace is null.");
-  inst.run(p, workspace, stream);
+  if (l.p.splits == 1) {
+    l.inst->run(l.p, workspace, stream);
+    return;
+  }
+  IRIS_CHECK_ARG(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "gemm: workspace ", workspace,
+                 " is not 16-byte aligned (split_k keeps float32 partials there).");
+  l.p.d = workspace;
+  l.inst->run(l.p, static_cast<char*>(workspace) + l.partial_bytes, stream);
+  detail::SplitKReduce r;
+  r.partials = static_cast<const float*>(workspace);
+  r.splits = l.p.splits;
+  r.m = l.p.m;
+  r.n = l.p.n;
+  r.c = args.c.data;
+  r.ldc = row_pitch(args.c);
+  r.c_type = args.c.dtype;
+  r.bias = args.bias;
+  detail::launch_split_k_reduce(r, l.p.sm_count, stream);
 #else
   (void)workspace;
   (void)stream;

@@ -119,14 +119,18 @@ struct Sm90GemmTypes {
     using StrideD = typename Kernel::StrideD;
     static_assert(std::is_same_v<StrideA, cute::Stride<int64_t, cute::Int<1>, int64_t>>, "A is row-major");
     static_assert(std::is_same_v<StrideD, cute::Stride<int64_t, cute::Int<1>, int64_t>>, "D is row-major");
-    // One batch (L = 1); its stride is the matrix's extent, as a packed batch would have, so every TMA
-    // descriptor stride is a real, 16-byte multiple pitch.
-    const StrideA stride_a{p.lda, cute::Int<1>{}, p.m * p.lda};
+    // One batch (L = 1): its stride is the matrix's extent, as a packed batch would have, so every TMA
+    // descriptor stride is a real, 16-byte multiple pitch. Split K (L = splits): batch s of A and B is the
+    // s-th slice of K (their batch strides step along K, by a 16-byte multiple), batch s of D the s-th
+    // packed partial.
+    const bool split = p.splits > 1;
+    const int depth = p.k / p.splits;
+    const StrideA stride_a{p.lda, cute::Int<1>{}, split ? int64_t{depth} : p.m * p.lda};
     StrideB stride_b{};
-    if constexpr (kBIsNK) {
-      stride_b = StrideB{p.ldb, cute::Int<1>{}, p.n * p.ldb};  // (n, k) -> n * ldb + k
-    } else {
-      stride_b = StrideB{cute::Int<1>{}, p.ldb, p.k * p.ldb};  // (n, k) -> k * ldb + n
+    if constexpr (kBIsNK) {  // (n, k) -> n * ldb + k
+      stride_b = StrideB{p.ldb, cute::Int<1>{}, split ? int64_t{depth} : p.n * p.ldb};
+    } else {  // (n, k) -> k * ldb + n
+      stride_b = StrideB{cute::Int<1>{}, p.ldb, split ? depth * p.ldb : p.k * p.ldb};
     }
     const StrideD stride_d{p.ldd, cute::Int<1>{}, p.m * p.ldd};
     cutlass::KernelHardwareInfo hw;
@@ -134,7 +138,7 @@ struct Sm90GemmTypes {
     hw.sm_count = p.sm_count;
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {p.m, p.n, p.k, 1},
+        {p.m, p.n, depth, p.splits},
         {static_cast<const ElementAB*>(p.a), stride_a, static_cast<const ElementAB*>(p.b), stride_b},
         {{}, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
         hw};

@@ -15,7 +15,9 @@
 
 namespace iris::ops::detail {
 
-// A validated problem: C (M x N) = alpha * A (M x K) @ B + bias, row strides in elements.
+// A validated problem: C (M x N) = alpha * A (M x K) @ B + bias, row strides in elements. With splits = S
+// > 1, the batched form of split-K: slice s of K (K / S deep, starting at column s K / S of A and at that
+// row of B) gives D[s] = alpha * A_s @ B_s, the S outputs packed one after the other (ldd = N, no bias).
 struct GemmProblem {
   int m = 0, n = 0, k = 0;
   const void* a = nullptr;
@@ -28,6 +30,7 @@ struct GemmProblem {
   float alpha = 1.0f;
   int device = 0;
   int sm_count = 0;  // resolved: > 0
+  int splits = 1;    // slices of K (K a multiple of 8 splits)
 };
 
 // Tile ids: the index into kGemmTiles.

@@ -98,7 +98,7 @@ namespace iris::ops {
 // is on the heap too: about the size of the collective's tensor, twice for all_gather (see
 // iris/ccl/collectives.hpp), so size the heap for it where calls run unfused.
 // The unfused path's GEMM also gets device memory of this rank's own (cudaMalloc, not the heap) for the
-// GEMM core's stream-K partial sums, sized by the preamble.
+// GEMM core's split-K partials (GemmArguments::split_k), sized by the preamble.
 class FusedWorkspace : public ccl::Workspace {
  public:
   FusedWorkspace() = default;
@@ -186,8 +186,8 @@ struct FusedPlan {
   // (all_reduce in place on C, reduce_scatter of the M x N product, all_gather of A or of C's rows),
   // with the variant iris::ccl's auto picks for its size, through FusedWorkspace::collective(). The GEMM
   // runs the GEMM core's own tile choice (select_gemm_tile; no lock or flag is indexed by tile on this
-  // path) with stream-K allowed, in FusedWorkspace::gemm_workspace(). Never with one rank (every op is
-  // then its GEMM).
+  // path) and its automatic split of K (select_split_k), in FusedWorkspace::gemm_workspace(). Never with
+  // one rank (every op is then its GEMM).
   bool unfused = false;
 };
 

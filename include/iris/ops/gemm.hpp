@@ -7,7 +7,7 @@
 //   args.b_is_nk = true;                                        // ... or K x N with b_is_nk = false
 //   args.c = Tensor::matrix(c, DType::kBFloat16, m, n);        // C: M x N, row-major
 //   if (auto why = iris::ops::can_implement(args); !why.empty()) ...
-//   void* ws = ... workspace_size(args) bytes of device memory (0, and nullptr will do, unless stream_k)
+//   void* ws = ... workspace_size(args) bytes of device memory (0, and nullptr will do, unless K is split)
 //   iris::ops::gemm(args, workspace, stream);                   // C = alpha * A @ B + bias
 //
 // Types: A and B are both bfloat16 or both float16; accumulation is float32; C is A's type or float32.
@@ -71,10 +71,27 @@ inline constexpr int kGemmDefaultSmCount = 132;
 // 128 x 8192 x 4096: 64x128 0.95 / 0.95 against 0.90 / 0.91, 0.77 / 0.79; 128 x 4096 x 8192: 64x64
 // (128 tiles) 1.09 / 1.13 against 0.99 / 1.04 (64x128), 0.59 / 0.64; 64 x 8192 x 8192: 64x64 0.99 / 1.07
 // against 0.96 / 1.07, 0.64 / 0.72; at 256 x 8192 x 8192 (the configuration sweep) 128x128 (128 tiles)
-// 1.00-1.02 against 0.99 (64x128). Float32 outputs: 0.98-1.22 except 128 x 2048 x 8192 with B as K x N
-// (0.79: cuBLAS splits K there; this GEMM core has no split-K for 64-row tiles). Throws
-// std::invalid_argument for a negative size or sm_count < 1.
+// 1.00-1.02 against 0.99 (64x128). Outputs of fewer tiles than a wave with a long K (decode) leave SMs
+// idle whatever the tile: there the GEMM is 0.43-0.61 of cuBLAS unsplit (CUDA-graph replays; timed as
+// direct launches, both sides were bound by the host's launch cost at ~16 us and read 0.95-1.2), and
+// GemmArguments::split_k = 0 takes them to 0.71-1.08 (select_split_k). Throws std::invalid_argument for a
+// negative size or sm_count < 1.
 GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk = false, int sm_count = kGemmDefaultSmCount);
+
+// The most slices GemmArguments::split_k may cut K into, and the least depth of K an automatic split
+// leaves each slice.
+inline constexpr int kGemmMaxSplitK = 16;
+inline constexpr int64_t kGemmMinSplitKDepth = 1024;
+
+// The split of K an automatic split (GemmArguments::split_k = 0) takes for an M x N x K problem run with
+// `tile` on `sm_count` SMs: 1 (no split) when the output has a full wave of tiles (7/8 of sm_count, as
+// select_gemm_tile counts), when M + N is at least 24 times tile M + tile N (the unsplit GEMM already
+// streams its inputs at DRAM's rate), or when K is short; otherwise the most slices, up to
+// kGemmMaxSplitK, that keep the tiles of all slices within one wave of sm_count, each slice at least
+// kGemmMinSplitKDepth deep and K a multiple of 8 slices. The rule and its measurements are in
+// gemm_sm90.cu. Throws std::invalid_argument for a negative size, sm_count < 1 or a tile outside
+// kGemmTiles.
+int select_split_k(int64_t m, int64_t n, int64_t k, GemmTile tile, int sm_count = kGemmDefaultSmCount);
 
 struct GemmArguments {
   Tensor a;                    // M x K, bfloat16 or float16
@@ -92,6 +109,15 @@ struct GemmArguments {
   // order. The automatic choice never needs it: its 64-row tiles are faster wherever it would run. Off:
   // one CTA per tile, no workspace.
   bool stream_k = false;
+  // Split of K (parallel split-K), for outputs of too few tiles to fill the SMs with a long K loop
+  // (decode; the column-parallel layers of tensor parallelism). 1, the default: no split, one CTA per
+  // output tile over the whole K. S > 1: K is cut into S slices of K / S (K must be a multiple of 8 S,
+  // S at most kGemmMaxSplitK); one batched launch computes every slice's product as a float32 M x N
+  // partial in the workspace (S times the tiles to spread over the SMs), then a second kernel sums the
+  // partials in slice order (so results are deterministic), adds the bias and writes C. 0: the automatic
+  // split, select_split_k for the tile that runs (often 1). A split above 1 needs workspace_size(args)
+  // bytes (S * M * N * 4 and CUTLASS's own), 16-byte aligned. Not with stream_k.
+  int split_k = 1;
 };
 
 // Empty when gemm() can run these arguments; otherwise the reason, naming the tensor and the rule
@@ -100,7 +126,8 @@ struct GemmArguments {
 std::string can_implement(const GemmArguments& args);
 
 // Bytes of device workspace gemm() needs for these arguments: 0 (pass nullptr) unless stream_k picks the
-// stream-K kernel. Throws std::invalid_argument for arguments can_implement rejects.
+// stream-K kernel or K is split (split_k). Throws std::invalid_argument for arguments can_implement
+// rejects.
 size_t workspace_size(const GemmArguments& args);
 
 // C = alpha * A @ B + bias, asynchronously on `stream`. `workspace` holds workspace_size(args) bytes
@@ -115,5 +142,9 @@ bool gemm_available();
 // The tile gemm() runs these arguments with: args.tile, or the automatic choice (select_gemm_tile with
 // args.sm_count, else the current device's SM count, else kGemmDefaultSmCount).
 GemmTile resolved_tile(const GemmArguments& args);
+
+// The split of K gemm() runs these arguments with: args.split_k, or for 0 select_split_k with the
+// resolved tile and the same SM count as resolved_tile; 1 when stream_k runs instead.
+int resolved_split_k(const GemmArguments& args);
 
 }  // namespace iris::ops
