@@ -7,15 +7,19 @@
 // ranks: (128, 8192, 4096) (matmul_all_reduce, matmul_reduce_scatter), (128, 4096, 8192)
 // (all_gather_matmul), (64, 8192, 8192) (matmul_all_gather), and decode shapes whose output fills at
 // most half the SMs even with 64x64 tiles: (128, 2048, 8192), (64, 4096, 8192), (128, 1024, 8192),
-// (64, 1024, 8192). bf16 in, bf16 out (or float32 with --out f32), fp32 accumulation, B as K x N and as
-// N x K. The automatic choice and every tile of kGemmTiles are timed, and the 128x128 tile with
-// GemmArguments::stream_k ("128x128+sk") where it then runs the stream-K kernel. Each figure is the
-// median of --repeats timed batches of --iters back-to-back launches (CUDA events) after a warm-up;
-// cuBLAS and every iris row are timed in turns within each repeat, so that drift in clocks and power
-// over the run (a sustained GEMM holds an H200 at its power limit) falls on all of them alike, not on
-// whichever was timed first.
+// (64, 1024, 8192), (128, 1280, 8192) (a 70B model's QKV projection on 8-way tensor parallelism),
+// (32, 2048, 8192). bf16 in, bf16 out (or float32 with --out f32), fp32 accumulation, B as K x N and as
+// N x K. The automatic choice and every tile of kGemmTiles are timed, the 128x128 tile with
+// GemmArguments::stream_k ("128x128+sk") where it then runs the stream-K kernel, the automatic choice
+// with the automatic split of K (GemmArguments::split_k = 0: "auto:64x64/4" for 4 slices) where it
+// splits, and with --splits S1,S2,..., the automatic tile with each of those splits ("64x64 split4") at
+// outputs up to 2^25 elements. Each figure is the median of --repeats timed batches of --iters
+// launches after a warm-up, each batch one CUDA-graph replay (with --eager, direct launches, which
+// add the host's cost per call where it exceeds the GPU's); cuBLAS and every iris row are timed in
+// turns within each repeat, so that drift in clocks and power over the run (a sustained GEMM holds an
+// H200 at its power limit) falls on all of them alike, not on whichever was timed first.
 //
-//   gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--json FILE]
+//   gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--splits S1,S2,...] [--eager] [--json FILE]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -26,6 +30,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -39,7 +44,8 @@ struct Shape {
 };
 constexpr Shape kShapes[] = {{8192, 8192, 8192}, {16384, 4096, 8192}, {4096, 8192, 4096}, {2048, 8192, 8192},
                              {128, 8192, 8192},  {128, 8192, 4096},   {128, 4096, 8192},  {64, 8192, 8192},
-                             {128, 2048, 8192},  {64, 4096, 8192},    {128, 1024, 8192},  {64, 1024, 8192}};
+                             {128, 2048, 8192},  {64, 4096, 8192},    {128, 1024, 8192},  {64, 1024, 8192},
+                             {128, 1280, 8192},  {32, 2048, 8192}};
 
 #define CUBLAS_OK(x)                                                              \
   do {                                                                            \
@@ -74,25 +80,47 @@ __global__ void max_abs_diff(const T* a, const T* b, size_t n, float* out) {
 
 // Median microseconds per launch of each of `launches`, timed in turns: every repeat times a batch
 // of `iters` back-to-back launches of each in order (CUDA events), so that clock and power drift over
-// the run falls on all of them alike rather than on whichever was timed first.
-std::vector<double> time_us_interleaved(const std::vector<std::function<void()>>& launches, int iters, int repeats) {
+// the run falls on all of them alike rather than on whichever was timed first. By default each batch is
+// one CUDA graph of `iters` launches (the GPU's time, as decode loops replay them); with eager, the
+// launches are direct (and the host's cost per call shows wherever it exceeds the GPU's).
+std::vector<double> time_us_interleaved(const std::vector<std::function<void()>>& launches, int iters, int repeats,
+                                        cudaStream_t stream, bool eager) {
   cudaEvent_t e0, e1;
   IRIS_CUDA_CHECK(cudaEventCreate(&e0));
   IRIS_CUDA_CHECK(cudaEventCreate(&e1));
-  for (const auto& launch : launches)
-    for (int i = 0; i < 3; ++i) launch();
+  std::vector<cudaGraphExec_t> graphs;
+  std::vector<std::function<void()>> batches;
+  for (const auto& launch : launches) {
+    if (eager) {
+      batches.push_back([&launch, iters] {
+        for (int i = 0; i < iters; ++i) launch();
+      });
+      continue;
+    }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < iters; ++i) launch();
+    IRIS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+    graphs.push_back(exec);
+    batches.push_back([exec, stream] { IRIS_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+  }
+  for (const auto& batch : batches) batch();  // warm-up
   std::vector<std::vector<double>> t(launches.size());
   for (int r = 0; r < repeats; ++r) {
-    for (size_t l = 0; l < launches.size(); ++l) {
-      IRIS_CUDA_CHECK(cudaEventRecord(e0));
-      for (int i = 0; i < iters; ++i) launches[l]();
-      IRIS_CUDA_CHECK(cudaEventRecord(e1));
+    for (size_t l = 0; l < batches.size(); ++l) {
+      IRIS_CUDA_CHECK(cudaEventRecord(e0, stream));
+      batches[l]();
+      IRIS_CUDA_CHECK(cudaEventRecord(e1, stream));
       IRIS_CUDA_CHECK(cudaEventSynchronize(e1));
       float ms = 0;
       IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
       t[l].push_back(1e3 * ms / iters);
     }
   }
+  for (cudaGraphExec_t g : graphs) IRIS_CUDA_CHECK(cudaGraphExecDestroy(g));
   IRIS_CUDA_CHECK(cudaEventDestroy(e0));
   IRIS_CUDA_CHECK(cudaEventDestroy(e1));
   std::vector<double> median;
@@ -107,18 +135,26 @@ std::vector<double> time_us_interleaved(const std::vector<std::function<void()>>
 
 int main(int argc, char** argv) try {
   int repeats = 5, iters = 10;
-  bool out_f32 = false;
+  bool out_f32 = false, eager = false;
   std::string json;
+  std::vector<int> splits;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--repeats" && i + 1 < argc) repeats = std::atoi(argv[++i]);
     else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json = argv[++i];
-    else if (a == "--out" && i + 1 < argc &&
-             (std::strcmp(argv[i + 1], "f32") == 0 || std::strcmp(argv[i + 1], "bf16") == 0))
+    else if (a == "--eager")
+      eager = true;
+    else if (a == "--splits" && i + 1 < argc) {
+      std::stringstream list(argv[++i]);
+      for (std::string item; std::getline(list, item, ',');) splits.push_back(std::atoi(item.c_str()));
+    } else if (a == "--out" && i + 1 < argc &&
+               (std::strcmp(argv[i + 1], "f32") == 0 || std::strcmp(argv[i + 1], "bf16") == 0))
       out_f32 = std::strcmp(argv[++i], "f32") == 0;
     else {
-      std::fprintf(stderr, "usage: gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--json FILE]\n");
+      std::fprintf(stderr,
+                   "usage: gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--splits S1,S2,...] [--eager] "
+                   "[--json FILE]\n");
       return 2;
     }
   }
@@ -133,8 +169,11 @@ int main(int argc, char** argv) try {
   }
   cudaDeviceProp prop{};
   IRIS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("# gemm_bench on %s (%d SMs): bf16 in, %s out, fp32 accumulation; ratio = iris / cuBLAS TFLOP/s\n",
-              prop.name, prop.multiProcessorCount, out_f32 ? "f32" : "bf16");
+  std::printf(
+      "# gemm_bench on %s (%d SMs): bf16 in, %s out, fp32 accumulation; ratio = iris / cuBLAS TFLOP/s; %s, median of "
+      "%d batches of %d\n",
+      prop.name, prop.multiProcessorCount, out_f32 ? "f32" : "bf16",
+      eager ? "direct launches (--eager)" : "CUDA-graph replays", repeats, iters);
   const iris::DType c_dtype = out_f32 ? iris::DType::kFloat32 : iris::DType::kBFloat16;
   const size_t c_size = out_f32 ? 4 : 2;
   const cudaDataType_t c_cuda = out_f32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -142,6 +181,16 @@ int main(int argc, char** argv) try {
               "iris_TF", "ratio", "max|diff|");
   cublasHandle_t handle;
   CUBLAS_OK(cublasCreate(&handle));
+  // A blocking stream (ordered with the legacy default stream of the memsets and checks below), given to
+  // cuBLAS before its workspace (cublasSetStream resets it): a workspace of our own keeps captures from
+  // allocating one.
+  cudaStream_t stream;
+  IRIS_CUDA_CHECK(cudaStreamCreate(&stream));
+  CUBLAS_OK(cublasSetStream(handle, stream));
+  void* blas_ws = nullptr;
+  constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+  IRIS_CUDA_CHECK(cudaMalloc(&blas_ws, kBlasWorkspaceBytes));
+  CUBLAS_OK(cublasSetWorkspace(handle, blas_ws, kBlasWorkspaceBytes));
   size_t max_a = 0, max_b = 0, max_c = 0;
   for (const Shape& s : kShapes) {
     max_a = std::max<size_t>(max_a, s.m * s.k);
@@ -176,12 +225,18 @@ int main(int argc, char** argv) try {
         void* ws = nullptr;
       };
       std::vector<Row> rows;
-      std::vector<iris::ops::GemmTile> tiles{iris::ops::GemmTile{}};
-      for (auto t : iris::ops::kGemmTiles) tiles.push_back(t);
-      tiles.push_back(iris::ops::kGemmTileSmall);  // the 128x128 tile again, with stream_k
-      for (size_t ti = 0; ti < tiles.size(); ++ti) {
-        const iris::ops::GemmTile tile = tiles[ti];
-        const bool stream_k = ti + 1 == tiles.size();
+      // Each row: a tile (auto: {}), stream_k, split_k.
+      struct Variant {
+        iris::ops::GemmTile tile;
+        bool stream_k = false;
+        int split_k = 1;
+      };
+      std::vector<Variant> variants{{}};
+      for (auto t : iris::ops::kGemmTiles) variants.push_back({t});
+      variants.push_back({iris::ops::kGemmTileSmall, true});  // the 128x128 tile again, with stream_k
+      variants.push_back({{}, false, 0});                     // the automatic tile and split
+      for (int sk : splits) variants.push_back({{}, false, sk});
+      for (const Variant& v : variants) {
         Row row;
         iris::ops::GemmArguments& args = row.args;
         args.a = iris::Tensor::matrix(a, iris::DType::kBFloat16, s.m, s.k);
@@ -189,21 +244,31 @@ int main(int argc, char** argv) try {
                     : iris::Tensor::matrix(b, iris::DType::kBFloat16, s.k, s.n);
         args.b_is_nk = nk;
         args.c = iris::Tensor::matrix(c_iris, c_dtype, s.m, s.n);
-        args.tile = tile;
-        args.stream_k = stream_k;
+        args.tile = v.tile;
+        args.stream_k = v.stream_k;
+        args.split_k = v.split_k;
+        if (!iris::ops::can_implement(args).empty()) continue;  // a split K does not divide into
         const auto resolved = iris::ops::resolved_tile(args);
+        const int split = iris::ops::resolved_split_k(args);
         const size_t ws_bytes = iris::ops::workspace_size(args);
-        if (stream_k && ws_bytes == 0) continue;  // the data-parallel kernel: the same as the 128x128 row
+        if (v.stream_k && ws_bytes == 0) continue;   // the data-parallel kernel: the same as the 128x128 row
+        if (v.split_k == 0 && split == 1) continue;  // no split: the same as the auto row
+        if (v.split_k > 1 && s.m * s.n > (int64_t{1} << 25)) continue;  // large outputs fill the SMs unsplit
         if (ws_bytes > 0) IRIS_CUDA_CHECK(cudaMalloc(&row.ws, ws_bytes));
         char tname[32];
-        std::snprintf(tname, sizeof tname, "%s%dx%d%s", tile.is_auto() ? "auto:" : "", resolved.m, resolved.n,
-                      stream_k ? "+sk" : "");
+        if (v.split_k > 1)  // an explicit split of the automatic tile
+          std::snprintf(tname, sizeof tname, "%dx%d split%d", resolved.m, resolved.n, split);
+        else
+          std::snprintf(tname, sizeof tname, "%s%dx%d%s", v.tile.is_auto() ? "auto:" : "", resolved.m, resolved.n,
+                        v.stream_k  ? "+sk"
+                        : split > 1 ? ("/" + std::to_string(split)).c_str()
+                                    : "");
         row.name = tname;
         rows.push_back(row);
       }
       std::vector<std::function<void()>> launches{cublas};
-      for (const Row& row : rows) launches.push_back([&row] { iris::ops::gemm(row.args, row.ws, nullptr); });
-      const std::vector<double> t_us = time_us_interleaved(launches, iters, repeats);
+      for (const Row& row : rows) launches.push_back([&row, stream] { iris::ops::gemm(row.args, row.ws, stream); });
+      const std::vector<double> t_us = time_us_interleaved(launches, iters, repeats, stream, eager);
       const double t_ref = t_us[0] * 1e-3;  // ms
       for (size_t ri = 0; ri < rows.size(); ++ri) {
         const Row& row = rows[ri];
@@ -211,7 +276,8 @@ int main(int argc, char** argv) try {
         // The difference from cuBLAS's output (c_ref holds the last cuBLAS launch's result), on a
         // poisoned output.
         IRIS_CUDA_CHECK(cudaMemset(c_iris, 0xff, s.m * s.n * c_size));
-        iris::ops::gemm(row.args, row.ws, nullptr);
+        iris::ops::gemm(row.args, row.ws, stream);
+        IRIS_CUDA_CHECK(cudaStreamSynchronize(stream));
         IRIS_CUDA_CHECK(cudaMemset(diff, 0, sizeof(float)));
         if (out_f32)
           max_abs_diff<<<264, 256>>>(static_cast<const float*>(c_iris), static_cast<const float*>(c_ref), s.m * s.n,
@@ -250,6 +316,8 @@ int main(int argc, char** argv) try {
     }
   }
   cublasDestroy(handle);
+  cudaFree(blas_ws);
+  cudaStreamDestroy(stream);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "gemm_bench: %s\n", e.what());
