@@ -17,37 +17,32 @@
 namespace iris::ops::detail {
 namespace {
 
+// Four outputs of C's type T: float4, or two pairs of a 16-bit type (T2: its pair type).
+__device__ inline __nv_bfloat162 pair_of(float2 v, __nv_bfloat16) { return __float22bfloat162_rn(v); }
+__device__ inline __half2 pair_of(float2 v, __half) { return __float22half2_rn(v); }
+__device__ inline float2 floats_of(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+__device__ inline float2 floats_of(__half2 v) { return __half22float2(v); }
+
 template <typename T>
-struct Out4;
+struct Out4 {
+  using T2 = decltype(pair_of(float2{}, T{}));
+  struct alignas(8) Vec {
+    T2 lo, hi;
+  };
+  __device__ static Vec pack(float4 v) {
+    return {pair_of(make_float2(v.x, v.y), T{}), pair_of(make_float2(v.z, v.w), T{})};
+  }
+  __device__ static float4 unpack(const T* p) {
+    const Vec v = *reinterpret_cast<const Vec*>(p);
+    const float2 lo = floats_of(v.lo), hi = floats_of(v.hi);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
+};
 template <>
 struct Out4<float> {
   using Vec = float4;
   __device__ static Vec pack(float4 v) { return v; }
   __device__ static float4 unpack(const float* p) { return *reinterpret_cast<const float4*>(p); }
-};
-template <>
-struct Out4<__nv_bfloat16> {
-  struct alignas(8) Vec {
-    __nv_bfloat162 lo, hi;
-  };
-  __device__ static Vec pack(float4 v) { return {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)}; }
-  __device__ static float4 unpack(const __nv_bfloat16* p) {
-    const Vec v = *reinterpret_cast<const Vec*>(p);
-    const float2 lo = __bfloat1622float2(v.lo), hi = __bfloat1622float2(v.hi);
-    return make_float4(lo.x, lo.y, hi.x, hi.y);
-  }
-};
-template <>
-struct Out4<__half> {
-  struct alignas(8) Vec {
-    __half2 lo, hi;
-  };
-  __device__ static Vec pack(float4 v) { return {__floats2half2_rn(v.x, v.y), __floats2half2_rn(v.z, v.w)}; }
-  __device__ static float4 unpack(const __half* p) {
-    const Vec v = *reinterpret_cast<const Vec*>(p);
-    const float2 lo = __half22float2(v.lo), hi = __half22float2(v.hi);
-    return make_float4(lo.x, lo.y, hi.x, hi.y);
-  }
 };
 
 template <typename T>
