@@ -194,12 +194,7 @@ void check_replay(iris::Context& ctx, const Options& o, const Expectation& e, co
   for (double w : allgather_double(ctx, static_cast<double>(s.wrong_eager))) eager += w;
   for (double w : allgather_double(ctx, static_cast<double>(wrong_replay))) replay += w;
   c.wrong = static_cast<int64_t>(eager + replay);
-  if (eager > 0 && replay > 0)
-    c.note = "eager call and replay after the timing";
-  else if (eager > 0)
-    c.note = "eager call";
-  else if (replay > 0)
-    c.note = "replay after the timing";
+  c.note = wrong_where(eager, replay);
 }
 
 // The NCCL symmetric-window column is measured where NCCL has symmetric kernels (all_reduce, all_gather,

@@ -617,12 +617,7 @@ void FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
       for (double x : allgather_double(ctx, static_cast<double>(replay.beyond))) beyond_replay += x;
       r.rel_diff = rel;
       r.fused.wrong = static_cast<int64_t>(beyond_eager + beyond_replay);
-      if (beyond_eager > 0 && beyond_replay > 0)
-        r.wrong_where = "eager call and replay after the timing";
-      else if (beyond_eager > 0)
-        r.wrong_where = "eager call";
-      else if (beyond_replay > 0)
-        r.wrong_where = "replay after the timing";
+      r.wrong_where = wrong_where(beyond_eager, beyond_replay);
     }
   }
   if (!r.fused.error.empty()) r.fused.time_us = std::nan("");  // a failed check voids the time, as in the tables

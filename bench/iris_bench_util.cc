@@ -226,6 +226,13 @@ std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const 
   return out;
 }
 
+std::string wrong_where(double wrong_eager, double wrong_replay) {
+  if (wrong_eager > 0 && wrong_replay > 0) return "eager call and replay after the timing";
+  if (wrong_eager > 0) return "eager call";
+  if (wrong_replay > 0) return "replay after the timing";
+  return "";
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());

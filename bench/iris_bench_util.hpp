@@ -138,6 +138,10 @@ struct TurnTime {
 std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const Timed*>& paths, int iters, int warmup,
                                     int repeats, double timeout_s);
 
+// Which checks found wrong elements, from their counts over the ranks: "eager call", "replay after the
+// timing", both, or "" when neither did.
+std::string wrong_where(double wrong_eager, double wrong_replay);
+
 double median(std::vector<double> v);
 
 }  // namespace iris_bench
