@@ -307,6 +307,7 @@ FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm
 }
 
 void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& mm, FusedWorkspace& ws);
+GemmArguments single_rank_gemm(const MatmulOperands& mm);
 
 // The band pipeline's arrays, and the collective's when the call runs unfused. Every rank computes the
 // same plan, so all prepare the collective or none.
@@ -314,6 +315,8 @@ void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedCo
   FusedPlan p;
   ccl::detail::prepare_everywhere(ctx, ws, [&] { return p = context_plan(plan, ctx, mm, config); });
   if (p.unfused) prepare_collective(ctx, p, mm, ws);
+  // One rank's GEMM may split K (this rank's memory: nothing to agree on).
+  if (ctx.world_size() == 1) ws.reserve_gemm_workspace(ops::workspace_size(single_rank_gemm(mm)));
 }
 
 // ---- the band pipeline ---------------------------------------------------------------------------------
@@ -468,9 +471,26 @@ Band band(int64_t total, int bands, int b) {
 // Blocks of the kernels that run after the GEMMs, alone on the device (reductions, copies into C).
 int tail_blocks(const FusedPlan& p) { return p.gemm_sms + p.comm_sms; }
 
-// One rank: every op is its GEMM on the caller's stream.
-void run_single_rank(const MatmulOperands& mm, const FusedPlan& plan, cudaStream_t stream) {
-  run_gemm(mm, mm.a, mm.c, mm.bias, plan.tile, 0, stream);
+// One rank: every op is its GEMM (C = A @ B + bias), with the GEMM core's own tile and split of K, as
+// ops::gemm would run it (without peers nothing is indexed by tile), in FusedWorkspace::gemm_workspace().
+GemmArguments single_rank_gemm(const MatmulOperands& mm) {
+  GemmArguments g = gemm_arguments(mm, mm.a, mm.c, mm.bias, GemmTile{}, 0);
+  g.split_k = 0;
+  return g;
+}
+
+// The GEMM's workspace must hold what the preamble reserved for these operands.
+void check_gemm_workspace(OpKind op, const GemmArguments& g, const FusedWorkspace& ws) {
+  const size_t need = ops::workspace_size(g);
+  IRIS_CHECK_ARG(need <= ws.gemm_workspace_bytes(), ccl::op_name(op), ": the GEMM of this call needs ", need,
+                 " bytes of GEMM workspace but the workspace holds ", ws.gemm_workspace_bytes(), "; call ",
+                 preamble_name(op), " with these operands first.");
+}
+
+void run_single_rank(const MatmulOperands& mm, OpKind op, FusedWorkspace& ws, cudaStream_t stream) {
+  const GemmArguments g = single_rank_gemm(mm);
+  check_gemm_workspace(op, g, ws);
+  ops::gemm(g, ws.gemm_workspace(), stream);
 }
 
 // matmul_reduce_scatter, and the reduce-scatter half of matmul_all_reduce two_shot. Bands of rows are
@@ -782,10 +802,7 @@ void run_unfused(Context& ctx, const MatmulOperands& mm, const FusedPlan& p, Fus
   const int me = ctx.rank();
   const CollectiveViews v = collective_views(p, mm, ws.staging(), me, ctx.world_size());
   const GemmArguments g = unfused_gemm_split_k(p, mm, v, me);
-  const size_t need = ops::workspace_size(g);
-  IRIS_CHECK_ARG(need <= ws.gemm_workspace_bytes(), ccl::op_name(p.sig.op), ": the GEMM of this call needs ", need,
-                 " bytes of GEMM workspace but the workspace holds ", ws.gemm_workspace_bytes(), "; call ",
-                 preamble_name(p.sig.op), " with these operands first.");
+  check_gemm_workspace(p.sig.op, g, ws);
   const ccl::Config auto_config;
   switch (p.sig.op) {
     case OpKind::kMatmulAllReduce:
@@ -838,7 +855,7 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
                  " again with this C.");
   if (mm.c.numel() == 0) return;
   if (ctx.world_size() == 1) {
-    run_single_rank(mm, p, ccl::detail::pick_stream(ctx, stream));
+    run_single_rank(mm, p.sig.op, ws, ccl::detail::pick_stream(ctx, stream));
     ws.count_call();
     return;
   }

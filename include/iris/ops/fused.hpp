@@ -41,8 +41,9 @@
 //                                symmetric heap and contiguous).
 // A band GEMM must have FusedConfig::min_band_tiles tiles to pay for its launch; below, an op cuts fewer
 // bands, down to the unfused order: one GEMM, then the iris::ccl collective (FusedPlan::unfused), which
-// is faster than NCCL at the sizes where that happens. With one rank every op is its GEMM. A workspace
-// serves one stream at a time.
+// is faster than NCCL at the sizes where that happens. With one rank every op is its GEMM, run as
+// ops::gemm runs an automatic choice (the GEMM core's own tile, not block_size_m/n, and its automatic
+// split of K). A workspace serves one stream at a time.
 //
 // Shapes (W = world size; every rank passes the same shapes, dtypes and config):
 //   matmul_all_reduce      C (M x N)   = sum over r of A_r (M x K) @ B_r (K x N)
@@ -97,8 +98,9 @@ namespace iris::ops {
 // than an earlier call's left: iris::ccl's auto may pick another variant for another size). Its staging
 // is on the heap too: about the size of the collective's tensor, twice for all_gather (see
 // iris/ccl/collectives.hpp), so size the heap for it where calls run unfused.
-// The unfused path's GEMM also gets device memory of this rank's own (cudaMalloc, not the heap) for the
-// GEMM core's split-K partials (GemmArguments::split_k), sized by the preamble.
+// The unfused path's GEMM, and with one rank every op's GEMM, also gets device memory of this rank's own
+// (cudaMalloc, not the heap) for the GEMM core's split-K partials (GemmArguments::split_k), sized by the
+// preamble.
 class FusedWorkspace : public ccl::Workspace {
  public:
   FusedWorkspace() = default;
