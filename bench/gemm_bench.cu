@@ -8,14 +8,13 @@
 // (all_gather_matmul), (64, 8192, 8192) (matmul_all_gather), and decode shapes whose output fills at
 // most half the SMs even with 64x64 tiles: (128, 2048, 8192), (64, 4096, 8192), (128, 1024, 8192),
 // (64, 1024, 8192), (128, 1280, 8192) (a 70B model's QKV projection on 8-way tensor parallelism),
-// (32, 2048, 8192). bf16 in, bf16 out (or float32 with --out f32), fp32 accumulation, B as K x N and as
-// N x K. The automatic choice and every tile of kGemmTiles are timed, the 128x128 tile with
-// GemmArguments::stream_k ("128x128+sk") where it then runs the stream-K kernel, the automatic choice
-// with the automatic split of K (GemmArguments::split_k = 0: "auto:64x64/4" for 4 slices) where it
-// splits, and with --splits S1,S2,..., the automatic tile with each of those splits ("64x64 split4") at
-// outputs up to 2^25 elements. Each figure is the median of --repeats timed batches of --iters
-// launches after a warm-up, each batch one CUDA-graph replay (with --eager, direct launches, which
-// add the host's cost per call where it exceeds the GPU's); cuBLAS and every iris row are timed in
+// (32, 2048, 8192), (16, 4096, 4096). bf16 in, bf16 out (or float32 with --out f32), fp32 accumulation, B as K x N and
+// as N x K. The automatic choice and every tile of kGemmTiles are timed, the 128x128 tile with GemmArguments::stream_k
+// ("128x128+sk") where it then runs the stream-K kernel, the automatic choice with the automatic split of K
+// (GemmArguments::split_k = 0: "auto:64x64/4" for 4 slices) where it splits, and with --splits S1,S2,..., the automatic
+// tile with each of those splits ("64x64 split4") at outputs up to 2^25 elements. Each figure is the median of
+// --repeats timed batches of --iters launches after a warm-up, each batch one CUDA-graph replay (with --eager, direct
+// launches, which add the host's cost per call where it exceeds the GPU's); cuBLAS and every iris row are timed in
 // turns within each repeat, so that drift in clocks and power over the run (a sustained GEMM holds an
 // H200 at its power limit) falls on all of them alike, not on whichever was timed first.
 //
@@ -45,7 +44,7 @@ struct Shape {
 constexpr Shape kShapes[] = {{8192, 8192, 8192}, {16384, 4096, 8192}, {4096, 8192, 4096}, {2048, 8192, 8192},
                              {128, 8192, 8192},  {128, 8192, 4096},   {128, 4096, 8192},  {64, 8192, 8192},
                              {128, 2048, 8192},  {64, 4096, 8192},    {128, 1024, 8192},  {64, 1024, 8192},
-                             {128, 1280, 8192},  {32, 2048, 8192}};
+                             {128, 1280, 8192},  {32, 2048, 8192},    {16, 4096, 4096}};
 
 #define CUBLAS_OK(x)                                                              \
   do {                                                                            \

@@ -129,9 +129,8 @@ TEST(OpsGemmTiles, StreamKKeepsTheTile) {
     }
 }
 
-// The automatic split of K: only where the output's tiles leave SMs idle and do not stream the inputs at
-// DRAM's rate already, as many slices as fit one wave, each at least kGemmMinSplitKDepth deep and K a
-// multiple of 8 slices.
+// The automatic split of K: only where the output's tiles leave SMs idle, as many slices as fit one wave,
+// each at least kGemmMinSplitKDepth deep and K a multiple of 8 slices.
 TEST(OpsGemmSplitK, AutomaticSplitFillsOneWave) {
   EXPECT_EQ(select_split_k(128, 1024, 8192, kGemmTileTiny), 4);  // 32 tiles: 128 of 132 with 4 slices
   EXPECT_EQ(select_split_k(64, 1024, 8192, kGemmTileTiny), 8);   // 16 tiles: 8 slices of 1024
@@ -145,8 +144,8 @@ TEST(OpsGemmSplitK, AutomaticSplitFillsOneWave) {
   EXPECT_EQ(select_split_k(128, 1024, 8200, kGemmTileTiny), 1);  // 8200 is no multiple of 16, 24 or 32
   EXPECT_EQ(select_split_k(128, 1024, 8208, kGemmTileTiny), 3);  // 8208 = 24 x 342 (not 32 x ...)
   EXPECT_EQ(select_split_k(128, 4096, 8192, kGemmTileTiny), 1);  // 128 tiles: a full wave
-  EXPECT_EQ(select_split_k(64, 4096, 8192, kGemmTileTiny), 1);   // 64 tiles, but 4160 >= 24 x 128: DRAM-bound
-  EXPECT_EQ(select_split_k(64, 2992, 8192, kGemmTileTiny), 2);   // 47 tiles, 3056 < 3072
+  EXPECT_EQ(select_split_k(64, 4096, 8192, kGemmTileTiny), 2);   // 64 tiles
+  EXPECT_EQ(select_split_k(16, 4096, 4096, kGemmTileTiny), 2);
   EXPECT_EQ(select_split_k(128, 8192, 8192, kGemmTileSkinny), 1);
   EXPECT_EQ(select_split_k(128, 1024, 8192, kGemmTileSmall), 8);  // 8 tiles of 128x128
   EXPECT_EQ(select_split_k(0, 1024, 8192, kGemmTileTiny), 1) << "no tiles, nothing to split";

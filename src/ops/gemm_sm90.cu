@@ -281,20 +281,19 @@ GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_
   return kGemmTileTiny;
 }
 
-// The automatic split of K. A CTA of the unsplit GEMM streams its panels of A and B (its tile's rows of
-// A and columns of B, K deep) at about 120 GB/s on an H200, far below DRAM's ~3 TB/s: an output of few
-// tiles leaves the GEMM bound by each CTA's K loop, and cutting K into S slices gives S times the CTAs,
-// each with 1/S of the loop, for the cost of S float32 partials and their sum. Where the output's tiles
-// already stream the inputs at DRAM's rate (the inputs at least kSplitKStreamRatio ~ 3 TB/s / 120 GB/s
-// times one CTA's panels), a split only adds the partials. Measured on one H200 (bf16 in and out,
-// CUDA-graph replays, timed in turns with cuBLAS; bench/results/2026-12-01-h200-gemm-bf16-split.txt),
-// B as K x N, unsplit -> split (slices) against cuBLAS, us: 128 x 1024 x 8192 16.5 -> 9.7 (4) against
-// 10.4; 64 x 1024 x 8192 16.2 -> 8.7 (8) against 7.4; 128 x 2048 x 8192 16.9 -> 13.2 (2) against 14.2;
-// 32 x 2048 x 8192 20.5 -> 14.1 (4) against 10.2; 128 x 1280 x 8192 16.5 -> 12.7 (2) against 10.4; and
-// 64 x 4096 x 8192 (64 tiles, inputs 32.5 times one CTA's panels) 21.4 unsplit against 23.0 split in
-// two: no split. More slices than fit one wave, or slices shallower than 1024, measured no faster.
-constexpr int64_t kSplitKStreamRatio = 24;
-
+// The automatic split of K. An output of fewer tiles than a wave leaves the GEMM bound by each CTA's K
+// loop (a CTA streams its panels of A and B at about 120 GB/s on an H200, far below DRAM's ~3.5 TB/s);
+// cutting K into S slices gives S times the CTAs, each with 1/S of the loop, for the cost of S float32
+// partials and their sum (a second kernel, about 2 us of the fixed cost). Measured on one H200 (bf16 in
+// and out, CUDA-graph replays, timed in turns with cuBLAS; bench/results/2026-12-01-h200-gemm-bf16-split.txt),
+// B as K x N, unsplit -> split (slices) against cuBLAS, us: 128 x 1024 x 8192 16.3 -> 9.2 (4) against 9.4;
+// 64 x 1024 x 8192 16.2 -> 8.4 (8) against 7.1; 128 x 2048 x 8192 16.8 -> 12.8 (2) against 13.5;
+// 32 x 2048 x 8192 20.2 -> 14.5 (4) against 9.7; 128 x 1280 x 8192 16.2 -> 12.2 (2) against 9.5;
+// 16 x 4096 x 4096 17.3 -> 15.5 (2) against 9.5. One wave of slices is the most that pays: 4 and 8
+// slices of 128 x 2048 x 8192 took 14.0 and 15.6. Where the unsplit tiles already stream B at DRAM's
+// rate a split costs a little: 64 x 4096 x 8192 (64 tiles, B 64 MiB) 20.5 -> 22.8 (2), against cuBLAS's
+// 22.4; a rule that kept it unsplit by the ratio of the inputs to one CTA's panels also kept 16 x 4096
+// x 4096 (the same ratio) unsplit, which gains from the split, so the rule has no such exception.
 int select_split_k(int64_t m, int64_t n, int64_t k, GemmTile tile, int sm_count) {
   IRIS_CHECK_ARG(m >= 0 && n >= 0 && k >= 0, "select_split_k: M x N x K = ", m, " x ", n, " x ", k,
                  " has a negative size.");
@@ -304,9 +303,6 @@ int select_split_k(int64_t m, int64_t n, int64_t k, GemmTile tile, int sm_count)
   const int64_t tiles = ccl::tile_count(m, n, tile.m, tile.n);
   const int64_t full_wave = (int64_t{sm_count} * 7 + 7) / 8;
   if (tiles == 0 || tiles >= full_wave) return 1;
-  // Bound by DRAM already: the inputs, (M + N) K elements, are at least kSplitKStreamRatio times what one
-  // CTA streams, (tile_m + tile_n) K.
-  if (m + n >= kSplitKStreamRatio * (tile.m + tile.n)) return 1;
   int best = 1;
   for (int s = 2; s <= kGemmMaxSplitK && tiles * s <= sm_count && k / s >= kGemmMinSplitKDepth; ++s)
     if (k % (8 * s) == 0) best = s;

@@ -72,9 +72,9 @@ inline constexpr int kGemmDefaultSmCount = 132;
 // (128 tiles) 1.09 / 1.13 against 0.99 / 1.04 (64x128), 0.59 / 0.64; 64 x 8192 x 8192: 64x64 0.99 / 1.07
 // against 0.96 / 1.07, 0.64 / 0.72; at 256 x 8192 x 8192 (the configuration sweep) 128x128 (128 tiles)
 // 1.00-1.02 against 0.99 (64x128). Outputs of fewer tiles than a wave with a long K (decode) leave SMs
-// idle whatever the tile: there the GEMM is 0.43-0.61 of cuBLAS unsplit (CUDA-graph replays; timed as
+// idle whatever the tile: there the GEMM is 0.44-0.61 of cuBLAS unsplit (CUDA-graph replays; timed as
 // direct launches, both sides were bound by the host's launch cost at ~16 us and read 0.95-1.2), and
-// GemmArguments::split_k = 0 takes them to 0.71-1.08 (select_split_k). Throws std::invalid_argument for a
+// GemmArguments::split_k = 0 takes them to 0.60-1.21 (select_split_k). Throws std::invalid_argument for a
 // negative size or sm_count < 1.
 GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk = false, int sm_count = kGemmDefaultSmCount);
 
@@ -85,12 +85,10 @@ inline constexpr int64_t kGemmMinSplitKDepth = 1024;
 
 // The split of K an automatic split (GemmArguments::split_k = 0) takes for an M x N x K problem run with
 // `tile` on `sm_count` SMs: 1 (no split) when the output has a full wave of tiles (7/8 of sm_count, as
-// select_gemm_tile counts), when M + N is at least 24 times tile M + tile N (the unsplit GEMM already
-// streams its inputs at DRAM's rate), or when K is short; otherwise the most slices, up to
-// kGemmMaxSplitK, that keep the tiles of all slices within one wave of sm_count, each slice at least
-// kGemmMinSplitKDepth deep and K a multiple of 8 slices. The rule and its measurements are in
-// gemm_sm90.cu. Throws std::invalid_argument for a negative size, sm_count < 1 or a tile outside
-// kGemmTiles.
+// select_gemm_tile counts) or K is short; otherwise the most slices, up to kGemmMaxSplitK, that keep the
+// tiles of all slices within one wave of sm_count, each slice at least kGemmMinSplitKDepth deep and K a
+// multiple of 8 slices. The rule and its measurements are in gemm_sm90.cu. Throws std::invalid_argument
+// for a negative size, sm_count < 1 or a tile outside kGemmTiles.
 int select_split_k(int64_t m, int64_t n, int64_t k, GemmTile tile, int sm_count = kGemmDefaultSmCount);
 
 struct GemmArguments {
