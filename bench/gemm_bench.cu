@@ -29,12 +29,14 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "iris/core/cuda_check.hpp"
 #include "iris/ops/gemm.hpp"
+#include "iris_bench_util.hpp"
 
 namespace {
 
@@ -77,56 +79,28 @@ __global__ void max_abs_diff(const T* a, const T* b, size_t n, float* out) {
   if ((threadIdx.x & 31) == 0) atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // m >= 0
 }
 
-// Median microseconds per launch of each of `launches`, timed in turns: every repeat times a batch
-// of `iters` back-to-back launches of each in order (CUDA events), so that clock and power drift over
+// Median microseconds per launch of each of `launches`, timed in turns (iris-bench's time_in_turns):
+// every repeat times a batch of `iters` launches of each in order, so that clock and power drift over
 // the run falls on all of them alike rather than on whichever was timed first. By default each batch is
 // one CUDA graph of `iters` launches (the GPU's time, as decode loops replay them); with eager, the
 // launches are direct (and the host's cost per call shows wherever it exceeds the GPU's).
 std::vector<double> time_us_interleaved(const std::vector<std::function<void()>>& launches, int iters, int repeats,
                                         cudaStream_t stream, bool eager) {
-  cudaEvent_t e0, e1;
-  IRIS_CUDA_CHECK(cudaEventCreate(&e0));
-  IRIS_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<cudaGraphExec_t> graphs;
-  std::vector<std::function<void()>> batches;
+  std::vector<std::unique_ptr<iris_bench::Graph>> graphs;
+  std::vector<iris_bench::Turn> turns;
   for (const auto& launch : launches) {
     if (eager) {
-      batches.push_back([&launch, iters] {
-        for (int i = 0; i < iters; ++i) launch();
-      });
+      turns.push_back(iris_bench::direct_turn(iters, launch));
       continue;
     }
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < iters; ++i) launch();
-    IRIS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
-    graphs.push_back(exec);
-    batches.push_back([exec, stream] { IRIS_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+    graphs.push_back(std::make_unique<iris_bench::Graph>());
+    graphs.back()->capture(stream, iters, launch);
+    turns.push_back(graphs.back()->turn(stream));
   }
-  for (const auto& batch : batches) batch();  // warm-up
-  std::vector<std::vector<double>> t(launches.size());
-  for (int r = 0; r < repeats; ++r) {
-    for (size_t l = 0; l < batches.size(); ++l) {
-      IRIS_CUDA_CHECK(cudaEventRecord(e0, stream));
-      batches[l]();
-      IRIS_CUDA_CHECK(cudaEventRecord(e1, stream));
-      IRIS_CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      t[l].push_back(1e3 * ms / iters);
-    }
-  }
-  for (cudaGraphExec_t g : graphs) IRIS_CUDA_CHECK(cudaGraphExecDestroy(g));
-  IRIS_CUDA_CHECK(cudaEventDestroy(e0));
-  IRIS_CUDA_CHECK(cudaEventDestroy(e1));
+  const auto times = iris_bench::time_in_turns(stream, turns, /*warmup=*/1, repeats, /*timeout_s=*/120, /*rank=*/0,
+                                               "gemm_bench's timed launches");
   std::vector<double> median;
-  for (auto& v : t) {
-    std::sort(v.begin(), v.end());
-    median.push_back(v[v.size() / 2]);
-  }
+  for (const auto& t : times) median.push_back(iris_bench::median(t));
   return median;
 }
 

@@ -296,22 +296,43 @@ TEST(GemmGpuGraph, CapturedAndReplayedGivesTheSameResult) {
            /*in_graph=*/true);
 }
 
+// A decode-shaped GEMM on the device: 128 x 1024 x 8192, bfloat16, B stored N x K; random A and B
+// (from `seed`) uploaded, C all 0xFF. args(a) views them, with `a` (A's size) as A.
+struct DecodeGemm {
+  static constexpr int64_t m = 128, n = 1024, k = 8192;
+  std::vector<char> a_img, b_img;
+  DeviceBuffer a, b, c;
+  explicit DecodeGemm(uint64_t seed)
+      : a_img(image(m, k, seed)),
+        b_img(image(n, k, seed + 1)),
+        a(a_img.size()),
+        b(b_img.size()),
+        c(static_cast<size_t>(m * n) * 2) {
+    a.upload(a_img);
+    b.upload(b_img);
+  }
+  GemmArguments args(void* a_data) const {
+    GemmArguments g;
+    g.a = Tensor::matrix(a_data, kBF16, m, k);
+    g.b = Tensor::matrix(b.ptr, kBF16, n, k);
+    g.b_is_nk = true;
+    g.c = Tensor::matrix(c.ptr, kBF16, m, n);
+    return g;
+  }
+  static std::vector<char> image(int64_t rows, int64_t cols, uint64_t seed) {
+    std::vector<double> unused;
+    return host_matrix(kBF16, rows, cols, cols, seed, &unused);
+  }
+};
+
 // A split of K needs its workspace (the float32 partials first), 16-byte aligned, and sums the slices in
 // one order: two runs give the same bits.
 TEST(GemmGpuSplitK, WorkspaceRequiredAndResultsRepeatBitwise) {
   IRIS_TEST_REQUIRE_GEMM_CORE(1);
-  const int64_t m = 128, n = 1024, k = 8192;
-  std::vector<double> unused;
-  const auto a_img = host_matrix(kBF16, m, k, k, 5, &unused);
-  const auto b_img = host_matrix(kBF16, n, k, k, 6, &unused);
-  DeviceBuffer a(a_img.size()), b(b_img.size()), c(static_cast<size_t>(m * n) * 2);
-  a.upload(a_img);
-  b.upload(b_img);
-  GemmArguments args;
-  args.a = Tensor::matrix(a.ptr, kBF16, m, k);
-  args.b = Tensor::matrix(b.ptr, kBF16, n, k);
-  args.b_is_nk = true;
-  args.c = Tensor::matrix(c.ptr, kBF16, m, n);
+  DecodeGemm g(5);
+  const int64_t m = g.m, n = g.n;
+  DeviceBuffer& c = g.c;
+  GemmArguments args = g.args(g.a.ptr);
   args.sm_count = 132;
   EXPECT_EQ(workspace_size(args), 0u) << "split_k = 1: no split, no workspace";
   args.split_k = 0;
@@ -419,22 +440,14 @@ __global__ void copies_after_spin(const char* x_src, char* x_dst, size_t x_bytes
 // turns it on.
 TEST(GemmGpuPdl, WaitsForTheKernelBeforeIt) {
   IRIS_TEST_REQUIRE_GEMM_CORE(1);
-  const int64_t m = 128, n = 1024, k = 8192;
-  std::vector<double> unused;
-  const auto a_img = host_matrix(kBF16, m, k, k, 7, &unused);
-  const auto b_img = host_matrix(kBF16, n, k, k, 8, &unused);
-  DeviceBuffer a_true(a_img.size()), a(a_img.size()), b(b_img.size());
-  DeviceBuffer c(static_cast<size_t>(m * n) * 2), c_before(static_cast<size_t>(m * n) * 2);
-  a_true.upload(a_img);
-  b.upload(b_img);
+  DecodeGemm g(7);
+  DeviceBuffer& a_true = g.a;  // the GEMM reads `a`, which the slow kernel fills from here
+  DeviceBuffer& c = g.c;
+  DeviceBuffer a(a_true.bytes), c_before(c.bytes);
   cudaStream_t stream;
   IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (int split : {1, 0}) {
-    GemmArguments args;
-    args.a = Tensor::matrix(a.ptr, kBF16, m, k);
-    args.b = Tensor::matrix(b.ptr, kBF16, n, k);
-    args.b_is_nk = true;
-    args.c = Tensor::matrix(c.ptr, kBF16, m, n);
+    GemmArguments args = g.args(a.ptr);
     args.split_k = split;
     const size_t ws_bytes = workspace_size(args);
     DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
