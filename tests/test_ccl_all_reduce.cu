@@ -147,27 +147,27 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant) {
 }
 
 TEST_P(AllReduce, AutoMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   run_variant(GetParam(), AllReduceVariant::kAuto);
 }
 TEST_P(AllReduce, OneShotMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   run_variant(GetParam(), AllReduceVariant::kOneShot);
 }
 TEST_P(AllReduce, TwoShotMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   run_variant(GetParam(), AllReduceVariant::kTwoShot);
 }
 TEST_P(AllReduce, RingMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   run_variant(GetParam(), AllReduceVariant::kRing);
 }
 TEST_P(AllReduce, AtomicMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   run_variant(GetParam(), AllReduceVariant::kAtomic);
 }
 TEST_P(AllReduce, SpinlockMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   run_variant(GetParam(), AllReduceVariant::kSpinlock);
 }
 
@@ -183,7 +183,7 @@ __global__ void fill_replay_input(__nv_bfloat16* p, int64_t n, int rank, const i
 
 // 1,000 replays of a graph holding one input refresh and one all_reduce; every replay checked.
 TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing}) {
       const int64_t n = v == AllReduceVariant::kTwoShot ? 300001 : 4096;
@@ -237,7 +237,7 @@ TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
 
 // 100 calls with one workspace: the arrays are not reallocated and every result is right.
 TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kSpinlock}) {
       Config cfg;
@@ -277,7 +277,7 @@ TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
 // so a rank running ahead into a call of the other layout would overwrite what a peer still reads
 // unless the call fences first (layout_fence). Every output is checked afterwards.
 TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     struct Call {
       AllReduceVariant variant;
@@ -379,7 +379,7 @@ void expect_too_small_after_large_blocks(Context& ctx, AllReduceVariant v, const
 }
 
 TEST_P(AllReduce, test_all_reduce_spinlock_lock_too_small) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     expect_too_small_after_large_blocks(ctx, AllReduceVariant::kSpinlock,
                                         "Lock array too small: have 16 but need 64. Pre-allocate workspace with the "
@@ -388,7 +388,7 @@ TEST_P(AllReduce, test_all_reduce_spinlock_lock_too_small) {
 }
 
 TEST_P(AllReduce, test_all_reduce_ring_flags_too_small) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     // ring: 2 flags per tile per column slice (slice = block_size_n): 32 for 16 tiles, 128 for 64.
     expect_too_small_after_large_blocks(ctx, AllReduceVariant::kRing,
@@ -398,7 +398,7 @@ TEST_P(AllReduce, test_all_reduce_ring_flags_too_small) {
 }
 
 TEST_P(AllReduce, LargerWorkspaceIsReusedForLargerBlocksAndMatchesIsFalse) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     for (AllReduceVariant v : {AllReduceVariant::kSpinlock, AllReduceVariant::kRing, AllReduceVariant::kAtomic}) {
       Config small;
@@ -430,7 +430,7 @@ TEST_P(AllReduce, LargerWorkspaceIsReusedForLargerBlocksAndMatchesIsFalse) {
 }
 
 TEST_P(AllReduce, UnpreparedWorkspaceIsRejected) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     auto in = TestTensor::make(ctx, DType::kFloat32, 4, 4, 4, true);
     Workspace ws;
@@ -450,7 +450,7 @@ TEST_P(AllReduce, UnpreparedWorkspaceIsRejected) {
 }
 
 TEST_P(AllReduce, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
   test::run_ranks(GetParam(), [](Context& ctx) {
     const int64_t cols = ctx.rank() == 1 ? 96 : 128;  // rank 1 passes another shape

@@ -286,7 +286,7 @@ void for_each_case(Context& ctx, bool has_in_place, Body&& body) {
 }
 
 TEST_P(Collective, AllGatherMatchesInputs) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
                                  uint64_t seed) { check_all_gather(ctx, cfg, ws, dt, s.m, s.n, mode, seed); });
@@ -294,7 +294,7 @@ TEST_P(Collective, AllGatherMatchesInputs) {
 }
 
 TEST_P(Collective, ReduceScatterMatchesRankOrderReference) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
                                  uint64_t seed) {
@@ -308,7 +308,7 @@ TEST_P(Collective, ReduceScatterMatchesRankOrderReference) {
 }
 
 TEST_P(Collective, AllToAllMatchesInputs) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     for_each_case(ctx, false, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
                                   uint64_t seed) { check_all_to_all(ctx, cfg, ws, dt, s.m, s.n, mode, seed); });
@@ -316,7 +316,7 @@ TEST_P(Collective, AllToAllMatchesInputs) {
 }
 
 TEST_P(Collective, BroadcastFromFirstAndLastRankMatchesRoot) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     const int last = ctx.world_size() - 1;
     for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
@@ -329,7 +329,7 @@ TEST_P(Collective, BroadcastFromFirstAndLastRankMatchesRoot) {
 
 // 8192 x 8192 in total, bf16: one rank's block is 8192/W rows (broadcast: the whole tensor).
 TEST_P(Collective, LargeBf16) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     const int64_t n = 8192, m = 8192 / ctx.world_size();
     const Mode heap{};
@@ -350,7 +350,7 @@ TEST_P(Collective, LargeBf16) {
 // for broadcast, roots) without a preamble: chunk plans and roots change between calls on the same
 // staging and flags, and every result is right.
 TEST_P(Collective, OneWorkspaceServesChangingShapesAndRoots) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     const Shape shapes[] = {{300, 1000}, {1, 7}, {64, 1000}, {1000, 33}};
     const DType dt = DType::kFloat32;
@@ -428,7 +428,7 @@ void replay_graph(Context& ctx, const char* name, int replays, __nv_bfloat16* in
 }
 
 TEST_P(Collective, GraphReplaysWithChangingInputsStayCorrect) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     const int world = ctx.world_size(), me = ctx.rank();
     const Config cfg;
@@ -542,7 +542,7 @@ void back_to_back(Context& ctx, const char* name, int calls, bool delays, __nv_b
 // staging chunk by chunk. Without the staging parities (or broadcast's wait for the peers' previous
 // call) the slow ranks read the next call's data.
 TEST_P(Collective, BackToBackCallsWithSkewedRanksStayCorrect) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     const int world = ctx.world_size(), me = ctx.rank();
     for (int skew = 0; skew < 2; ++skew) {
@@ -674,7 +674,7 @@ void expect_too_small(Context& ctx, Op op, int64_t m, int64_t n, const std::stri
 }
 
 TEST_P(Collective, WorkspaceTooSmallForStagingIsRejected) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "one rank needs no staging";
   test::run_ranks(GetParam(), [](Context& ctx) {
     const size_t world = ctx.world_size();
@@ -693,7 +693,7 @@ TEST_P(Collective, WorkspaceTooSmallForStagingIsRejected) {
 }
 
 TEST_P(Collective, WorkspaceTooSmallForFlagsIsRejected) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "one rank needs no flags";
   test::run_ranks(GetParam(), [](Context& ctx) {
     const size_t peers = ctx.world_size() - 1;
@@ -712,7 +712,7 @@ TEST_P(Collective, WorkspaceTooSmallForFlagsIsRejected) {
 }
 
 TEST_P(Collective, UnpreparedOrForeignWorkspaceIsRejected) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     for (Op op : kOps) {
       OpCall c = make_call(ctx, op, 4, 4);
@@ -751,7 +751,7 @@ TEST_P(Collective, UnpreparedOrForeignWorkspaceIsRejected) {
 // Rank 1 passes another (self-consistent) shape: the preamble raises on every rank. Then rank 1 passes
 // a call its own validation rejects: it raises that, and every other rank raises the mismatch.
 TEST_P(Collective, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
   test::run_ranks(GetParam(), [](Context& ctx) {
     const bool odd = ctx.rank() == 1;
@@ -794,7 +794,7 @@ TEST_P(Collective, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
 }
 
 TEST_P(Collective, OverlappingBuffersAreRejected) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     const int w = ctx.world_size();
     auto buf = TestTensor::make(ctx, DType::kFloat32, 2 * w, 64, 64, true);

@@ -421,31 +421,31 @@ void run_integer_type(Context& ctx, const char* type_name) {
 class DeviceAtomicsTest : public ::testing::TestWithParam<RankSetup> {};
 
 TEST_P(DeviceAtomicsTest, Int32EveryOpOrderAndScope) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(), [](Context& ctx) { run_integer_type<int32_t>(ctx, "int32"); }, test::device_test_options());
 }
 
 TEST_P(DeviceAtomicsTest, Uint32EveryOpOrderAndScope) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(), [](Context& ctx) { run_integer_type<uint32_t>(ctx, "uint32"); }, test::device_test_options());
 }
 
 TEST_P(DeviceAtomicsTest, Int64EveryOpOrderAndScope) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(), [](Context& ctx) { run_integer_type<int64_t>(ctx, "int64"); }, test::device_test_options());
 }
 
 TEST_P(DeviceAtomicsTest, Uint64EveryOpOrderAndScope) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(), [](Context& ctx) { run_integer_type<uint64_t>(ctx, "uint64"); }, test::device_test_options());
 }
 
 TEST_P(DeviceAtomicsTest, FloatAndDoubleAddSubEveryOrderAndScope) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -473,7 +473,7 @@ __global__ void reduce_add_v4_kernel(DeviceContext ctx, float* words) {
 }
 
 TEST_P(DeviceAtomicsTest, ReduceAddV4SumsEveryRanksAddsExactly) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {

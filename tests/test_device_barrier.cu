@@ -49,7 +49,7 @@ __global__ void check_round(DeviceContext ctx, const uint32_t* inbox, const uint
 __global__ void advance_round(uint64_t* round) { *round += 1; }
 
 TEST_P(DeviceBarrierTest, GraphReplayedThousandTimesSeesEveryRoundsDataAfterTheBarrier) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -119,7 +119,7 @@ __global__ void barrier_loop_kernel(DeviceContext ctx, DeviceBarrierHandle barri
 }
 
 TEST_P(DeviceBarrierTest, InKernelBarrierWithOneSlotPerBlockAndStreamBarrierShareEpochs) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -148,7 +148,7 @@ TEST_P(DeviceBarrierTest, InKernelBarrierWithOneSlotPerBlockAndStreamBarrierShar
 }
 
 TEST_P(DeviceBarrierTest, MovedBarrierKeepsWorkingAndZeroSlotsIsRejected) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {

@@ -46,7 +46,7 @@ __global__ void translate_kernel(DeviceContext ctx, char* heap_ptr, const char* 
 }
 
 TEST_P(DeviceMemoryTest, TranslateAndRankOfMatchTheHost) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -242,7 +242,7 @@ void check_atomic_word_types(Context& ctx, uint64_t salt) {
 }
 
 TEST_P(DeviceMemoryTest, PlainLoadStoreEveryTypeLocalAndRemote) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -268,7 +268,7 @@ TEST_P(DeviceMemoryTest, PlainLoadStoreEveryTypeLocalAndRemote) {
 }
 
 TEST_P(DeviceMemoryTest, AtomicLoadStoreEveryOrderAndScope) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -419,7 +419,7 @@ void check_bulk_form(Context& ctx, unsigned char* dst, unsigned char* src,
 }
 
 TEST_P(DeviceMemoryTest, BulkPutGetCopyEveryFormAlignmentAndPeer) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {

@@ -75,7 +75,7 @@ __global__ void wait_cases_kernel(DeviceContext ctx, const uint64_t* u64_words, 
 }
 
 TEST_P(DeviceSignalTest, WaitUntilReturnsAtOnceForSatisfiedComparisonsLocalAndRemote) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -243,7 +243,7 @@ void run_messages(Context& ctx, int threads, int n, int messages, const char* fo
 }
 
 TEST_P(DeviceSignalTest, TenThousandMessagesThroughARemoteFlagNoneLostDuplicatedOrStale) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -298,7 +298,7 @@ __global__ void fan_in_kernel(DeviceContext ctx, uint32_t* data, uint64_t* count
 }
 
 TEST_P(DeviceSignalTest, ReleaseAddFromEveryRankPublishesTheirData) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {

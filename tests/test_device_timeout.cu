@@ -75,7 +75,7 @@ void check_never_signalled(Context& ctx, uint64_t* local_word, int owner) {
 }
 
 TEST_P(DeviceTimeoutTest, WaitThatNeverCompletesThrowsTimeoutErrorNamingOpRankAndOwner) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -101,7 +101,7 @@ TEST_P(DeviceTimeoutTest, WaitThatNeverCompletesThrowsTimeoutErrorNamingOpRankAn
 }
 
 TEST_P(DeviceTimeoutTest, RecordedErrorMakesLaterWaitsGiveUpQuicklyAndKeepsTheFirstReport) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -152,7 +152,7 @@ __global__ void unsatisfied_kernel(DeviceContext ctx, uint64_t* words, const Uns
 }
 
 TEST_P(DeviceTimeoutTest, UnsatisfiedComparisonsWaitUntilTheBound) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -186,7 +186,7 @@ TEST_P(DeviceTimeoutTest, UnsatisfiedComparisonsWaitUntilTheBound) {
 }
 
 TEST_P(DeviceTimeoutTest, DeviceBarrierTimesOutWhenAPeerNeverArrives) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs a peer that stays away: 2 ranks or more";
   test::run_ranks(
       GetParam(),
@@ -217,7 +217,7 @@ __global__ void barrier_slot_kernel(DeviceContext ctx, DeviceBarrierHandle barri
 }
 
 TEST_P(DeviceTimeoutTest, DeviceBarrierSlotOutOfRangeIsReported) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {

@@ -558,32 +558,32 @@ void run_correctness(const RankSetup& setup, Flavor flavor) {
 }
 
 TEST_P(FusedGpu, MatmulAllReduceOneShotMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   run_correctness(GetParam(), {Op::kMatmulAllReduce, AllReduceVariant::kOneShot});
 }
 TEST_P(FusedGpu, MatmulAllReduceTwoShotMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   run_correctness(GetParam(), {Op::kMatmulAllReduce, AllReduceVariant::kTwoShot});
 }
 TEST_P(FusedGpu, MatmulReduceScatterMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   run_correctness(GetParam(), {Op::kMatmulReduceScatter});
 }
 TEST_P(FusedGpu, AllGatherMatmulMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   run_correctness(GetParam(), {Op::kAllGatherMatmul});
 }
 TEST_P(FusedGpu, MatmulAllGatherMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   run_correctness(GetParam(), {Op::kMatmulAllGather});
 }
 
 TEST_P(FusedGpu, MatmulAllReduceAtomicMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   run_correctness(GetParam(), {Op::kMatmulAllReduce, AllReduceVariant::kAtomic});
 }
 TEST_P(FusedGpu, MatmulAllReduceSpinlockMatchesFp64Reference) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   run_correctness(GetParam(), {Op::kMatmulAllReduce, AllReduceVariant::kSpinlock});
 }
 
@@ -593,7 +593,7 @@ TEST_P(FusedGpu, MatmulAllReduceSpinlockMatchesFp64Reference) {
 // iris::ccl's all_reduce), launched back to back on one stream with no host synchronization in between,
 // each into its own C, must all be right.
 TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -644,7 +644,7 @@ TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
 // prepared, so every rank refuses the call, before any launch, with the same message; after the
 // preamble the call is right.
 TEST_P(FusedGpu, UnfusedCallNeedsItsPreamble) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is unfused";
   test::run_ranks(
       GetParam(),
@@ -679,7 +679,7 @@ TEST_P(FusedGpu, UnfusedCallNeedsItsPreamble) {
 // 128x128 and then the larger 128x256 blocks: the preamble keeps the larger arrays (no allocation, same
 // pointers) and the results are right.
 TEST_P(FusedGpu, LargerWorkspaceServesASmallerShape) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -737,7 +737,7 @@ class ReferenceCache {
 // them, and those calls are checked. The workspace's arrays stay where they are and the calls allocate
 // nothing on the heap.
 TEST_P(FusedGpu, HundredCallsReuseTheWorkspace) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -784,7 +784,7 @@ TEST_P(FusedGpu, HundredCallsReuseTheWorkspace) {
 // One call of each op captured on a stream of the test's own and replayed 20 times; between replays the
 // inputs are copied in anew (the graph is not captured again) and every replay is checked.
 TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -827,7 +827,7 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
 // matmul_all_gather writes peers' rows straight into C when its preamble saw C on the symmetric heap:
 // a call with a C elsewhere must be refused before anything is launched, and the other way round.
 TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -869,7 +869,7 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
 // A rank passing another K, valid or not, makes every rank raise from the preamble (none waits for the
 // others, none prepares); the ranks then agree again and a correct call works.
 TEST_P(FusedGpu, InvalidCallOnOneRankMakesEveryRankRaise) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
   test::run_ranks(
       GetParam(),

@@ -486,7 +486,7 @@ class FusedOpsGpu : public ::testing::TestWithParam<RankSetup> {};
 // needed, in every op). 64x64 is no GEMM tile, but the capacity check comes first and must name the
 // undersized lock array, in the preamble and at launch alike.
 TEST_P(FusedOpsGpu, PreamblesPrepareAndSmallerBlocksFindTheLockArrayTooSmall) {
-  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam().world);
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     const int w = ctx.world_size();
     const int64_t m = 512, n = 512, k = 256;
@@ -542,7 +542,7 @@ TEST_P(FusedOpsGpu, PreamblesPrepareAndSmallerBlocksFindTheLockArrayTooSmall) {
 // A rank whose own validation fails still takes part in the preamble's exchange, so the others raise
 // instead of waiting for it.
 TEST_P(FusedOpsGpu, InvalidCallOnOneRankMakesEveryRankRaise) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
   test::run_ranks(GetParam(), [](Context& ctx) {
     const int64_t m = 256, n = 256, k = 128;

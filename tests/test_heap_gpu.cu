@@ -44,7 +44,7 @@ __global__ void scatter_pattern(DeviceContext ctx, uint32_t* buf, size_t n, uint
 class HeapGpu : public ::testing::TestWithParam<RankSetup> {};
 
 TEST_P(HeapGpu, EveryRankWritesEveryPeersHeapThroughTranslatedPointers) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     const int world = ctx.world_size(), me = ctx.rank();
     for (size_t n : {size_t{1}, size_t{1000003}, size_t{4} << 20}) {  // one word, odd size, 16 MiB per rank
@@ -72,7 +72,7 @@ TEST_P(HeapGpu, EveryRankWritesEveryPeersHeapThroughTranslatedPointers) {
 }
 
 TEST_P(HeapGpu, OffsetsAreIdenticalAcrossRanksAndTranslationMatchesHeapBases) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     std::vector<void*> ptrs;
     std::string offsets;
@@ -107,7 +107,7 @@ __global__ void write_index(uint64_t* p, size_t n, uint64_t salt) {
 }
 
 TEST_P(HeapGpu, HundredAllocFreeCyclesReuseMemoryAndStayCorrect) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     size_t first_offset = SIZE_MAX;
     for (int cycle = 0; cycle < 100; ++cycle) {
@@ -135,7 +135,7 @@ TEST_P(HeapGpu, HundredAllocFreeCyclesReuseMemoryAndStayCorrect) {
 }
 
 TEST_P(HeapGpu, TypedHelpersFillOnEveryRank) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     const size_t n = 4099;
     auto* z = ctx.zeros<float>(n);
@@ -173,7 +173,7 @@ TEST_P(HeapGpu, TypedHelpersFillOnEveryRank) {
 }
 
 TEST_P(HeapGpu, RankAllocatingOutOfStepMakesEveryRankThrow) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
   test::run_ranks(GetParam(), [](Context& ctx) {
     void* a = ctx.alloc(1024);
@@ -197,7 +197,7 @@ TEST_P(HeapGpu, RankAllocatingOutOfStepMakesEveryRankThrow) {
 }
 
 TEST_P(HeapGpu, HeapSizeIsRoundedToGranularityAndMustAgree) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
   ContextOptions odd = small_heap();
   odd.heap_size = (size_t{64} << 20) + 1;
   test::run_ranks(GetParam(), [](Context& ctx) {

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -54,6 +56,11 @@ void run_as_processes(int world) {
       if (kv.rfind(drop, 0) == 0) kv.clear();
     if (!kv.empty()) env_strings.push_back(kv);
   }
+  if (world > gpu_count())
+    std::printf(
+        "[ iris     ] %d ranks as processes on %d GPU(s) (IRIS_TEST_RANKS_PER_GPU=%d): the GPU time-slices "
+        "between them\n",
+        world, gpu_count(), ranks_per_gpu());
   std::vector<pid_t> pids(world, -1);
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> env = env_strings;
@@ -118,6 +125,28 @@ int gpu_count() {
   return n;
 }
 
+int ranks_per_gpu() { return std::max(1, env_int("IRIS_TEST_RANKS_PER_GPU", 1)); }
+
+std::string skip_reason(int gpus) {
+  int have = gpu_count();
+  if (have >= gpus) return {};
+  return "needs " + std::to_string(gpus) + " CUDA GPU(s), " + std::to_string(have) + " visible";
+}
+
+std::string skip_reason(const RankSetup& setup) { return skip_reason(setup, gpu_count(), ranks_per_gpu()); }
+
+std::string skip_reason(const RankSetup& setup, int gpus, int ranks_per_gpu) {
+  if (setup.world <= gpus) return {};
+  std::string need = "needs " + std::to_string(setup.world) + " CUDA GPU(s), " + std::to_string(gpus) + " visible";
+  if (gpus == 0 || ranks_per_gpu <= 1) return need;
+  if (setup.mode == Mode::kThreads)
+    return need + " (threads never share a GPU; IRIS_TEST_RANKS_PER_GPU applies to processes)";
+  int fit = gpus * ranks_per_gpu;
+  if (setup.world <= fit) return {};
+  return need + " (IRIS_TEST_RANKS_PER_GPU=" + std::to_string(ranks_per_gpu) + " fits " + std::to_string(fit) +
+         " process ranks)";
+}
+
 bool is_rank_child() {
   const char* v = std::getenv("IRIS_TEST_CHILD");
   return v != nullptr && std::string(v) == "1";
@@ -146,7 +175,11 @@ void run_ranks(const RankSetup& setup, const std::function<void(Context&)>& body
     return;
   }
   ASSERT_EQ(env_int("WORLD_SIZE", -1), setup.world) << "child started for a different world size";
-  auto ctx = Context::create_from_env(options);
+  ContextOptions opts = options;
+  // More ranks than GPUs: skip_reason let this setup through because ranks share GPUs.
+  if (opts.device < 0 && setup.world > gpu_count() && gpu_count() > 0)
+    opts.device = env_int("LOCAL_RANK", 0) % gpu_count();
+  auto ctx = Context::create_from_env(opts);
   body(*ctx);
 }
 

@@ -1,7 +1,7 @@
 // Running one test body on several ranks, as threads of this process or as processes.
 //
 //   TEST_P(MyGpuTest, Works) {
-//     IRIS_TEST_REQUIRE_GPUS(GetParam().world);
+//     IRIS_TEST_REQUIRE_GPUS(GetParam());
 //     iris::test::run_ranks(GetParam(), [](iris::Context& ctx) { ... EXPECT_...; });
 //   }
 //   INSTANTIATE_TEST_SUITE_P(Ranks, MyGpuTest, iris::test::all_rank_setups(), iris::test::rank_setup_name);
@@ -14,6 +14,12 @@
 //
 // GoogleTest assertions inside the body work in both modes (failures in threads are recorded by
 // GoogleTest's thread-safe reporter; in children they make the child's exit status non-zero).
+//
+// Ranks sharing a GPU: with IRIS_TEST_RANKS_PER_GPU=n (default 1), process-mode setups of up to n
+// ranks per visible GPU run too, rank r on device r % gpus, so the logic of 2 ranks can be tested
+// where one GPU is lent. It checks indexing, protocols and results, not NVLink: the GPU time-slices
+// between the processes (timings mean nothing) and a peer's memory is the same HBM. Threads never
+// share a GPU: kernels of one process that spin on each other need not all be resident at once.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -45,13 +51,24 @@ bool is_rank_child();
 
 int gpu_count();
 
+// IRIS_TEST_RANKS_PER_GPU, at least 1.
+int ranks_per_gpu();
+
+// Why a test cannot run here (the skip message), or "" when it can: `gpus` GPUs of its own, or the
+// ranks of `setup` on this machine's GPUs (shared by processes up to ranks_per_gpu() each).
+std::string skip_reason(int gpus);
+std::string skip_reason(const RankSetup& setup);
+// The rule itself, for host tests.
+std::string skip_reason(const RankSetup& setup, int gpus, int ranks_per_gpu);
+
 }  // namespace iris::test
 
-// Skips the current test, with the reason in the output, when fewer than n GPUs are visible.
-#define IRIS_TEST_REQUIRE_GPUS(n)                                                                      \
-  do {                                                                                                 \
-    int iris_have_ = ::iris::test::gpu_count();                                                        \
-    if (iris_have_ < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA GPU(s), " << iris_have_ << " visible"; \
+// Skips the current test, with the reason in the output, unless it can run here: IRIS_TEST_REQUIRE_GPUS(2)
+// for two GPUs, IRIS_TEST_REQUIRE_GPUS(GetParam()) for the ranks of a RankSetup.
+#define IRIS_TEST_REQUIRE_GPUS(need)                         \
+  do {                                                       \
+    std::string iris_why_ = ::iris::test::skip_reason(need); \
+    if (!iris_why_.empty()) GTEST_SKIP() << iris_why_;       \
   } while (0)
 
 namespace iris::test {
