@@ -26,6 +26,9 @@ constexpr int kPlanBlocks = 128;
 // the doubled traffic costs more than two_shot's second flag round trip. Not yet re-measured for more
 // than 2 ranks.
 constexpr size_t kOneShotMaxBytes = size_t{1} << 20;
+// Bytes of one accumulator (Elem<T>::Acc: float, or int32 for int32) in atomic/spinlock accumulators
+// and ring slots.
+constexpr size_t kAccBytes = 4;
 
 struct Plan {
   AllReduceVariant variant;
@@ -91,11 +94,12 @@ Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Co
       if (p.variant == AllReduceVariant::kRing) {
         p.slices = config.block_size_n / config.ring_slice_n();
         p.needs.flags = static_cast<size_t>(p.tiles) * 2 * p.slices;
-        p.needs.staging_bytes = align256(2 * static_cast<size_t>(p.tiles) * tile_elems * esz);
+        // Slots hold RS partials as accumulators (4 bytes for every dtype: float, or int32).
+        p.needs.staging_bytes = align256(2 * static_cast<size_t>(p.tiles) * tile_elems * kAccBytes);
       } else {
         p.needs.flags = 2 * static_cast<size_t>(p.tiles);
         p.needs.staging_bytes =
-            align256(p.tiles_per_rank * tile_elems * 4) + align256(p.tiles_per_rank * tile_elems * esz);
+            align256(p.tiles_per_rank * tile_elems * kAccBytes) + align256(p.tiles_per_rank * tile_elems * esz);
         if (p.variant == AllReduceVariant::kSpinlock) p.needs.locks = static_cast<size_t>(p.tiles);
       }
       p.blocks = static_cast<int>(std::clamp<int64_t>(p.tiles, 1, config.comm_sms > 0 ? config.comm_sms : sms));

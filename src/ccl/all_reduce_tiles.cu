@@ -8,8 +8,11 @@
 //             word per tile. Works for sum, max and min.
 //   ring      reduce-scatter then all-gather around a ring, per tile and per column slice: the tile
 //             travels owner+1 -> ... -> owner accumulating (RS), then owner -> ... -> owner-1 (AG).
-//             Bandwidth-optimal (each rank sends about 2(W-1)/W of the tensor), pipelined over tiles,
-//             slices and blocks; `all_reduce_num_rings` rings alternate direction.
+//             RS partials travel in the accumulator type (float for 16-bit types), so a 16-bit sum is
+//             rounded once, by the owner, as in the other variants; the AG result travels as T.
+//             Bandwidth-optimal in elements (each rank sends about 2(W-1)/W of them; for 16-bit types
+//             the RS half at 4 bytes each, 1.5x NCCL's bytes, which accumulates in the type), pipelined
+//             over tiles, slices and blocks; `all_reduce_num_rings` rings alternate direction.
 //
 // Tile t is owned by rank t % W. Every block walks tiles t = blockIdx.x, blockIdx.x + gridDim.x, ...
 // in the same order on every rank, so waits only ever go to the same block on another rank for the
@@ -61,6 +64,44 @@ struct TileIo {
   // Tile-local layout in staging: block_n elements per row.
   __device__ __forceinline__ int64_t local(int row, int col) const { return int64_t{row} * a.block_n + col; }
 };
+
+// kN accumulators, moved as whole 16-byte words when kVec (the slot offsets are then multiples of kN
+// elements, so of 16 bytes), else one by one.
+template <typename A, int kN>
+struct AccPack {
+  A v[kN];
+};
+
+template <typename A, int kN, bool kVec>
+__device__ __forceinline__ AccPack<A, kN> load_acc_pack(const A* p) {
+  AccPack<A, kN> out;
+  if constexpr (kVec && sizeof(AccPack<A, kN>) % 16 == 0) {
+#pragma unroll
+    for (int w = 0; w < static_cast<int>(sizeof(out) / 16); ++w) {
+      const uint4 x = dev::load(reinterpret_cast<const uint4*>(p) + w);
+      memcpy(reinterpret_cast<char*>(&out) + 16 * w, &x, 16);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kN; ++k) out.v[k] = p[k];
+  }
+  return out;
+}
+
+template <typename A, int kN, bool kVec>
+__device__ __forceinline__ void store_acc_pack(A* p, const AccPack<A, kN>& v) {
+  if constexpr (kVec && sizeof(AccPack<A, kN>) % 16 == 0) {
+#pragma unroll
+    for (int w = 0; w < static_cast<int>(sizeof(v) / 16); ++w) {
+      uint4 x;
+      memcpy(&x, reinterpret_cast<const char*>(&v) + 16 * w, 16);
+      dev::store(reinterpret_cast<uint4*>(p) + w, x);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kN; ++k) p[k] = v.v[k];
+  }
+}
 
 // The owner side shared by atomic and spinlock: wait for W arrivals, convert the accumulator, publish.
 template <typename T, bool kVec, bool kZeroAfter>
@@ -218,6 +259,8 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
   pdl_wait();
   pdl_launch_dependents();
   using E = Elem<T>;
+  using A = typename E::Acc;
+  static_assert(sizeof(A) == 4, "all_reduce.cc sizes ring slots for 4-byte accumulators (kAccBytes)");
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size;
@@ -230,7 +273,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
     return;
   }
   const int parity = static_cast<int>(epoch & 1);
-  T* stage = static_cast<T*>(a.stage);
+  char* stage = static_cast<char*>(a.stage);
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
     const Tile tile = tile_at(a, t);
     if (world == 1) {
@@ -245,8 +288,13 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
     const int start = (owner + dir) % world;
     const int pos = ((me - start + world) % world) * (dir == 1 ? 1 : world - 1) % world;  // 0..W-1 along the RS chain
     const int apos = ((me - owner + world) % world) * (dir == 1 ? 1 : world - 1) % world;  // 0 (owner)..W-1 along AG
-    T* slot = stage + (parity * a.tiles + t) * tile_elems;
-    T* next_slot = dev::translate(ctx, slot, next);
+    // One slot per tile and parity, sized for accumulators: RS partials travel as Acc (float for 16-bit
+    // types, so the sum is rounded once, by the owner), the AG result as T in the same bytes.
+    char* slot = stage + (parity * a.tiles + t) * tile_elems * static_cast<int64_t>(sizeof(A));
+    A* rs_slot = reinterpret_cast<A*>(slot);
+    A* rs_next = dev::translate(ctx, rs_slot, next);
+    T* ag_slot = reinterpret_cast<T*>(slot);
+    T* ag_next = dev::translate(ctx, ag_slot, next);
     uint64_t* flags = a.flags + (parity * a.tiles + t) * a.slices;
     const uint64_t rs_mark = 2 * epoch + 1, ag_mark = 2 * epoch + 2;
     for (int s = 0; s < a.slices; ++s) {
@@ -258,15 +306,25 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
       }
       const bool is_owner = pos == world - 1;
       for_tile_packs<P::kN>(tile, c_lo, c_hi, [&](int row, int col) {
-        P v = load_pack<T, kVec>(io.in(tile, row, col));
+        const P v = load_pack<T, kVec>(io.in(tile, row, col));
+        AccPack<A, P::kN> acc;
         if (pos > 0) {
-          const P partial = load_pack<T, kVec>(slot + io.local(row, col));
+          acc = load_acc_pack<A, P::kN, kVec>(rs_slot + io.local(row, col));
 #pragma unroll
-          for (int k = 0; k < P::kN; ++k)
-            v.v[k] = E::from_acc(combine<kOp>(E::to_acc(partial.v[k]), E::to_acc(v.v[k])));
+          for (int k = 0; k < P::kN; ++k) acc.v[k] = combine<kOp>(acc.v[k], E::to_acc(v.v[k]));
+        } else {
+#pragma unroll
+          for (int k = 0; k < P::kN; ++k) acc.v[k] = E::to_acc(v.v[k]);
         }
-        if (is_owner) store_pack<T, kVec>(io.out(tile, row, col), v);
-        store_pack<T, kVec>(next_slot + io.local(row, col), v);  // RS partial, or the owner's AG start
+        if (is_owner) {
+          P r;
+#pragma unroll
+          for (int k = 0; k < P::kN; ++k) r.v[k] = E::from_acc(acc.v[k]);
+          store_pack<T, kVec>(io.out(tile, row, col), r);
+          store_pack<T, kVec>(ag_next + io.local(row, col), r);  // the owner's AG start
+        } else {
+          store_acc_pack<A, P::kN, kVec>(rs_next + io.local(row, col), acc);  // RS partial
+        }
       });
       block_signal(ctx, flags + s, is_owner ? ag_mark : rs_mark, next);
     }
@@ -280,9 +338,9 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
       }
       const bool forward = apos < world - 1;
       for_tile_packs<P::kN>(tile, c_lo, c_hi, [&](int row, int col) {
-        const P v = load_pack<T, kVec>(slot + io.local(row, col));
+        const P v = load_pack<T, kVec>(ag_slot + io.local(row, col));
         store_pack<T, kVec>(io.out(tile, row, col), v);
-        if (forward) store_pack<T, kVec>(next_slot + io.local(row, col), v);
+        if (forward) store_pack<T, kVec>(ag_next + io.local(row, col), v);
       });
       if (forward) block_signal(ctx, flags + s, ag_mark, next);
     }
