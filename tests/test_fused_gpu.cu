@@ -642,7 +642,8 @@ TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
 // A workspace prepared for the band pipeline (min_band_tiles 1) meets a call of the same operands below
 // the default threshold, which runs the GEMM and then the iris::ccl collective: its workspace was never
 // prepared, so every rank refuses the call, before any launch, with the same message; after the
-// preamble the call is right.
+// preamble the call is right. M grows with W past 2 ranks so that matmul_all_gather's rank block keeps
+// the two tile rows that two bands need (one tile row cannot be banded: always unfused).
 TEST_P(FusedGpu, UnfusedCallNeedsItsPreamble) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is unfused";
@@ -655,7 +656,8 @@ TEST_P(FusedGpu, UnfusedCallNeedsItsPreamble) {
                                      Flavor{Op::kMatmulAllGather}}) {
           const OpFns f = fns(flavor.op);
           SCOPED_TRACE(flavor_name(flavor));
-          Problem p(ctx, flavor, {kManyTiles, kBF16, kBF16, false, kGemmTileLarge});
+          const Shape shape{kManyTiles.m * std::max(1, ctx.world_size() / 2), kManyTiles.n, kManyTiles.k};
+          Problem p(ctx, flavor, {shape, kBF16, kBF16, false, kGemmTileLarge});
           FusedWorkspace ws;
           f.preamble(ctx, p.operands(), config_for(flavor, kGemmTileLarge, /*pipelined=*/true), ws);
           const FusedConfig unfused = config_for(flavor, kGemmTileLarge);
