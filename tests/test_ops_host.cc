@@ -192,6 +192,14 @@ TEST(OpsGemmSplitK, ResolvedSplitAndItsArguments) {
   EXPECT_EQ(resolved_split_k(g), 1);
   g.c = mat(2, DType::kFloat32, 128, 1024);  // no stream-K kernel for float32 C
   EXPECT_EQ(resolved_split_k(g), 8);
+  // Arguments gemm() refuses get gemm()'s message, not that of a helper the choice calls.
+  g.tile = GemmTile{32, 32, 32};
+  const std::string bad_tile =
+      "gemm: tile 32x32x32 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64 (or "
+      "0x0x0 for the automatic choice).";
+  EXPECT_EQ(can_implement(g), bad_tile);
+  EXPECT_EQ(error_of([&] { (void)resolved_split_k(g); }), bad_tile);
+  EXPECT_EQ(error_of([&] { (void)resolved_tile(g); }), bad_tile);
 }
 
 TEST(OpsGemmArguments, AcceptsEveryBuiltCombination) {

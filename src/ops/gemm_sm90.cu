@@ -309,9 +309,15 @@ int select_split_k(int64_t m, int64_t n, int64_t k, GemmTile tile, int sm_count)
   return best;
 }
 
-GemmTile resolved_tile(const GemmArguments& args) { return choose(args, choice_sm_count(args)).tile; }
+GemmTile resolved_tile(const GemmArguments& args) {
+  if (auto why = can_implement(args); !why.empty()) throw InvalidArgument(why);
+  return choose(args, choice_sm_count(args)).tile;
+}
 
-int resolved_split_k(const GemmArguments& args) { return choose(args, choice_sm_count(args)).splits; }
+int resolved_split_k(const GemmArguments& args) {
+  if (auto why = can_implement(args); !why.empty()) throw InvalidArgument(why);
+  return choose(args, choice_sm_count(args)).splits;
+}
 
 bool gemm_available() {
 #if defined(IRIS_HAVE_CUTLASS)

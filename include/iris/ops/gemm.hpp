@@ -143,6 +143,7 @@ GemmTile resolved_tile(const GemmArguments& args);
 
 // The split of K gemm() runs these arguments with: args.split_k, or for 0 select_split_k with the
 // resolved tile and the same SM count as resolved_tile; 1 when stream_k runs instead.
+// Both throw std::invalid_argument with can_implement's message for arguments gemm() would refuse.
 int resolved_split_k(const GemmArguments& args);
 
 }  // namespace iris::ops
