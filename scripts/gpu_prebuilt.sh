@@ -5,7 +5,9 @@
 #   bash scripts/gpu_prebuilt.sh BIN_DIR [gtest-filter[@seconds] ...]
 # A group's time limit is its @seconds, else $IRIS_GROUP_TIMEOUT (default 300). Counts come from the
 # per-test lines, so a group stopped at its limit still reports what ran (and says "timed out").
-# IRIS_SKIP_EXAMPLES=1 runs the tests only.
+# IRIS_SKIP_EXAMPLES=1 runs the tests only. The tests' own variables pass through: with one GPU,
+#   IRIS_TEST_RANKS_PER_GPU=8 IRIS_TEST_MAX_RANKS=8 bash scripts/gpu_prebuilt.sh DIR "*processes_8*@600"
+# runs the 8-rank process tests with every rank on that GPU (logic only: see tests/support/ranks.hpp).
 set -uo pipefail
 BIN="${1:-.out/bin}"; shift || true
 LOG_DIR="${IRIS_LOG_DIR:-${OUT:-$PWD/gpu-logs}}"
