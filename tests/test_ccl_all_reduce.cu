@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ccl_test_util.cuh"
@@ -161,6 +162,46 @@ TEST_P(AllReduce, TwoShotMatchesFp64Reference) {
 TEST_P(AllReduce, RingMatchesFp64Reference) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   run_variant(GetParam(), AllReduceVariant::kRing);
+}
+// The ring with column slices and several rings: a tile's slices travel one after another, and an
+// all-gather slice shares its slot with reduce-scatter partials of later slices still in flight (for
+// 16-bit types the partials are float, so the two layouts differ). Slices of 16, 32 and 64 columns,
+// partial tiles on both edges (1000 x 333) and whole 16-byte packs (256 x 512), sum and max, each shape
+// three times on one workspace.
+TEST_P(AllReduce, RingSlicesAndRingsMatchFp64Reference) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        struct Layout {
+          int bm, bn, slice_n, rings;
+        };
+        uint64_t seed = 500;
+        for (const Layout& l : {Layout{32, 64, 16, 2}, Layout{64, 128, 32, 3}, Layout{16, 128, 64, 1}}) {
+          for (DType dt : kDtypes) {
+            Config cfg;
+            cfg.all_reduce_variant = AllReduceVariant::kRing;
+            cfg.block_size_m = l.bm;
+            cfg.block_size_n = l.bn;
+            cfg.all_reduce_ring_slice_n = l.slice_n;
+            cfg.all_reduce_num_rings = l.rings;
+            Workspace ws;
+            for (int rep = 0; rep < 3; ++rep)
+              for (const auto& [m, n] :
+                   {std::pair<int64_t, int64_t>{1000, 333}, std::pair<int64_t, int64_t>{256, 512}}) {
+                const std::string what = std::string(test::short_name(dt)) + " " + std::to_string(m) + "x" +
+                                         std::to_string(n) + " blocks " + std::to_string(l.bm) + "x" +
+                                         std::to_string(l.bn) + " slice " + std::to_string(l.slice_n) + " rings " +
+                                         std::to_string(l.rings) + " call " + std::to_string(rep);
+                check_once(ctx, cfg, ws, dt, ReduceOp::kSum, m, n, n, false, true, seed++, what + " sum");
+                check_once(ctx, cfg, ws, dt, ReduceOp::kMax, m, n, n, false, true, seed++, what + " max");
+              }
+            ccl::ContextWorkspaceHost host(ctx);
+            ws.release(host);
+          }
+        }
+      },
+      big_heap(GetParam().world));
 }
 TEST_P(AllReduce, AtomicMatchesFp64Reference) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());

@@ -289,12 +289,20 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
     const int pos = ((me - start + world) % world) * (dir == 1 ? 1 : world - 1) % world;  // 0..W-1 along the RS chain
     const int apos = ((me - owner + world) % world) * (dir == 1 ? 1 : world - 1) % world;  // 0 (owner)..W-1 along AG
     // One slot per tile and parity, sized for accumulators: RS partials travel as Acc (float for 16-bit
-    // types, so the sum is rounded once, by the owner), the AG result as T in the same bytes.
+    // types, so the sum is rounded once, by the owner), the AG result as T in the same bytes, each row's
+    // slice of it inside the bytes of the same row's slice of RS partials (ag_local). So an AG slice
+    // overwrites only RS bytes of its own slice, which this rank read before forwarding its partial,
+    // which the owner needed before that AG slice existed; later slices' partials are untouched.
     char* slot = stage + (parity * a.tiles + t) * tile_elems * static_cast<int64_t>(sizeof(A));
     A* rs_slot = reinterpret_cast<A*>(slot);
     A* rs_next = dev::translate(ctx, rs_slot, next);
     T* ag_slot = reinterpret_cast<T*>(slot);
     T* ag_next = dev::translate(ctx, ag_slot, next);
+    // T index, in the slot, of AG element (row, col) of the slice starting at column c_lo: at the start
+    // of the RS bytes of (row, c_lo), contiguous within the slice (16-byte packs stay whole and aligned).
+    const auto ag_local = [&](int row, int col, int c_lo) {
+      return io.local(row, c_lo) * static_cast<int64_t>(sizeof(A) / sizeof(T)) + (col - c_lo);
+    };
     uint64_t* flags = a.flags + (parity * a.tiles + t) * a.slices;
     const uint64_t rs_mark = 2 * epoch + 1, ag_mark = 2 * epoch + 2;
     for (int s = 0; s < a.slices; ++s) {
@@ -321,7 +329,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
 #pragma unroll
           for (int k = 0; k < P::kN; ++k) r.v[k] = E::from_acc(acc.v[k]);
           store_pack<T, kVec>(io.out(tile, row, col), r);
-          store_pack<T, kVec>(ag_next + io.local(row, col), r);  // the owner's AG start
+          store_pack<T, kVec>(ag_next + ag_local(row, col, c_lo), r);  // the owner's AG start
         } else {
           store_acc_pack<A, P::kN, kVec>(rs_next + io.local(row, col), acc);  // RS partial
         }
@@ -338,9 +346,9 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
       }
       const bool forward = apos < world - 1;
       for_tile_packs<P::kN>(tile, c_lo, c_hi, [&](int row, int col) {
-        const P v = load_pack<T, kVec>(ag_slot + io.local(row, col));
+        const P v = load_pack<T, kVec>(ag_slot + ag_local(row, col, c_lo));
         store_pack<T, kVec>(io.out(tile, row, col), v);
-        if (forward) store_pack<T, kVec>(ag_next + io.local(row, col), v);
+        if (forward) store_pack<T, kVec>(ag_next + ag_local(row, col, c_lo), v);
       });
       if (forward) block_signal(ctx, flags + s, ag_mark, next);
     }
