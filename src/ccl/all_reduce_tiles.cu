@@ -65,8 +65,8 @@ struct TileIo {
   __device__ __forceinline__ int64_t local(int row, int col) const { return int64_t{row} * a.block_n + col; }
 };
 
-// kN accumulators, moved as whole 16-byte words when kVec (the slot offsets are then multiples of kN
-// elements, so of 16 bytes), else one by one.
+// kN accumulators in a row, moved as Pack<A, kVec>s: whole 16-byte words when kVec (kN is then a
+// multiple of 16 / sizeof(A) and the slot offsets of 16 bytes), else one by one.
 template <typename A, int kN>
 struct AccPack {
   A v[kN];
@@ -74,32 +74,28 @@ struct AccPack {
 
 template <typename A, int kN, bool kVec>
 __device__ __forceinline__ AccPack<A, kN> load_acc_pack(const A* p) {
+  constexpr int kPer = Pack<A, kVec>::kN;
+  static_assert(kN % kPer == 0, "accumulators come in whole packs");
   AccPack<A, kN> out;
-  if constexpr (kVec && sizeof(AccPack<A, kN>) % 16 == 0) {
 #pragma unroll
-    for (int w = 0; w < static_cast<int>(sizeof(out) / 16); ++w) {
-      const uint4 x = dev::load(reinterpret_cast<const uint4*>(p) + w);
-      memcpy(reinterpret_cast<char*>(&out) + 16 * w, &x, 16);
-    }
-  } else {
+  for (int w = 0; w < kN; w += kPer) {
+    const Pack<A, kVec> x = load_pack<A, kVec>(p + w);
 #pragma unroll
-    for (int k = 0; k < kN; ++k) out.v[k] = p[k];
+    for (int k = 0; k < kPer; ++k) out.v[w + k] = x.v[k];
   }
   return out;
 }
 
 template <typename A, int kN, bool kVec>
 __device__ __forceinline__ void store_acc_pack(A* p, const AccPack<A, kN>& v) {
-  if constexpr (kVec && sizeof(AccPack<A, kN>) % 16 == 0) {
+  constexpr int kPer = Pack<A, kVec>::kN;
+  static_assert(kN % kPer == 0, "accumulators come in whole packs");
 #pragma unroll
-    for (int w = 0; w < static_cast<int>(sizeof(v) / 16); ++w) {
-      uint4 x;
-      memcpy(&x, reinterpret_cast<const char*>(&v) + 16 * w, 16);
-      dev::store(reinterpret_cast<uint4*>(p) + w, x);
-    }
-  } else {
+  for (int w = 0; w < kN; w += kPer) {
+    Pack<A, kVec> x;
 #pragma unroll
-    for (int k = 0; k < kN; ++k) p[k] = v.v[k];
+    for (int k = 0; k < kPer; ++k) x.v[k] = v.v[w + k];
+    store_pack<A, kVec>(p + w, x);
   }
 }
 
