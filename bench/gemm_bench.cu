@@ -18,7 +18,10 @@
 // turns within each repeat, so that drift in clocks and power over the run (a sustained GEMM holds an
 // H200 at its power limit) falls on all of them alike, not on whichever was timed first.
 //
-//   gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--splits S1,S2,...] [--eager] [--json FILE]
+// --shape MxNxK (repeatable) times those shapes instead of the list above.
+//
+//   gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--splits S1,S2,...] [--shape MxNxK ...] [--eager]
+//              [--json FILE]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -111,6 +114,7 @@ int main(int argc, char** argv) try {
   bool out_f32 = false, eager = false;
   std::string json;
   std::vector<int> splits;
+  std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--repeats" && i + 1 < argc) repeats = std::atoi(argv[++i]);
@@ -121,16 +125,26 @@ int main(int argc, char** argv) try {
     else if (a == "--splits" && i + 1 < argc) {
       std::stringstream list(argv[++i]);
       for (std::string item; std::getline(list, item, ',');) splits.push_back(std::atoi(item.c_str()));
+    } else if (a == "--shape" && i + 1 < argc) {
+      long long m = 0, n = 0, k = 0;
+      char tail = 0;
+      if (std::sscanf(argv[++i], "%lldx%lldx%lld%c", &m, &n, &k, &tail) != 3 || m <= 0 || n <= 0 || k <= 0) {
+        std::fprintf(stderr, "gemm_bench: --shape takes MxNxK with positive sizes, e.g. 16x4096x4096; got '%s'\n",
+                     argv[i]);
+        return 2;
+      }
+      shapes.push_back({m, n, k});
     } else if (a == "--out" && i + 1 < argc &&
                (std::strcmp(argv[i + 1], "f32") == 0 || std::strcmp(argv[i + 1], "bf16") == 0))
       out_f32 = std::strcmp(argv[++i], "f32") == 0;
     else {
       std::fprintf(stderr,
-                   "usage: gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--splits S1,S2,...] [--eager] "
-                   "[--json FILE]\n");
+                   "usage: gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--splits S1,S2,...] "
+                   "[--shape MxNxK ...] [--eager] [--json FILE]\n");
       return 2;
     }
   }
+  if (shapes.empty()) shapes.assign(std::begin(kShapes), std::end(kShapes));
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("gemm_bench: no CUDA GPU visible; nothing to measure.\n");
@@ -165,7 +179,7 @@ int main(int argc, char** argv) try {
   IRIS_CUDA_CHECK(cudaMalloc(&blas_ws, kBlasWorkspaceBytes));
   CUBLAS_OK(cublasSetWorkspace(handle, blas_ws, kBlasWorkspaceBytes));
   size_t max_a = 0, max_b = 0, max_c = 0;
-  for (const Shape& s : kShapes) {
+  for (const Shape& s : shapes) {
     max_a = std::max<size_t>(max_a, s.m * s.k);
     max_b = std::max<size_t>(max_b, s.k * s.n);
     max_c = std::max<size_t>(max_c, s.m * s.n);
@@ -183,7 +197,7 @@ int main(int argc, char** argv) try {
   IRIS_CUDA_CHECK(cudaDeviceSynchronize());
   std::string out = "[\n";
   bool first = true;
-  for (const Shape& s : kShapes) {
+  for (const Shape& s : shapes) {
     for (bool nk : {false, true}) {
       const float one = 1.0f, zero = 0.0f;
       // Row-major C = A @ B is column-major C^T = B^T A^T: cuBLAS's first operand is B.
