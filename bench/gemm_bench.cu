@@ -9,9 +9,10 @@
 // most half the SMs even with 64x64 tiles: (128, 2048, 8192), (64, 4096, 8192), (128, 1024, 8192),
 // (64, 1024, 8192), (128, 1280, 8192) (a 70B model's QKV projection on 8-way tensor parallelism),
 // (32, 2048, 8192), (16, 4096, 4096). bf16 in, bf16 out (or float32 with --out f32), fp32 accumulation, B as K x N and
-// as N x K. The automatic choice and every tile of kGemmTiles are timed, the 128x128 tile with GemmArguments::stream_k
-// ("128x128+sk") where it then runs the stream-K kernel, the automatic choice with the automatic split of K
-// (GemmArguments::split_k = 0: "auto:64x64/4" for 4 slices) where it splits, and with --splits S1,S2,..., the automatic
+// as N x K. The automatic choice and every tile of kGemmTiles are timed (the 16- and 32-row tiles only where M is at
+// most 4 of their tiles deep), the 128x128 tile with GemmArguments::stream_k ("128x128+sk") where it then runs the
+// stream-K kernel, the automatic choice with the automatic split of K (GemmArguments::split_k = 0: "auto:64x64/4" for
+// 4 slices) where it splits, and with --splits S1,S2,..., the automatic
 // tile with each of those splits ("64x64 split4") at outputs up to 2^25 elements. Each figure is the median of
 // --repeats timed batches of --iters launches after a warm-up, each batch one CUDA-graph replay (with --eager, direct
 // launches, which add the host's cost per call where it exceeds the GPU's); cuBLAS and every iris row are timed in
@@ -219,7 +220,8 @@ int main(int argc, char** argv) try {
         int split_k = 1;
       };
       std::vector<Variant> variants{{}};
-      for (auto t : iris::ops::kGemmTiles) variants.push_back({t});
+      for (auto t : iris::ops::kGemmTiles)
+        if (t.m >= 64 || s.m <= 4 * t.m) variants.push_back({t});  // the 16- and 32-row tiles only near their rows
       variants.push_back({iris::ops::kGemmTileSmall, true});  // the 128x128 tile again, with stream_k
       variants.push_back({{}, false, 0});                     // the automatic tile and split
       for (int sk : splits) variants.push_back({{}, false, sk});

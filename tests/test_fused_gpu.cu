@@ -173,7 +173,7 @@ std::vector<Case> correctness_cases() {
   for (DType in : {kBF16, kF16})
     for (bool nk : {false, true})
       for (const Shape& s : {kOneTile, kAwkward})
-        for (const GemmTile& t : kGemmTiles) cases.push_back({s, in, in, nk, t});
+        for (const GemmTile& t : kFusedTiles) cases.push_back({s, in, in, nk, t});
   cases.push_back({kManyTiles, kBF16, kBF16, false, kGemmTileLarge});
   cases.push_back({kDeepK, kBF16, kBF16, true, kGemmTileSmall, /*bias=*/true});
   cases.push_back({kManyAwkward, kF16, kF16, true, kGemmTileSmall, /*bias=*/true});

@@ -282,6 +282,29 @@ const GemmCase kCases[] = {
     {128, 1024, 8192, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, false, 0},
     {64, 64, 16384, kF16, kF32, false, true, GemmTile{}, 1.0f, 0, 0, false, 0},
     {1000, 1024, 128, kBF16, kBF16, false, true, GemmTile{}, 1.0f, 0, 0, false, 0},
+    // the swapped tiles of 16- and 32-row outputs: one tile exactly, rows and columns short of a tile,
+    // several tile rows (M above the tile), both B layouts, 16-bit and float32 C, bias, alpha, padded
+    // strides, few SMs, split K and the automatic choice at decode shapes
+    {16, 64, 64, kBF16, kBF16, true, false, kGemmTileRows16},
+    {32, 64, 64, kBF16, kBF16, false, false, kGemmTileRows32},
+    {13, 136, 200, kBF16, kBF16, false, true, kGemmTileRows16},
+    {27, 136, 200, kBF16, kBF16, true, true, kGemmTileRows32, 0.5f},
+    {100, 392, 264, kBF16, kF32, true, true, kGemmTileRows16, 1.0f, 8},
+    {70, 392, 264, kBF16, kF32, false, false, kGemmTileRows32, 1.0f, 16},
+    {1, 520, 136, kBF16, kBF16, false, true, kGemmTileRows16, 1.0f, 0, 4},
+    {16, 4096, 4096, kBF16, kBF16, true, true, kGemmTileRows16, 1.0f, 0, 0, false, 2},
+    {32, 2048, 8192, kBF16, kBF16, false, true, kGemmTileRows32, 1.0f, 0, 0, false, 4},
+    {20, 1000, 2400, kBF16, kF32, true, false, kGemmTileRows32, 0.5f, 8, 0, false, 3},
+    {16, 4096, 4096, kBF16, kBF16, false, true, GemmTile{}, 1.0f, 0, 0, false, 0},
+    {32, 2048, 8192, kBF16, kBF16, true, false, GemmTile{}, 1.0f, 0, 0, false, 0},
+    {16, 64, 64, kF16, kF16, false, true, kGemmTileRows16},
+    {32, 64, 64, kF16, kF16, true, false, kGemmTileRows32},
+    {9, 200, 136, kF16, kF32, true, true, kGemmTileRows16, 0.5f},
+    {11, 136, 72, kF16, kF16, true, false, kGemmTileRows16},
+    {17, 136, 72, kF16, kF16, false, true, kGemmTileRows32},
+    {31, 200, 136, kF16, kF32, false, false, kGemmTileRows32, 1.0f, 8},
+    {5, 1024, 4096, kF16, kF16, true, true, GemmTile{}, 1.0f, 0, 0, false, 0},
+    {24, 520, 2048, kF16, kF32, false, true, GemmTile{}, 1.0f, 16, 0, false, 0},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, GemmGpu, ::testing::ValuesIn(kCases), case_name);
@@ -293,6 +316,9 @@ TEST(GemmGpuGraph, CapturedAndReplayedGivesTheSameResult) {
   run_case(GemmCase{128, 512, 8192, kBF16, kBF16, true, true, kGemmTileSmall, 1.0f, 0, 0, /*stream_k=*/true},
            /*in_graph=*/true);
   run_case(GemmCase{128, 1024, 8192, kF16, kF16, false, true, GemmTile{}, 1.0f, 0, 0, false, /*split_k=*/0},
+           /*in_graph=*/true);
+  // a decode shape: the swapped 16-row tile, K split in two
+  run_case(GemmCase{16, 4096, 4096, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, false, /*split_k=*/0},
            /*in_graph=*/true);
 }
 

@@ -73,11 +73,13 @@ GemmArguments gemm_args(int64_t m, int64_t n, int64_t k, DType in = DType::kBFlo
 }
 
 TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
-  ASSERT_EQ(kGemmTiles.size(), 4u);
+  ASSERT_EQ(kGemmTiles.size(), 6u);
   EXPECT_EQ(kGemmTiles[0], (GemmTile{128, 256, 64}));
   EXPECT_EQ(kGemmTiles[1], (GemmTile{128, 128, 64}));
   EXPECT_EQ(kGemmTiles[2], (GemmTile{64, 128, 64}));
   EXPECT_EQ(kGemmTiles[3], (GemmTile{64, 64, 64}));
+  EXPECT_EQ(kGemmTiles[4], (GemmTile{16, 64, 64}));
+  EXPECT_EQ(kGemmTiles[5], (GemmTile{32, 64, 64}));
   EXPECT_TRUE(GemmTile{}.is_auto());
   // gemm_bench on one H200 (132 SMs): above 2^25 output elements, cooperative 128x256 except for
   // 16384 x 4096 with B as K x N.
@@ -95,7 +97,14 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   EXPECT_EQ(select_gemm_tile(232, 8192, 8192), kGemmTileSmall);    // 2 x 64 partial-row tiles count too
   EXPECT_EQ(select_gemm_tile(128, 7424, 8192), kGemmTileSkinny);   // 116 tiles: exactly 7/8 of 132
   EXPECT_EQ(select_gemm_tile(128, 7296, 8192), kGemmTileTiny);     // 114 tiles: short of it
-  EXPECT_EQ(select_gemm_tile(8, 8, 8), kGemmTileTiny);             // one tile: the smallest
+  // Outputs of at most 16 and 32 rows: the swapped tiles, whatever N, K and the SM count.
+  EXPECT_EQ(select_gemm_tile(8, 8, 8), kGemmTileRows16);
+  EXPECT_EQ(select_gemm_tile(1, 8192, 8192), kGemmTileRows16);
+  EXPECT_EQ(select_gemm_tile(16, 4096, 4096, true), kGemmTileRows16);
+  EXPECT_EQ(select_gemm_tile(17, 4096, 4096), kGemmTileRows32);
+  EXPECT_EQ(select_gemm_tile(32, 8192, 8192, false, 64), kGemmTileRows32);
+  EXPECT_EQ(select_gemm_tile(33, 8192, 8192), kGemmTileTiny);
+  EXPECT_EQ(select_gemm_tile(33, 32, 8), kGemmTileTiny);  // one tile: the smallest of 64 rows
   // The wave is the caller's SM count.
   EXPECT_EQ(select_gemm_tile(128, 8192, 8192, false, 64), kGemmTileSmall);
   EXPECT_EQ(select_gemm_tile(128, 4096, 8192, false, 64), kGemmTileSkinny);
@@ -148,6 +157,10 @@ TEST(OpsGemmSplitK, AutomaticSplitFillsOneWave) {
   EXPECT_EQ(select_split_k(16, 4096, 4096, kGemmTileTiny), 2);
   EXPECT_EQ(select_split_k(128, 8192, 8192, kGemmTileSkinny), 1);
   EXPECT_EQ(select_split_k(128, 1024, 8192, kGemmTileSmall), 8);  // 8 tiles of 128x128
+  // The swapped tiles of decode count their own tiles: 16 x 4096 has 64 of 16x64, 32 x 2048 has 32 of 32x64.
+  EXPECT_EQ(select_split_k(16, 4096, 4096, kGemmTileRows16), 2);
+  EXPECT_EQ(select_split_k(32, 2048, 8192, kGemmTileRows32), 4);
+  EXPECT_EQ(select_split_k(16, 8192, 8192, kGemmTileRows16), 1);  // 128 tiles: a full wave
   EXPECT_EQ(select_split_k(0, 1024, 8192, kGemmTileTiny), 1) << "no tiles, nothing to split";
   EXPECT_EQ(select_split_k(128, 1024, 8192, kGemmTileTiny, 64), 2) << "the wave is the caller's SM count";
   EXPECT_EQ(error_of([] { (void)select_split_k(128, 1024, 8192, kGemmTileTiny, 0); }),
@@ -158,7 +171,7 @@ TEST(OpsGemmSplitK, AutomaticSplitFillsOneWave) {
               (void)select_split_k(128, 1024, 8192, GemmTile{32, 32, 32});
             }),
             "select_split_k: tile 32x32x32 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, "
-            "64x64x64.");
+            "64x64x64, 16x64x64, 32x64x64.");
 }
 
 TEST(OpsGemmSplitK, ResolvedSplitAndItsArguments) {
@@ -195,8 +208,8 @@ TEST(OpsGemmSplitK, ResolvedSplitAndItsArguments) {
   // Arguments gemm() refuses get gemm()'s message, not that of a helper the choice calls.
   g.tile = GemmTile{32, 32, 32};
   const std::string bad_tile =
-      "gemm: tile 32x32x32 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64 (or "
-      "0x0x0 for the automatic choice).";
+      "gemm: tile 32x32x32 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64, 16x64x64, "
+      "32x64x64 (or 0x0x0 for the automatic choice).";
   EXPECT_EQ(can_implement(g), bad_tile);
   EXPECT_EQ(error_of([&] { (void)resolved_split_k(g); }), bad_tile);
   EXPECT_EQ(error_of([&] { (void)resolved_tile(g); }), bad_tile);
@@ -281,8 +294,8 @@ TEST(OpsGemmArguments, RejectionsNameTheTensorAndTheRule) {
   g = gemm_args(256, 256, 128);
   g.tile = GemmTile{64, 256, 64};
   EXPECT_EQ(can_implement(g),
-            "gemm: tile 64x256x64 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64 (or "
-            "0x0x0 for the automatic choice).");
+            "gemm: tile 64x256x64 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64, "
+            "16x64x64, 32x64x64 (or 0x0x0 for the automatic choice).");
   // gemm() and workspace_size() refuse what can_implement refuses, with the same text, before any CUDA call.
   g = gemm_args(256, 256, 100);
   EXPECT_EQ(error_of([&] { gemm(g, nullptr, nullptr); }), can_implement(g));

@@ -834,9 +834,9 @@ bool symmetric_view(const Context& ctx, const Tensor& t) {
 }
 
 void check_tile(const FusedPlan& p) {
-  if (std::find(kGemmTiles.begin(), kGemmTiles.end(), p.tile) == kGemmTiles.end()) {
+  if (std::find(kFusedTiles.begin(), kFusedTiles.end(), p.tile) == kFusedTiles.end()) {
     std::string supported;  // only on the error path: this check runs on every call
-    for (const GemmTile& t : kGemmTiles) supported += str_cat(supported.empty() ? "" : ", ", t.m, "x", t.n, "x", t.k);
+    for (const GemmTile& t : kFusedTiles) supported += str_cat(supported.empty() ? "" : ", ", t.m, "x", t.n, "x", t.k);
     throw InvalidArgument(str_cat(ccl::op_name(p.sig.op), ": block_size_m x block_size_n x block_size_k = ", p.tile.m,
                                   "x", p.tile.n, "x", p.tile.k, " is not a tile of the GEMM core; the fused kernels run ",
                                   supported, "."));

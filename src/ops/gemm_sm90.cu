@@ -107,8 +107,10 @@ int choice_sm_count(const GemmArguments& g) {
 #if defined(IRIS_HAVE_CUTLASS)
 using detail::GemmProblem;
 using detail::kTileLarge;
-using detail::kTileSmall;
+using detail::kTileRows16;
+using detail::kTileRows32;
 using detail::kTileSkinny;
+using detail::kTileSmall;
 using detail::kTileSmallStreamK;
 using detail::kTileTiny;
 using detail::Sm90Gemm;
@@ -130,8 +132,9 @@ constexpr Sm90Instance instance() {
 
 // The complete set: every tile for 16-bit and float32 outputs (gemm_sm90_<in>_<layout>.cu for the
 // large tile and the 128x128 tile's 16-bit output, _m64.cu for the 64-row tiles' 16-bit output, _f32.cu
-// for the float32 outputs of the others), and the stream-K kernel for 16-bit outputs. About 35 s of
-// compile each on 2 cores, so the set stays small.
+// for the float32 outputs of the others, _rows.cu for both outputs of the swapped 16- and 32-row tiles),
+// and the stream-K kernel for 16-bit outputs. About 35 s of compile each on 2 cores, so the set stays
+// small.
 constexpr DType kBF16 = DType::kBFloat16;
 constexpr DType kF16 = DType::kFloat16;
 constexpr DType kF32 = DType::kFloat32;
@@ -160,6 +163,16 @@ constexpr Sm90Instance kSm90Instances[] = {
     instance<kBF16, kF32, true, kTileSmall>(),
     instance<kBF16, kF32, true, kTileSkinny>(),
     instance<kBF16, kF32, true, kTileTiny>(),
+    // gemm_sm90_bf16_kn_rows.cu
+    instance<kBF16, kBF16, false, kTileRows16>(),
+    instance<kBF16, kF32, false, kTileRows16>(),
+    instance<kBF16, kBF16, false, kTileRows32>(),
+    instance<kBF16, kF32, false, kTileRows32>(),
+    // gemm_sm90_bf16_nk_rows.cu
+    instance<kBF16, kBF16, true, kTileRows16>(),
+    instance<kBF16, kF32, true, kTileRows16>(),
+    instance<kBF16, kBF16, true, kTileRows32>(),
+    instance<kBF16, kF32, true, kTileRows32>(),
     // gemm_sm90_f16_kn.cu
     instance<kF16, kF16, false, kTileLarge>(),
     instance<kF16, kF32, false, kTileLarge>(),
@@ -184,6 +197,16 @@ constexpr Sm90Instance kSm90Instances[] = {
     instance<kF16, kF32, true, kTileSmall>(),
     instance<kF16, kF32, true, kTileSkinny>(),
     instance<kF16, kF32, true, kTileTiny>(),
+    // gemm_sm90_f16_kn_rows.cu
+    instance<kF16, kF16, false, kTileRows16>(),
+    instance<kF16, kF32, false, kTileRows16>(),
+    instance<kF16, kF16, false, kTileRows32>(),
+    instance<kF16, kF32, false, kTileRows32>(),
+    // gemm_sm90_f16_nk_rows.cu
+    instance<kF16, kF16, true, kTileRows16>(),
+    instance<kF16, kF32, true, kTileRows16>(),
+    instance<kF16, kF16, true, kTileRows32>(),
+    instance<kF16, kF32, true, kTileRows32>(),
 };
 
 int tile_id(const GemmTile& t) {
@@ -270,11 +293,31 @@ Launch plan_launch(const GemmArguments& g) {
 
 }  // namespace
 
+// The automatic tile. Measured on one H200 (bf16, iris / cuBLAS, B as K x N / N x K, CUDA-graph replays
+// timed in turns; bench/results/2026-12-01-h200-gemm-*.txt): from 2048 rows up the choice is 1.01-1.04 /
+// 1.02-1.03; 128 x 8192 x 8192: 64x128 (128 tiles) 0.94 / 0.98 against 0.87 / 0.86 (64x64), 0.67 / 0.74
+// (128x128); 128 x 8192 x 4096: 64x128 0.95 / 0.95 against 0.90 / 0.91, 0.77 / 0.79; 128 x 4096 x 8192:
+// 64x64 (128 tiles) 1.09 / 1.13 against 0.99 / 1.04 (64x128), 0.59 / 0.64; 64 x 8192 x 8192: 64x64 0.99 /
+// 1.07 against 0.96 / 1.07, 0.64 / 0.72; at 256 x 8192 x 8192 (the configuration sweep) 128x128 (128
+// tiles) 1.00-1.02 against 0.99 (64x128).
+// Outputs of at most 32 rows (decode) take the swapped tiles: a 64-row tile there spends three quarters
+// of its MMA and of every pipeline stage's A panel on rows that do not exist, so fewer stages of B are in
+// flight and the GEMM, bound by reading B, streams it at half of DRAM's rate (ncu: 51% of DRAM
+// throughput against 60% for cuBLAS's swapped 64x16 kernel at 16 x 4096 x 4096). Measured
+// (bench/results/2026-12-01-h200-gemm-bf16-rows*.txt), unsplit, 64x64 -> 16x64 / 32x64 (us, cuBLAS):
+// 16 x 4096 x 4096 17.5 -> 9.2 / 10.9 (9.2); 16 x 8192 x 8192 41.0 -> 33.1 / 33.3 (32.8); 1 x 8192 x 8192
+// 44.4 -> 32.8 / 35.1 (32.9); 8 x 4096 x 4096 18.4 -> 9.4 / 12.2 (8.5); 32 x 8192 x 8192 38.6 -> 35.7 /
+// 33.6 (33.3); 32 x 2048 x 8192 20.3 -> 15.7 / 14.5 (9.6), and with the automatic split of K (4
+// slices) 9.6 against 13.6 for 64x64's. So 16x64 up to 16 rows, 32x64 up to 32; above that the 64-row
+// tiles (at 64 x 1024 x 8192 the swapped 16x64, four tile rows deep, read 0.46-0.59 against 64x64's 0.44
+// -0.52 unsplit, but 64x64 split 8 ways is 0.86-1.0).
 GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_count) {
   IRIS_CHECK_ARG(m >= 0 && n >= 0 && k >= 0, "select_gemm_tile: M x N x K = ", m, " x ", n, " x ", k,
                  " has a negative size.");
   IRIS_CHECK_ARG(sm_count > 0, "select_gemm_tile: sm_count must be positive, got ", sm_count, ".");
   if (m * n > (int64_t{1} << 25)) return b_is_nk || n >= 8192 ? kGemmTileLarge : kGemmTileSmall;
+  if (m <= kGemmTileRows16.m) return kGemmTileRows16;
+  if (m <= kGemmTileRows32.m) return kGemmTileRows32;
   const int64_t full_wave = (int64_t{sm_count} * 7 + 7) / 8;
   for (const GemmTile& t : {kGemmTileSmall, kGemmTileSkinny})
     if (ccl::tile_count(m, n, t.m, t.n) >= full_wave) return t;

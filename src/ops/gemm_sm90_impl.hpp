@@ -55,8 +55,11 @@ struct CutlassElement<DType::kFloat32> {
 
 // A kernel configuration: CTA tile (M, N, K), cluster (M, N), and the warp-specialized schedule, ping-pong
 // (two consumer warpgroups alternate tiles) or cooperative (both share one tile; M of 128 and up).
-template <int kM, int kN, int kK, int kClusterM, int kClusterN, bool kPingpong>
+// With kSwapAB, the configuration is of CUTLASS's swapped problem C^T = B^T A^T: kM runs along C's
+// columns, kN along its rows.
+template <int kM, int kN, int kK, int kClusterM, int kClusterN, bool kPingpong, bool kSwap = false>
 struct Sm90Config {
+  static constexpr bool kSwapAB = kSwap;
   using TileShape = cute::Shape<cute::Int<kM>, cute::Int<kN>, cute::Int<kK>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
   using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
@@ -77,6 +80,10 @@ struct Sm90TileConfig<kTileSkinny> : Sm90Config<64, 128, 64, 1, 1, true> {};
 template <>
 struct Sm90TileConfig<kTileTiny> : Sm90Config<64, 64, 64, 1, 1, true> {};
 template <>
+struct Sm90TileConfig<kTileRows16> : Sm90Config<64, 16, 64, 1, 1, true, true> {};
+template <>
+struct Sm90TileConfig<kTileRows32> : Sm90Config<64, 32, 64, 1, 1, true, true> {};
+template <>
 struct Sm90TileConfig<kTileSmallStreamK> : Sm90Config<128, 128, 64, 1, 1, false> {};
 
 // The tile scheduler: persistent data-parallel, or stream-K for kTileSmallStreamK.
@@ -86,19 +93,30 @@ using Sm90Scheduler = std::conditional_t<kTile == kTileSmallStreamK, cutlass::ge
 template <DType kIn, DType kOut, bool kBIsNK, int kTile>
 struct Sm90GemmTypes {
   using Config = Sm90TileConfig<kTile>;
+  // Swapped (Config::kSwapAB): CUTLASS's problem is C^T (N x M) = B^T A^T; its A operand is our B, its B
+  // operand our A, its D our C read column-major, and our per-column bias is a per-row bias of C^T.
+  static constexpr bool kSwap = Config::kSwapAB;
   using ElementAB = typename CutlassElement<kIn>::type;
   using ElementD = typename CutlassElement<kOut>::type;
   using ElementAccumulator = float;
   using ElementCompute = float;
-  using LayoutA = cutlass::layout::RowMajor;
-  // CUTLASS's B is K x N: column-major is the N x K row-major storage (K contiguous).
-  using LayoutB = std::conditional_t<kBIsNK, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-  using LayoutD = cutlass::layout::RowMajor;
+  using RowMajor = cutlass::layout::RowMajor;
+  using ColumnMajor = cutlass::layout::ColumnMajor;
+  // CUTLASS's B is K x N: column-major is the N x K row-major storage (K contiguous). Swapped, CUTLASS's A
+  // (M x K) is our B: row-major when it is stored N x K, column-major when K x N; CUTLASS's B (K x N) is
+  // our A, M x K row-major: column-major.
+  using LayoutA = std::conditional_t<kSwap && !kBIsNK, ColumnMajor, RowMajor>;
+  using LayoutB = std::conditional_t<kSwap || kBIsNK, ColumnMajor, RowMajor>;
+  using LayoutD = std::conditional_t<kSwap, ColumnMajor, RowMajor>;
   static constexpr int kAlignmentAB = 16 / sizeof(ElementAB);  // TMA: 16-byte rows
   static constexpr int kAlignmentD = 16 / sizeof(ElementD);
 
-  using FusionOp = cutlass::epilogue::fusion::LinCombPerColBias<ElementD, ElementCompute, /*ElementBias=*/ElementD,
-                                                                /*ElementSource=*/void, /*ElementScalar=*/float>;
+  using FusionOp = std::conditional_t<
+      kSwap,
+      cutlass::epilogue::fusion::LinCombPerRowBias<ElementD, ElementCompute, /*ElementBias=*/ElementD,
+                                                   /*ElementSource=*/void, /*ElementScalar=*/float>,
+      cutlass::epilogue::fusion::LinCombPerColBias<ElementD, ElementCompute, /*ElementBias=*/ElementD,
+                                                   /*ElementSource=*/void, /*ElementScalar=*/float>>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape, typename Config::ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute, /*ElementC=*/void, LayoutD,
@@ -117,31 +135,47 @@ struct Sm90GemmTypes {
     using StrideA = typename Kernel::StrideA;
     using StrideB = typename Kernel::StrideB;
     using StrideD = typename Kernel::StrideD;
-    static_assert(std::is_same_v<StrideA, cute::Stride<int64_t, cute::Int<1>, int64_t>>, "A is row-major");
-    static_assert(std::is_same_v<StrideD, cute::Stride<int64_t, cute::Int<1>, int64_t>>, "D is row-major");
+    using RowStride = cute::Stride<int64_t, cute::Int<1>, int64_t>;  // (i, k, l) -> i * ld + k + l * batch
+    using ColStride = cute::Stride<cute::Int<1>, int64_t, int64_t>;  // (i, k, l) -> i + k * ld + l * batch
     // One batch (L = 1): its stride is the matrix's extent, as a packed batch would have, so every TMA
     // descriptor stride is a real, 16-byte multiple pitch. Split K (L = splits): batch s of A and B is the
     // s-th slice of K (their batch strides step along K, by a 16-byte multiple), batch s of D the s-th
     // packed partial.
     const bool split = p.splits > 1;
     const int depth = p.k / p.splits;
-    const StrideA stride_a{p.lda, cute::Int<1>{}, split ? int64_t{depth} : p.m * p.lda};
-    StrideB stride_b{};
-    if constexpr (kBIsNK) {  // (n, k) -> n * ldb + k
-      stride_b = StrideB{p.ldb, cute::Int<1>{}, split ? int64_t{depth} : p.n * p.ldb};
-    } else {  // (n, k) -> k * ldb + n
-      stride_b = StrideB{cute::Int<1>{}, p.ldb, split ? depth * p.ldb : p.k * p.ldb};
-    }
-    const StrideD stride_d{p.ldd, cute::Int<1>{}, p.m * p.ldd};
+    // Our A as (m, k, l) and our B as (n, k, l), whichever CUTLASS operand each is.
+    const RowStride stride_our_a{p.lda, cute::Int<1>{}, split ? int64_t{depth} : p.m * p.lda};
+    const auto stride_our_b = [&] {
+      if constexpr (kBIsNK)  // (n, k) -> n * ldb + k
+        return RowStride{p.ldb, cute::Int<1>{}, split ? int64_t{depth} : p.n * p.ldb};
+      else  // (n, k) -> k * ldb + n
+        return ColStride{cute::Int<1>{}, p.ldb, split ? depth * p.ldb : p.k * p.ldb};
+    }();
     cutlass::KernelHardwareInfo hw;
     hw.device_id = p.device;
     hw.sm_count = p.sm_count;
-    typename Gemm::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {p.m, p.n, depth, p.splits},
-        {static_cast<const ElementAB*>(p.a), stride_a, static_cast<const ElementAB*>(p.b), stride_b},
-        {{}, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
-        hw};
+    const auto* a = static_cast<const ElementAB*>(p.a);
+    const auto* b = static_cast<const ElementAB*>(p.b);
+    typename Gemm::Arguments args = [&] {
+      if constexpr (kSwap) {
+        static_assert(std::is_same_v<StrideD, ColStride>, "C^T is column-major");
+        const StrideD stride_d{cute::Int<1>{}, p.ldd, p.m * p.ldd};  // (n, m, l) -> m * ldd + n
+        return typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
+                                        {p.n, p.m, depth, p.splits},
+                                        {b, StrideA(stride_our_b), a, StrideB(stride_our_a)},
+                                        {{}, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
+                                        hw};
+      } else {
+        static_assert(std::is_same_v<StrideA, RowStride>, "A is row-major");
+        static_assert(std::is_same_v<StrideD, RowStride>, "D is row-major");
+        const StrideD stride_d{p.ldd, cute::Int<1>{}, p.m * p.ldd};
+        return typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
+                                        {p.m, p.n, depth, p.splits},
+                                        {a, stride_our_a, b, StrideB(stride_our_b)},
+                                        {{}, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
+                                        hw};
+      }
+    }();
     args.epilogue.thread.alpha = p.alpha;
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.thread.bias_ptr = static_cast<const ElementD*>(p.bias);  // null: no bias

@@ -76,11 +76,12 @@
 // (16 locks) used with 64x64 blocks (64 tiles):
 //   Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend to use.
 // The ops check capacity again right before launch, whether or not the preamble ran, and then that the
-// block sizes are a tile of the GEMM core (kGemmTiles).
+// block sizes are a tile the fused kernels run (kFusedTiles).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 
 #include "iris/ccl/config.hpp"
@@ -90,6 +91,11 @@
 #include "iris/ops/gemm.hpp"
 
 namespace iris::ops {
+
+// The GEMM core's tiles the fused kernels run: those of kGemmTiles with 64 rows or more. The 16- and
+// 32-row tiles of decode outputs serve the GEMM alone; a call too small for fusion (FusedPlan::unfused)
+// runs its GEMM with the GEMM core's automatic tile, which takes them where they fit.
+inline constexpr std::array<GemmTile, 4> kFusedTiles{kGemmTileLarge, kGemmTileSmall, kGemmTileSkinny, kGemmTileTiny};
 
 // A fused op's workspace: the arrays of its band pipeline (a ccl::Workspace: prepare, matches and the
 // capacity checks apply to them) and, for calls too small for fusion to pay (FusedPlan::unfused), the

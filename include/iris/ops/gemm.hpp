@@ -54,8 +54,14 @@ inline constexpr GemmTile kGemmTileSmall{128, 128, 64};
 // GEMM is bound by reading B.
 inline constexpr GemmTile kGemmTileSkinny{64, 128, 64};
 inline constexpr GemmTile kGemmTileTiny{64, 64, 64};
+// 16x64x64 and 32x64x64 for outputs of at most 16 and 32 rows (decode): A and B swapped (the kernel
+// computes C^T = B^T A^T with a 64x16 or 64x32 wgmma tile), so no MMA or shared memory is spent on rows
+// that do not exist.
+inline constexpr GemmTile kGemmTileRows16{16, 64, 64};
+inline constexpr GemmTile kGemmTileRows32{32, 64, 64};
 // Every tile a GEMM may run with, each for every input and output type.
-inline constexpr std::array<GemmTile, 4> kGemmTiles{kGemmTileLarge, kGemmTileSmall, kGemmTileSkinny, kGemmTileTiny};
+inline constexpr std::array<GemmTile, 6> kGemmTiles{kGemmTileLarge, kGemmTileSmall,  kGemmTileSkinny,
+                                                    kGemmTileTiny,  kGemmTileRows16, kGemmTileRows32};
 
 // The SM count the automatic choice assumes where neither GemmArguments::sm_count nor a device says
 // otherwise: H100 SXM and H200.
@@ -63,19 +69,12 @@ inline constexpr int kGemmDefaultSmCount = 132;
 
 // The tile an automatic choice (GemmArguments::tile left at {0, 0, 0}) takes for an M x N x K problem on
 // `sm_count` SMs, whatever the output type. Above 2^25 output elements (4096 x 8192): kGemmTileLarge when B is
-// N x K or N >= 8192, else kGemmTileSmall. Up to there, the largest of kGemmTileSmall, kGemmTileSkinny,
-// kGemmTileTiny whose output has at least 7/8 of sm_count tiles (a full wave), else kGemmTileTiny (the
-// most tiles). Measured on one H200 (bf16, iris / cuBLAS, B as K x N / N x K, timed in turns;
-// bench/results/2026-12-01-h200-gemm-*.txt): from 2048 rows up the choice is 1.01-1.04 / 1.02-1.03;
-// 128 x 8192 x 8192: 64x128 (128 tiles) 0.94 / 0.98 against 0.87 / 0.86 (64x64), 0.67 / 0.74 (128x128);
-// 128 x 8192 x 4096: 64x128 0.95 / 0.95 against 0.90 / 0.91, 0.77 / 0.79; 128 x 4096 x 8192: 64x64
-// (128 tiles) 1.09 / 1.13 against 0.99 / 1.04 (64x128), 0.59 / 0.64; 64 x 8192 x 8192: 64x64 0.99 / 1.07
-// against 0.96 / 1.07, 0.64 / 0.72; at 256 x 8192 x 8192 (the configuration sweep) 128x128 (128 tiles)
-// 1.00-1.02 against 0.99 (64x128). Outputs of fewer tiles than a wave with a long K (decode) leave SMs
-// idle whatever the tile: there the GEMM is 0.44-0.61 of cuBLAS unsplit (CUDA-graph replays; timed as
-// direct launches, both sides were bound by the host's launch cost at ~16 us and read 0.95-1.2), and
-// GemmArguments::split_k = 0 takes them to 0.60-1.21 (select_split_k). Throws std::invalid_argument for a
-// negative size or sm_count < 1.
+// N x K or N >= 8192, else kGemmTileSmall. Up to there, kGemmTileRows16 for at most 16 rows and
+// kGemmTileRows32 for at most 32 (decode); above 32 rows, the largest of kGemmTileSmall, kGemmTileSkinny,
+// kGemmTileTiny whose output has at least 7/8 of sm_count tiles (a full wave), else kGemmTileTiny (the most
+// tiles). Outputs of fewer tiles than a wave with a long K leave SMs idle whatever the tile; there
+// GemmArguments::split_k = 0 splits K (select_split_k). The measurements behind the rule are in
+// gemm_sm90.cu. Throws std::invalid_argument for a negative size or sm_count < 1.
 GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk = false, int sm_count = kGemmDefaultSmCount);
 
 // The most slices GemmArguments::split_k may cut K into, and the least depth of K an automatic split
