@@ -295,7 +295,7 @@ const GemmCase kCases[] = {
     {16, 4096, 4096, kBF16, kBF16, true, true, kGemmTileRows16, 1.0f, 0, 0, false, 2},
     {32, 2048, 8192, kBF16, kBF16, false, true, kGemmTileRows32, 1.0f, 0, 0, false, 4},
     {20, 1000, 2400, kBF16, kF32, true, false, kGemmTileRows32, 0.5f, 8, 0, false, 3},
-    {16, 4096, 4096, kBF16, kBF16, false, true, GemmTile{}, 1.0f, 0, 0, false, 0},
+    {16, 2048, 4096, kBF16, kBF16, false, true, GemmTile{}, 1.0f, 0, 0, false, 0},
     {32, 2048, 8192, kBF16, kBF16, true, false, GemmTile{}, 1.0f, 0, 0, false, 0},
     {16, 64, 64, kF16, kF16, false, true, kGemmTileRows16},
     {32, 64, 64, kF16, kF16, true, false, kGemmTileRows32},
@@ -317,8 +317,8 @@ TEST(GemmGpuGraph, CapturedAndReplayedGivesTheSameResult) {
            /*in_graph=*/true);
   run_case(GemmCase{128, 1024, 8192, kF16, kF16, false, true, GemmTile{}, 1.0f, 0, 0, false, /*split_k=*/0},
            /*in_graph=*/true);
-  // a decode shape: the swapped 16-row tile, K split in two
-  run_case(GemmCase{16, 4096, 4096, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, false, /*split_k=*/0},
+  // a decode shape: the swapped 16-row tile, K split in four
+  run_case(GemmCase{16, 2048, 4096, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, false, /*split_k=*/0},
            /*in_graph=*/true);
 }
 

@@ -78,8 +78,8 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   EXPECT_EQ(kGemmTiles[1], (GemmTile{128, 128, 64}));
   EXPECT_EQ(kGemmTiles[2], (GemmTile{64, 128, 64}));
   EXPECT_EQ(kGemmTiles[3], (GemmTile{64, 64, 64}));
-  EXPECT_EQ(kGemmTiles[4], (GemmTile{16, 64, 64}));
-  EXPECT_EQ(kGemmTiles[5], (GemmTile{32, 64, 64}));
+  EXPECT_EQ(kGemmTiles[4], (GemmTile{16, 64, 128}));
+  EXPECT_EQ(kGemmTiles[5], (GemmTile{32, 64, 128}));
   EXPECT_TRUE(GemmTile{}.is_auto());
   // gemm_bench on one H200 (132 SMs): above 2^25 output elements, cooperative 128x256 except for
   // 16384 x 4096 with B as K x N.
@@ -157,10 +157,15 @@ TEST(OpsGemmSplitK, AutomaticSplitFillsOneWave) {
   EXPECT_EQ(select_split_k(16, 4096, 4096, kGemmTileTiny), 2);
   EXPECT_EQ(select_split_k(128, 8192, 8192, kGemmTileSkinny), 1);
   EXPECT_EQ(select_split_k(128, 1024, 8192, kGemmTileSmall), 8);  // 8 tiles of 128x128
-  // The swapped tiles of decode count their own tiles: 16 x 4096 has 64 of 16x64, 32 x 2048 has 32 of 32x64.
-  EXPECT_EQ(select_split_k(16, 4096, 4096, kGemmTileRows16), 2);
-  EXPECT_EQ(select_split_k(32, 2048, 8192, kGemmTileRows32), 4);
-  EXPECT_EQ(select_split_k(16, 8192, 8192, kGemmTileRows16), 1);  // 128 tiles: a full wave
+  // The swapped tiles of decode count their own tiles and split below a third of the SMs (44 of 132).
+  EXPECT_EQ(select_split_k(32, 2048, 8192, kGemmTileRows32), 4);  // 32 tiles of 32x64
+  EXPECT_EQ(select_split_k(16, 2048, 4096, kGemmTileRows16), 4);  // 32 tiles of 16x64
+  EXPECT_EQ(select_split_k(16, 1024, 8192, kGemmTileRows16), 8);  // 16 tiles
+  EXPECT_EQ(select_split_k(16, 2752, 8192, kGemmTileRows16), 2);  // 43 tiles: 3 slices fit, 8192 % 24 != 0
+  EXPECT_EQ(select_split_k(16, 2816, 8192, kGemmTileRows16), 1);  // 44 tiles: a third of 132
+  EXPECT_EQ(select_split_k(16, 4096, 4096, kGemmTileRows16), 1);  // 64 tiles
+  EXPECT_EQ(select_split_k(32, 3072, 8192, kGemmTileRows32), 1);  // 48 tiles
+  EXPECT_EQ(select_split_k(16, 2048, 4096, kGemmTileRows16, 64), 1) << "a third of the caller's SM count";
   EXPECT_EQ(select_split_k(0, 1024, 8192, kGemmTileTiny), 1) << "no tiles, nothing to split";
   EXPECT_EQ(select_split_k(128, 1024, 8192, kGemmTileTiny, 64), 2) << "the wave is the caller's SM count";
   EXPECT_EQ(error_of([] { (void)select_split_k(128, 1024, 8192, kGemmTileTiny, 0); }),
@@ -171,7 +176,7 @@ TEST(OpsGemmSplitK, AutomaticSplitFillsOneWave) {
               (void)select_split_k(128, 1024, 8192, GemmTile{32, 32, 32});
             }),
             "select_split_k: tile 32x32x32 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, "
-            "64x64x64, 16x64x64, 32x64x64.");
+            "64x64x64, 16x64x128, 32x64x128.");
 }
 
 TEST(OpsGemmSplitK, ResolvedSplitAndItsArguments) {
@@ -208,8 +213,8 @@ TEST(OpsGemmSplitK, ResolvedSplitAndItsArguments) {
   // Arguments gemm() refuses get gemm()'s message, not that of a helper the choice calls.
   g.tile = GemmTile{32, 32, 32};
   const std::string bad_tile =
-      "gemm: tile 32x32x32 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64, 16x64x64, "
-      "32x64x64 (or 0x0x0 for the automatic choice).";
+      "gemm: tile 32x32x32 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64, 16x64x128, "
+      "32x64x128 (or 0x0x0 for the automatic choice).";
   EXPECT_EQ(can_implement(g), bad_tile);
   EXPECT_EQ(error_of([&] { (void)resolved_split_k(g); }), bad_tile);
   EXPECT_EQ(error_of([&] { (void)resolved_tile(g); }), bad_tile);
@@ -295,7 +300,7 @@ TEST(OpsGemmArguments, RejectionsNameTheTensorAndTheRule) {
   g.tile = GemmTile{64, 256, 64};
   EXPECT_EQ(can_implement(g),
             "gemm: tile 64x256x64 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64, "
-            "16x64x64, 32x64x64 (or 0x0x0 for the automatic choice).");
+            "16x64x128, 32x64x128 (or 0x0x0 for the automatic choice).");
   // gemm() and workspace_size() refuse what can_implement refuses, with the same text, before any CUDA call.
   g = gemm_args(256, 256, 100);
   EXPECT_EQ(error_of([&] { gemm(g, nullptr, nullptr); }), can_implement(g));

@@ -304,13 +304,17 @@ Launch plan_launch(const GemmArguments& g) {
 // of its MMA and of every pipeline stage's A panel on rows that do not exist, so fewer stages of B are in
 // flight and the GEMM, bound by reading B, streams it at half of DRAM's rate (ncu: 51% of DRAM
 // throughput against 60% for cuBLAS's swapped 64x16 kernel at 16 x 4096 x 4096). Measured
-// (bench/results/2026-12-01-h200-gemm-bf16-rows*.txt), unsplit, 64x64 -> 16x64 / 32x64 (us, cuBLAS):
-// 16 x 4096 x 4096 17.5 -> 9.2 / 10.9 (9.2); 16 x 8192 x 8192 41.0 -> 33.1 / 33.3 (32.8); 1 x 8192 x 8192
-// 44.4 -> 32.8 / 35.1 (32.9); 8 x 4096 x 4096 18.4 -> 9.4 / 12.2 (8.5); 32 x 8192 x 8192 38.6 -> 35.7 /
-// 33.6 (33.3); 32 x 2048 x 8192 20.3 -> 15.7 / 14.5 (9.6), and with the automatic split of K (4
-// slices) 9.6 against 13.6 for 64x64's. So 16x64 up to 16 rows, 32x64 up to 32; above that the 64-row
-// tiles (at 64 x 1024 x 8192 the swapped 16x64, four tile rows deep, read 0.46-0.59 against 64x64's 0.44
-// -0.52 unsplit, but 64x64 split 8 ways is 0.86-1.0).
+// (bench/results/2026-12-01-h200-gemm-bf16-rows-*.txt), unsplit, K x N, 64x64 -> 16x64 / 32x64 (64 deep,
+// the first version), us, cuBLAS in brackets: 16 x 4096 x 4096 17.5 -> 9.2 / 10.9 (9.2); 16 x 8192 x 8192
+// 41.0 -> 33.1 / 33.3 (32.8); 1 x 8192 x 8192 44.4 -> 32.8 / 35.1 (32.9); 8 x 4096 x 4096 18.4 -> 9.4 /
+// 12.2 (8.5); 32 x 8192 x 8192 38.6 -> 35.7 / 33.6 (33.3); 32 x 2048 x 8192 20.3 -> 15.7 / 14.5 (9.6),
+// with the split of K 9.6 against 13.6 for 64x64's. So 16x64 up to 16 rows, 32x64 up to 32 (at 24 x
+// 4096 x 4096 two rows of 16x64 were 8% faster, at 32 x 8192 x 8192 3-5% slower); above 32 rows the
+// 64-row tiles (at 64 x 1024 x 8192 16x64 read 0.46-0.59 of cuBLAS, 64x64 split 8 ways 0.86-1.0). The
+// sweep of their configurations (-rows-sweep.txt): 128 deep beat 64 deep everywhere, by 1-4% at full
+// waves (16 x 28672 x 4096 58.5 against 59.5 us) and up to 27% unsplit at 32 x 2048 x 8192 (11.4 against
+// 15.5); a 64x8 tile won only on small problems (1 x 4096 x 4096 9.4 against 10.3) and lost on large ones
+// (16 x 8192 x 8192 N x K 38.6 against 35.1), a 2x1 cluster (A multicast) only at 4 x 14336 x 4096.
 GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_count) {
   IRIS_CHECK_ARG(m >= 0 && n >= 0 && k >= 0, "select_gemm_tile: M x N x K = ", m, " x ", n, " x ", k,
                  " has a negative size.");
@@ -337,6 +341,14 @@ GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_
 // rate a split costs a little: 64 x 4096 x 8192 (64 tiles, B 64 MiB) 20.5 -> 22.8 (2), against cuBLAS's
 // 22.4; a rule that kept it unsplit by the ratio of the inputs to one CTA's panels also kept 16 x 4096
 // x 4096 (the same ratio) unsplit, which gains from the split, so the rule has no such exception.
+// The swapped 16- and 32-row tiles stream B about twice as fast per CTA (60-75 GB/s), so a third of the
+// SMs' worth of them already reads B near DRAM's rate and splitting it costs the partials' round trip
+// for nothing (bench/results/2026-12-01-h200-gemm-bf16-rows-k128.txt, K x N / N x K, unsplit -> split,
+// us): 64 tiles, 16 x 4096 x 4096 8.9 / 8.8 -> 8.9 / 9.3 (2), 24 x 4096 x 4096 9.2 / 9.6 -> 9.9 / 10.2
+// (2); 48 tiles, 32 x 3072 x 8192 15.6 / 16.4 -> 16.7 / 17.1 (2), 16 x 3072 x 4096 8.6 / 8.7 -> 8.6 /
+// 8.6 (2); while fewer still gain: 32 tiles, 32 x 2048 x 8192 13.9 / 14.0 -> 9.7 / 9.8 (4), 16 x 2048 x
+// 4096 8.0 / 8.0 -> 6.8 / 6.8 (4); 16 tiles, 16 x 1024 x 8192 11.5 / 11.8 -> 7.2 / 7.3 (8). So they split
+// below a third of sm_count tiles (44 of 132).
 int select_split_k(int64_t m, int64_t n, int64_t k, GemmTile tile, int sm_count) {
   IRIS_CHECK_ARG(m >= 0 && n >= 0 && k >= 0, "select_split_k: M x N x K = ", m, " x ", n, " x ", k,
                  " has a negative size.");
@@ -344,8 +356,9 @@ int select_split_k(int64_t m, int64_t n, int64_t k, GemmTile tile, int sm_count)
   IRIS_CHECK_ARG(std::find(kGemmTiles.begin(), kGemmTiles.end(), tile) != kGemmTiles.end(), "select_split_k: tile ",
                  tile_name(tile), " is not supported; the tiles are ", supported_tiles(), ".");
   const int64_t tiles = ccl::tile_count(m, n, tile.m, tile.n);
-  const int64_t full_wave = (int64_t{sm_count} * 7 + 7) / 8;
-  if (tiles == 0 || tiles >= full_wave) return 1;
+  const bool swapped = tile == kGemmTileRows16 || tile == kGemmTileRows32;
+  const int64_t enough = swapped ? (int64_t{sm_count} + 2) / 3 : (int64_t{sm_count} * 7 + 7) / 8;
+  if (tiles == 0 || tiles >= enough) return 1;
   int best = 1;
   for (int s = 2; s <= kGemmMaxSplitK && tiles * s <= sm_count && k / s >= kGemmMinSplitKDepth; ++s)
     if (k % (8 * s) == 0) best = s;

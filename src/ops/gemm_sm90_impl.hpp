@@ -80,9 +80,9 @@ struct Sm90TileConfig<kTileSkinny> : Sm90Config<64, 128, 64, 1, 1, true> {};
 template <>
 struct Sm90TileConfig<kTileTiny> : Sm90Config<64, 64, 64, 1, 1, true> {};
 template <>
-struct Sm90TileConfig<kTileRows16> : Sm90Config<64, 16, 64, 1, 1, true, true> {};
+struct Sm90TileConfig<kTileRows16> : Sm90Config<64, 16, 128, 1, 1, true, true> {};
 template <>
-struct Sm90TileConfig<kTileRows32> : Sm90Config<64, 32, 64, 1, 1, true, true> {};
+struct Sm90TileConfig<kTileRows32> : Sm90Config<64, 32, 128, 1, 1, true, true> {};
 template <>
 struct Sm90TileConfig<kTileSmallStreamK> : Sm90Config<128, 128, 64, 1, 1, false> {};
 

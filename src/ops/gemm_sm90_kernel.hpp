@@ -39,8 +39,8 @@ inline constexpr int kTileSmall = 1;   // 128x128x64 ping-pong, cluster 1x2
 inline constexpr int kTileSkinny = 2;  // 64x128x64 ping-pong, cluster 1x1
 inline constexpr int kTileTiny = 3;    // 64x64x64 ping-pong, cluster 1x1
 // Outputs of 16 and 32 rows (decode): C tiles of 16x64 and 32x64, computed with A and B swapped (CUTLASS
-// runs C^T = B^T A^T, a 64x16 or 64x32 tile, so the few rows of A fill wgmma's narrow N and every stage
-// of the pipeline carries a 64-deep panel of B plus only 16 or 32 rows of A).
+// runs C^T = B^T A^T, a 64x16x128 or 64x32x128 tile, so the few rows of A fill wgmma's narrow N and every
+// stage of the pipeline carries a 64 x 128 panel of B plus only 16 or 32 rows of A).
 inline constexpr int kTileRows16 = 4;
 inline constexpr int kTileRows32 = 5;
 // Not a tile of its own: kGemmTileSmall's output tiles, computed by a stream-K kernel (128x128x64

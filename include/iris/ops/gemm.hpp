@@ -54,11 +54,11 @@ inline constexpr GemmTile kGemmTileSmall{128, 128, 64};
 // GEMM is bound by reading B.
 inline constexpr GemmTile kGemmTileSkinny{64, 128, 64};
 inline constexpr GemmTile kGemmTileTiny{64, 64, 64};
-// 16x64x64 and 32x64x64 for outputs of at most 16 and 32 rows (decode): A and B swapped (the kernel
+// 16x64x128 and 32x64x128 for outputs of at most 16 and 32 rows (decode): A and B swapped (the kernel
 // computes C^T = B^T A^T with a 64x16 or 64x32 wgmma tile), so no MMA or shared memory is spent on rows
-// that do not exist.
-inline constexpr GemmTile kGemmTileRows16{16, 64, 64};
-inline constexpr GemmTile kGemmTileRows32{32, 64, 64};
+// that do not exist; 128 deep, as fewer and larger stages of B stream it faster.
+inline constexpr GemmTile kGemmTileRows16{16, 64, 128};
+inline constexpr GemmTile kGemmTileRows32{32, 64, 128};
 // Every tile a GEMM may run with, each for every input and output type.
 inline constexpr std::array<GemmTile, 6> kGemmTiles{kGemmTileLarge, kGemmTileSmall,  kGemmTileSkinny,
                                                     kGemmTileTiny,  kGemmTileRows16, kGemmTileRows32};
@@ -84,7 +84,8 @@ inline constexpr int64_t kGemmMinSplitKDepth = 1024;
 
 // The split of K an automatic split (GemmArguments::split_k = 0) takes for an M x N x K problem run with
 // `tile` on `sm_count` SMs: 1 (no split) when the output has a full wave of tiles (7/8 of sm_count, as
-// select_gemm_tile counts) or K is short; otherwise the most slices, up to kGemmMaxSplitK, that keep the
+// select_gemm_tile counts; a third of sm_count for kGemmTileRows16 and kGemmTileRows32, whose CTAs read B
+// faster) or K is short; otherwise the most slices, up to kGemmMaxSplitK, that keep the
 // tiles of all slices within one wave of sm_count, each slice at least kGemmMinSplitKDepth deep and K a
 // multiple of 8 slices. The rule and its measurements are in gemm_sm90.cu. Throws std::invalid_argument
 // for a negative size, sm_count < 1 or a tile outside kGemmTiles.
