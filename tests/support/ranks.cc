@@ -127,17 +127,23 @@ int gpu_count() {
 
 int ranks_per_gpu() { return std::max(1, env_int("IRIS_TEST_RANKS_PER_GPU", 1)); }
 
+namespace {
+std::string needs_gpus(int need, int have) {
+  return "needs " + std::to_string(need) + " CUDA GPU(s), " + std::to_string(have) + " visible";
+}
+}  // namespace
+
 std::string skip_reason(int gpus) {
   int have = gpu_count();
   if (have >= gpus) return {};
-  return "needs " + std::to_string(gpus) + " CUDA GPU(s), " + std::to_string(have) + " visible";
+  return needs_gpus(gpus, have);
 }
 
 std::string skip_reason(const RankSetup& setup) { return skip_reason(setup, gpu_count(), ranks_per_gpu()); }
 
 std::string skip_reason(const RankSetup& setup, int gpus, int ranks_per_gpu) {
   if (setup.world <= gpus) return {};
-  std::string need = "needs " + std::to_string(setup.world) + " CUDA GPU(s), " + std::to_string(gpus) + " visible";
+  const std::string need = needs_gpus(setup.world, gpus);
   if (gpus == 0 || ranks_per_gpu <= 1) return need;
   if (setup.mode == Mode::kThreads)
     return need + " (threads never share a GPU; IRIS_TEST_RANKS_PER_GPU applies to processes)";
