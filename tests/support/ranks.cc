@@ -1,20 +1,13 @@
 #include "support/ranks.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
+#include <string>
+#include <vector>
 
-extern char** environ;
+#include "iris/runtime/local_launch.hpp"
 
 namespace iris::test {
 namespace {
@@ -24,98 +17,23 @@ int env_int(const char* name, int fallback) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
-int free_loopback_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 void run_as_processes(int world) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   ASSERT_NE(info, nullptr);
-  std::string filter = std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name();
-  int port = free_loopback_port();
-  ASSERT_NE(port, 0) << "no free loopback port";
-
-  // The children's environment: ours, minus any launcher variables, plus torchrun's.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv = *e;
-    for (const char* drop : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-                             "MASTER_PORT=", "OMPI_COMM_WORLD_", "SLURM_", "IRIS_TEST_CHILD="})
-      if (kv.rfind(drop, 0) == 0) kv.clear();
-    if (!kv.empty()) env_strings.push_back(kv);
-  }
   if (world > gpu_count())
     std::printf(
         "[ iris     ] %d ranks as processes on %d GPU(s) (IRIS_TEST_RANKS_PER_GPU=%d): the GPU time-slices "
         "between them\n",
         world, gpu_count(), ranks_per_gpu());
-  std::vector<pid_t> pids(world, -1);
-  for (int r = 0; r < world; ++r) {
-    std::vector<std::string> env = env_strings;
-    env.push_back("IRIS_TEST_CHILD=1");
-    env.push_back("RANK=" + std::to_string(r));
-    env.push_back("LOCAL_RANK=" + std::to_string(r));
-    env.push_back("WORLD_SIZE=" + std::to_string(world));
-    env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(world));
-    env.push_back("MASTER_ADDR=127.0.0.1");
-    env.push_back("MASTER_PORT=" + std::to_string(port));
-    std::vector<char*> envp;
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string exe = "/proc/self/exe";
-    std::string quiet = "--gtest_brief=1";
-    std::vector<char*> argv = {exe.data(), filter.data(), quiet.data(), nullptr};
-    int rc = posix_spawn(&pids[r], "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
-    ASSERT_EQ(rc, 0) << "posix_spawn failed for rank " << r;
-  }
-  const auto limit = std::chrono::seconds(env_int("IRIS_TEST_CHILD_TIMEOUT", 120));
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<int> status(world, -1);
-  int remaining = world;
-  while (remaining > 0) {
-    for (int r = 0; r < world; ++r) {
-      if (pids[r] < 0) continue;
-      int st = 0;
-      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
-        status[r] = st;
-        pids[r] = -1;
-        --remaining;
-      }
-    }
-    if (remaining == 0) break;
-    if (std::chrono::steady_clock::now() - start > limit) {
-      for (int r = 0; r < world; ++r)
-        if (pids[r] > 0) {
-          kill(pids[r], SIGKILL);
-          waitpid(pids[r], nullptr, 0);
-          ADD_FAILURE() << "rank " << r << " (process) did not finish within " << limit.count()
-                        << " s and was killed";
-          pids[r] = -1;
-        }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  for (int r = 0; r < world; ++r) {
-    if (status[r] == -1) continue;
-    if (WIFSIGNALED(status[r]))
-      ADD_FAILURE() << "rank " << r << " (process) died from signal " << WTERMSIG(status[r]);
-    else if (WEXITSTATUS(status[r]) != 0)
-      ADD_FAILURE() << "rank " << r << " (process) failed, exit status " << WEXITSTATUS(status[r])
-                    << " (its output is above)";
-  }
+  // This binary again, filtered to the current test, with torchrun's environment (run_local_processes).
+  LocalLaunchOptions options;
+  options.extra_env = {"IRIS_TEST_CHILD=1"};
+  options.timeout = std::chrono::seconds(env_int("IRIS_TEST_CHILD_TIMEOUT", 120));
+  const std::vector<std::string> argv = {"/proc/self/exe",
+                                         std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name(),
+                                         "--gtest_brief=1"};
+  for (const ProcessExit& e : run_local_processes(world, argv, options))
+    if (!e.ok()) ADD_FAILURE() << e.describe() << (e.exit_code > 0 ? " (its output is above)" : "");
 }
 
 }  // namespace

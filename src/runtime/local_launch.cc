@@ -1,0 +1,146 @@
+// run_local_processes: torchrun's environment for `world` processes of this host, started with
+// posix_spawn and reaped with waitpid.
+#include "iris/runtime/local_launch.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "iris/core/error.hpp"
+#include "runtime/bootstrap_detail.hpp"
+
+extern char** environ;
+
+namespace iris {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Prefixes of the variables a launcher sets; inherited ones would name another job.
+constexpr const char* kLauncherPrefixes[] = {"RANK=",        "WORLD_SIZE=",  "LOCAL_RANK=",      "LOCAL_WORLD_SIZE=",
+                                             "MASTER_ADDR=", "MASTER_PORT=", "OMPI_COMM_WORLD_", "SLURM_"};
+
+std::string env_name(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+
+// A loopback TCP port the kernel hands out, released again for rank 0's store to bind. Another program
+// could take it in between; then rank 0's bind fails and the job reports it.
+int free_loopback_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+void kill_and_reap(pid_t pid) {
+  kill(pid, SIGKILL);
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+std::string ProcessExit::describe() const {
+  const std::string who = detail::str_cat("rank ", rank, " (process)");
+  if (timed_out)
+    return detail::str_cat(who, " did not finish within ", detail::format_seconds(timeout), " s and was killed");
+  if (signal != 0) return detail::str_cat(who, " died from signal ", signal, " (", strsignal(signal), ")");
+  if (exit_code != 0) return detail::str_cat(who, " failed, exit status ", exit_code);
+  return who + " succeeded";
+}
+
+std::vector<ProcessExit> run_local_processes(int world, const std::vector<std::string>& argv,
+                                             const LocalLaunchOptions& options) {
+  IRIS_CHECK_ARG(world >= 1, "run_local_processes: world must be at least 1, got ", world, ".");
+  IRIS_CHECK_ARG(!argv.empty() && !argv[0].empty(),
+                 "run_local_processes: argv is empty; argv[0] must name the program.");
+  for (const std::string& e : options.extra_env)
+    IRIS_CHECK_ARG(e.find('=') != std::string::npos && e.find('=') > 0, "run_local_processes: extra_env entry \"", e,
+                   "\" is not NAME=value.");
+  const int port = free_loopback_port();
+  if (port == 0) throw Error("run_local_processes: no free loopback TCP port for the ranks' store (MASTER_PORT).");
+
+  // The environment every rank shares: ours without a launcher's variables or those extra_env replaces.
+  std::vector<std::string> base;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    bool drop = false;
+    for (const char* prefix : kLauncherPrefixes) drop = drop || entry.rfind(prefix, 0) == 0;
+    for (const std::string& extra : options.extra_env) drop = drop || env_name(entry) == env_name(extra);
+    if (!drop) base.push_back(entry);
+  }
+  base.push_back("WORLD_SIZE=" + std::to_string(world));
+  base.push_back("LOCAL_WORLD_SIZE=" + std::to_string(world));
+  base.push_back("MASTER_ADDR=127.0.0.1");
+  base.push_back("MASTER_PORT=" + std::to_string(port));
+  base.insert(base.end(), options.extra_env.begin(), options.extra_env.end());
+
+  std::vector<std::string> args = argv;
+  std::vector<char*> argp;
+  for (std::string& a : args) argp.push_back(a.data());
+  argp.push_back(nullptr);
+
+  std::vector<pid_t> pids(world, -1);
+  const Clock::time_point start = Clock::now();
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> env = base;
+    env.push_back("RANK=" + std::to_string(r));
+    env.push_back("LOCAL_RANK=" + std::to_string(r));
+    std::vector<char*> envp;
+    for (std::string& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    const int rc = posix_spawn(&pids[r], argp[0], nullptr, nullptr, argp.data(), envp.data());
+    if (rc != 0) {
+      for (int s = 0; s < r; ++s) kill_and_reap(pids[s]);
+      throw Error(
+          detail::str_cat("run_local_processes: cannot start rank ", r, " (", argv[0], "): ", std::strerror(rc)));
+    }
+  }
+
+  std::vector<ProcessExit> exits(world);
+  for (int r = 0; r < world; ++r) exits[r].rank = r;
+  int running = world;
+  while (running > 0) {
+    for (int r = 0; r < world; ++r) {
+      if (pids[r] < 0) continue;
+      int status = 0;
+      const pid_t got = waitpid(pids[r], &status, WNOHANG);
+      if (got != pids[r]) continue;
+      if (WIFEXITED(status)) exits[r].exit_code = WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) exits[r].signal = WTERMSIG(status);
+      pids[r] = -1;
+      --running;
+    }
+    if (running == 0) break;
+    if (options.timeout.count() > 0 && Clock::now() - start > options.timeout) {
+      for (int r = 0; r < world; ++r) {
+        if (pids[r] < 0) continue;
+        kill_and_reap(pids[r]);
+        pids[r] = -1;
+        exits[r].timed_out = true;
+        exits[r].timeout = options.timeout;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return exits;
+}
+
+}  // namespace iris

@@ -1,0 +1,126 @@
+// run_local_processes: the environment each rank gets (checked by children that join a TCP bootstrap
+// from it, as Context::create_from_env would), how exits, signals and timeouts are reported, and the
+// refusals. Host only: no CUDA.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "iris/core/error.hpp"
+#include "iris/runtime/bootstrap.hpp"
+#include "iris/runtime/local_launch.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// Sets a variable for one test and puts the old value back.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+std::vector<std::string> shell(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+// Run only as a child of LocalLaunch.RanksJoinOneTcpBootstrap (disabled, so a plain run of the suite
+// lists it as disabled rather than running it without a launcher).
+TEST(LocalLaunchChild, DISABLED_JoinsTcpBootstrap) {
+  const iris::LaunchInfo info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "torchrun");
+  EXPECT_EQ(info.world_size, 3);
+  EXPECT_EQ(info.local_world_size, 3);
+  EXPECT_EQ(info.local_rank, info.rank);
+  EXPECT_EQ(info.master_addr, "127.0.0.1");
+  const char* foo = std::getenv("IRIS_LAUNCH_TEST_FOO");
+  EXPECT_STREQ(foo ? foo : "(unset)", "child");
+  EXPECT_EQ(std::getenv("SLURM_JOB_ID"), nullptr) << "a launcher's variable was inherited";
+  auto boot = iris::make_tcp_bootstrap(info, 30s);
+  const std::vector<std::string> all = boot->allgather("rank " + std::to_string(info.rank));
+  ASSERT_EQ(all.size(), 3u);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(all[r], "rank " + std::to_string(r));
+  boot->barrier();
+}
+
+TEST(LocalLaunch, RanksJoinOneTcpBootstrap) {
+  // Stale variables of another job and of another launcher must not reach the children.
+  ScopedEnv rank("RANK", "7"), world("WORLD_SIZE", "9"), slurm("SLURM_JOB_ID", "12"),
+      foo("IRIS_LAUNCH_TEST_FOO", "parent");
+  iris::LocalLaunchOptions options;
+  options.extra_env = {"IRIS_LAUNCH_TEST_FOO=child"};
+  options.timeout = 60s;
+  const std::vector<iris::ProcessExit> exits =
+      iris::run_local_processes(3,
+                                {"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                                 "--gtest_filter=LocalLaunchChild.DISABLED_JoinsTcpBootstrap", "--gtest_brief=1"},
+                                options);
+  ASSERT_EQ(exits.size(), 3u);
+  for (const iris::ProcessExit& e : exits) EXPECT_TRUE(e.ok()) << e.describe() << " (its output is above)";
+}
+
+TEST(LocalLaunch, ReportsExitStatusesAndSignals) {
+  const auto exits =
+      iris::run_local_processes(3, shell("if [ \"$RANK\" = 1 ]; then kill -9 $$; fi; exit $((RANK * 3))"));
+  ASSERT_EQ(exits.size(), 3u);
+  EXPECT_TRUE(exits[0].ok());
+  EXPECT_EQ(exits[0].describe(), "rank 0 (process) succeeded");
+  EXPECT_FALSE(exits[1].ok());
+  EXPECT_EQ(exits[1].signal, 9);
+  EXPECT_EQ(exits[1].describe(), "rank 1 (process) died from signal 9 (Killed)");
+  EXPECT_EQ(exits[2].exit_code, 6);
+  EXPECT_EQ(exits[2].describe(), "rank 2 (process) failed, exit status 6");
+}
+
+TEST(LocalLaunch, KillsWhatRunsPastTheTimeout) {
+  iris::LocalLaunchOptions options;
+  options.timeout = 300ms;
+  const auto start = std::chrono::steady_clock::now();
+  const auto exits = iris::run_local_processes(2, shell("[ \"$RANK\" = 0 ] && exit 0; exec sleep 60"), options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_TRUE(exits[0].ok()) << exits[0].describe();
+  EXPECT_TRUE(exits[1].timed_out);
+  EXPECT_EQ(exits[1].describe(), "rank 1 (process) did not finish within 0.3 s and was killed");
+}
+
+template <typename E>
+std::string message_of(int world, const std::vector<std::string>& argv, const iris::LocalLaunchOptions& o = {}) {
+  try {
+    iris::run_local_processes(world, argv, o);
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no exception of the expected type)";
+}
+
+TEST(LocalLaunch, RefusesWhatCannotRun) {
+  EXPECT_EQ(message_of<iris::InvalidArgument>(0, shell("exit 0")),
+            "run_local_processes: world must be at least 1, got 0.");
+  EXPECT_EQ(message_of<iris::InvalidArgument>(2, {}),
+            "run_local_processes: argv is empty; argv[0] must name the program.");
+  iris::LocalLaunchOptions bad_env;
+  bad_env.extra_env = {"NO_VALUE"};
+  EXPECT_EQ(message_of<iris::InvalidArgument>(1, shell("exit 0"), bad_env),
+            "run_local_processes: extra_env entry \"NO_VALUE\" is not NAME=value.");
+  EXPECT_EQ(message_of<iris::Error>(2, {"/nonexistent/iris-no-such-program"}),
+            "run_local_processes: cannot start rank 0 (/nonexistent/iris-no-such-program): No such file or directory");
+}
+
+}  // namespace
