@@ -4,6 +4,7 @@
 // host memory, with a thread bootstrap where ranks must agree.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -333,6 +334,25 @@ TEST(OpsFusedConfig, DefaultsAreTheLargeGemmTileAndValid) {
   EXPECT_NO_THROW(blocks(256, 16).validate(2));
   EXPECT_EQ(default_comm_sms(132), 16);
   EXPECT_EQ(default_comm_sms(4), 1);
+}
+
+// The GEMM core's advice, kept where the fused kernels run it and otherwise 64x64: following it must
+// give a config that validates, also for the per-rank GEMMs of 16 and 32 rows that matmul_all_gather's
+// 128-row benchmark shape has on 8 and 4 ranks (iris-bench's fused tables once failed there).
+TEST(OpsFusedConfig, SelectFusedTileIsTheGemmChoiceAmongTheFusedTiles) {
+  for (int64_t m : {1, 16, 17, 32, 33, 64, 128, 2048, 8192, 16384})
+    for (int64_t n : {1024, 4096, 8192})
+      for (bool nk : {false, true})
+        for (int sms : {4, 132}) {
+          const GemmTile t = select_fused_tile(m, n, 8192, nk, sms);
+          const GemmTile g = select_gemm_tile(m, n, 8192, nk, sms);
+          SCOPED_TRACE(::testing::Message() << m << " x " << n << (nk ? " NK" : " KN") << " on " << sms << " SMs");
+          EXPECT_NE(std::find(kFusedTiles.begin(), kFusedTiles.end(), t), kFusedTiles.end());
+          EXPECT_EQ(t, m <= 32 ? kGemmTileTiny : g);
+          EXPECT_NO_THROW(blocks(t.m, t.n).validate(8));
+        }
+  EXPECT_EQ(error_of([] { (void)select_fused_tile(-1, 8, 8); }),
+            "select_gemm_tile: M x N x K = -1 x 8 x 8 has a negative size.");
 }
 
 TEST(OpsFusedConfig, BadFieldsAreNamed) {

@@ -149,6 +149,11 @@ int64_t gemm_n(const MatmulOperands& mm) { return mm.b_is_nk ? mm.b.rows : mm.b.
 
 int default_comm_sms(int device_sms) { return std::max(1, device_sms / 8); }
 
+GemmTile select_fused_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_count) {
+  const GemmTile t = select_gemm_tile(m, n, k, b_is_nk, sm_count);
+  return std::find(kFusedTiles.begin(), kFusedTiles.end(), t) != kFusedTiles.end() ? t : kGemmTileTiny;
+}
+
 void FusedConfig::validate(int world_size) const {
   IRIS_CHECK_ARG(world_size >= 1, "world_size must be at least 1, got ", world_size);
   IRIS_CHECK_ARG(block_size_m > 0, "block_size_m must be positive, got ", block_size_m);

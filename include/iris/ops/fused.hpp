@@ -97,6 +97,13 @@ namespace iris::ops {
 // runs its GEMM with the GEMM core's automatic tile, which takes them where they fit.
 inline constexpr std::array<GemmTile, 4> kFusedTiles{kGemmTileLarge, kGemmTileSmall, kGemmTileSkinny, kGemmTileTiny};
 
+// The block sizes to give a fused op for a rank's M x N x K GEMM: the GEMM core's choice
+// (select_gemm_tile) when the fused kernels run it; for outputs of at most 32 rows, where that choice is
+// a swapped 16- or 32-row decode tile, kGemmTileTiny (64x64: of the fused tiles, the one that wastes the
+// fewest rows and gives the most tiles). Always one of kFusedTiles. Throws std::invalid_argument as
+// select_gemm_tile does.
+GemmTile select_fused_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk = false, int sm_count = kGemmDefaultSmCount);
+
 // A fused op's workspace: the arrays of its band pipeline (a ccl::Workspace: prepare, matches and the
 // capacity checks apply to them) and, for calls too small for fusion to pay (FusedPlan::unfused), the
 // workspace of the iris::ccl collective the op then runs after its GEMM, which the op's preamble
