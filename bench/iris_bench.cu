@@ -6,7 +6,9 @@
 //   python3 scripts/plot_bench.py ar.json plots/
 //   iris-bench --fused-only -J fused.json   # the fused tables alone (bf16, five global GEMM shapes)
 //
-// One thread per GPU (iris::run_threads), each with its own iris::Context and NCCL communicator. For each
+// One thread per GPU (iris::run_threads), each with its own iris::Context and NCCL communicator; or one
+// process per rank (--processes starts them with iris::run_local_processes; under torchrun, mpirun or srun
+// each process is the launcher's rank), where rank 0 prints and writes the JSON. For each
 // operation and size, every rank allocates the input and output on the iris heap and fills the input with
 // small integers (exact sums, see iris_bench_data.hpp); then each implementation (NCCL on those buffers,
 // NCCL on buffers in registered symmetric windows, iris per variant):
@@ -27,6 +29,7 @@
 // one. The heap is sized for whichever of the two runs needs more (heap_size_for).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +42,8 @@
 #include "iris/ccl/collectives.hpp"
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "iris/runtime/bootstrap.hpp"
+#include "iris/runtime/local_launch.hpp"
 #include "iris_bench_data.hpp"
 #include "iris_bench_fused.hpp"
 #include "iris_bench_nccl.hpp"
@@ -376,7 +381,7 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
   std::unique_ptr<NcclComm> nccl;
   std::string nccl_status = "yes";
   // Why there is no communicator, for the fused tables' sequential column.
-  std::string no_nccl_reason = !o.nccl            ? "NCCL not used (--no-nccl)"
+  std::string no_nccl_reason = !o.nccl            ? "NCCL not used (" + o.nccl_off_reason + ")"
                                : !nccl_compiled() ? "iris-bench was built without NCCL"
                                                   : "";
   if (o.nccl && nccl_compiled()) {
@@ -470,11 +475,12 @@ size_t heap_size_for(const Options& o, int world, int device_sms, std::string* w
         footprint = std::max(footprint, p.in_bytes() + p.out_bytes());
       }
     }
-    // Input + output + workspace staging, generously: one_shot keeps a slot per rank and parity
-    // (2 W x the tensor), which 6 x max bytes did not hold at 256 MiB on 4 ranks.
+    // Input + output + workspace staging, generously: one_shot keeps a slot per rank and parity in LL
+    // words of 4 data bytes in 8 (4 W x the tensor), which (4 + 2 W) x max bytes did not hold at 64 MiB
+    // on 8 ranks.
     const size_t w = static_cast<size_t>(std::max(world, 1));
-    bytes = std::max((4 + 2 * w) * o.max_bytes, 3 * footprint) + 256 * kMiB;
-    parts.push_back("collectives: (4 + 2 x ranks) x max bytes + 256 MiB or more");
+    bytes = std::max((4 + 4 * w) * o.max_bytes, 3 * footprint) + 256 * kMiB;
+    parts.push_back("collectives: (4 + 4 x ranks) x max bytes + 256 MiB or more");
   }
   if (o.fused) {
     // Exact, since the plans say what each op's workspace takes; every row frees all it allocated.
@@ -490,12 +496,35 @@ size_t heap_size_for(const Options& o, int world, int device_sms, std::string* w
 // The largest SM count among the devices the ranks use (the fused plans split SMs by it).
 int max_device_sms(int world) {
   int most = 0;
-  for (int d = 0; d < world; ++d) {
+  for (int d = 0; d < std::min(world, iris::local_device_count()); ++d) {
     int sms = 0;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d) == cudaSuccess) most = std::max(most, sms);
   }
   cudaGetLastError();
   return most > 0 ? most : 132;
+}
+
+// --processes: this program again, once per rank, with torchrun's environment; each child runs one rank
+// (main_impl's `launched` path) and rank 0 prints. The exit status is the first failing rank's.
+int run_as_processes(int world, int argc, char** argv) {
+  std::vector<std::string> args = {"/proc/self/exe"};
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  iris::LocalLaunchOptions options;
+  options.extra_env = {"IRIS_BENCH_CHILD=1"};
+  std::vector<iris::ProcessExit> exits;
+  try {
+    exits = iris::run_local_processes(world, args, options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "iris-bench: %s\n", e.what());
+    return 1;
+  }
+  int status = 0;
+  for (const iris::ProcessExit& e : exits) {
+    if (e.ok()) continue;
+    std::fprintf(stderr, "iris-bench: %s\n", e.describe().c_str());
+    if (status == 0) status = e.exit_code > 0 ? e.exit_code : 1;
+  }
+  return status;
 }
 
 int main_impl(int argc, char** argv) {
@@ -517,9 +546,35 @@ int main_impl(int argc, char** argv) {
     std::printf("iris-bench: no CUDA GPU on this machine; nothing to measure.\n");
     return 2;
   }
-  const int world = o.gpus > 0 ? o.gpus : gpus;
-  if (world > gpus) {
-    std::fprintf(stderr, "iris-bench: -g %d asks for more GPUs than the %d visible.\n", world, gpus);
+  iris::LaunchInfo launch;
+  try {
+    launch = iris::detect_launch_info();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "iris-bench: %s\n", e.what());
+    return 1;
+  }
+  // Started by a launcher (or by our own --processes): this process is one rank.
+  const bool launched = launch.launcher != "none";
+  const int world = launched ? launch.world_size : o.gpus > 0 ? o.gpus : gpus;
+  if (launched && o.gpus > 0 && o.gpus != world) {
+    std::fprintf(stderr, "iris-bench: -g %d asks for %d ranks but the launcher (%s) started %d.\n", o.gpus, o.gpus,
+                 launch.launcher.c_str(), world);
+    return 1;
+  }
+  const int local = launched ? launch.local_world_size : world;
+  const int per_gpu = (local + gpus - 1) / gpus;
+  if (per_gpu > 1 && !launched && !o.processes) {
+    std::fprintf(stderr,
+                 "iris-bench: -g %d asks for more GPUs than the %d visible (ranks can share a GPU only as processes: "
+                 "--processes --ranks-per-gpu %d, which checks results but measures nothing).\n",
+                 world, gpus, per_gpu);
+    return 1;
+  }
+  if (per_gpu > o.ranks_per_gpu) {
+    std::fprintf(stderr,
+                 "iris-bench: %d ranks on this host but %d GPU(s) visible: pass --ranks-per-gpu %d to let ranks share "
+                 "GPUs (that checks results but measures nothing).\n",
+                 local, gpus, per_gpu);
     return 1;
   }
   for (Op op : o.collectives ? o.ops : std::vector<Op>{}) {
@@ -528,11 +583,28 @@ int main_impl(int argc, char** argv) {
       return 1;
     }
   }
+  if (!launched && o.processes) return run_as_processes(world, argc, argv);
+  const bool shared_gpus = per_gpu > 1;
+  if (shared_gpus && o.nccl) {
+    o.nccl = false;
+    o.nccl_off_reason = "ranks share GPUs, and NCCL runs one rank per GPU";
+  }
   if (o.nccl) nccl_set_environment();
 
   Shared shared;
   shared.machine = collect_machine_info(world);
+  if (launched) {
+    const std::string by = launch.launcher == "torchrun" && std::getenv("IRIS_BENCH_CHILD") != nullptr
+                               ? std::string("iris-bench --processes")
+                               : launch.launcher;
+    shared.machine.launch = "processes (" + by + "), " +
+                            (shared_gpus ? std::to_string(local) + " on " + std::to_string(gpus) +
+                                               " GPU(s), rank r on GPU r % " + std::to_string(gpus)
+                                         : std::string("one per GPU"));
+  }
+  shared.machine.shared_gpus = shared_gpus;
   iris::ContextOptions copts;
+  if (shared_gpus) copts.device = launch.local_rank % gpus;
   const char* env_heap = std::getenv("IRIS_HEAP_SIZE");
   std::string heap_why;
   copts.heap_size = env_heap && *env_heap ? 0 : heap_size_for(o, world, max_device_sms(world), &heap_why);
@@ -541,13 +613,35 @@ int main_impl(int argc, char** argv) {
 
   int status = 0;
   const auto started = std::chrono::steady_clock::now();
-  try {
-    iris::run_threads(
-        world, [&](iris::Context& ctx) { run_rank(ctx, o, shared); }, copts);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "iris-bench: stopped: %s\n", e.what());
-    status = 1;
+  if (launched) {
+    // One rank of a process job. A rank that throws releases the others (bootstrap abort) before its
+    // context's collective teardown, as run_threads does for threads.
+    std::unique_ptr<iris::Context> ctx;
+    try {
+      ctx = iris::Context::create_from_env(copts);
+      run_rank(*ctx, o, shared);
+    } catch (const std::exception& e) {
+      if (ctx) ctx->bootstrap().abort(e.what());
+      std::fflush(stdout);
+      std::fprintf(stderr, "iris-bench: rank %d stopped: %s\n", launch.rank, e.what());
+      status = 1;
+    }
+    try {
+      ctx.reset();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "iris-bench: rank %d: releasing its context failed: %s\n", launch.rank, e.what());
+      status = 1;
+    }
+    if (launch.rank != 0) return status;  // rank 0 has every row: it reports
+  } else {
+    try {
+      iris::run_threads(
+          world, [&](iris::Context& ctx) { run_rank(ctx, o, shared); }, copts);
+    } catch (const std::exception& e) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "iris-bench: stopped: %s\n", e.what());
+      status = 1;
+    }
   }
 
   size_t failed = 0, wrong = 0, nccl_wrong = 0, fused_failed = 0, fused_wrong = 0;

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "iris/ccl/collectives.hpp"
 #include "iris/ccl/config.hpp"
 #include "iris/ccl/workspace.hpp"
 #include "iris/core/cuda_check.hpp"
@@ -129,11 +130,11 @@ struct Variant {
 // Every row of an op: matmul_all_reduce once per fused variant (atomic, spinlock, one_shot, two_shot),
 // the others once with the default config.
 // With --fused-copy both, each of those twice: copy engines, then copy kernels beside the GEMM ("+sm").
-// Every row runs the GEMM tile the GEMM core picks for this rank's GEMM (select_gemm_tile), as a user
-// following the GEMM core's advice would; FusedConfig's default is the large tile, which is 2-3x slower
-// than the 64-row ones at 128 rows.
+// Every row runs the tile the GEMM core advises for this rank's GEMM among the fused tiles
+// (select_fused_tile), as a user following that advice would; FusedConfig's default is the large tile,
+// which is 2-3x slower than the 64-row ones at 128 rows.
 std::vector<Variant> variants_for(FusedOp op, const Options& o, const Layout& l, int device_sms) {
-  const iris::ops::GemmTile tile = iris::ops::select_gemm_tile(l.gemm_m, l.gemm_n, l.gemm_k, o.fused_b_nk, device_sms);
+  const iris::ops::GemmTile tile = iris::ops::select_fused_tile(l.gemm_m, l.gemm_n, l.gemm_k, o.fused_b_nk, device_sms);
   std::vector<Variant> base;
   if (op != FusedOp::kMatmulAllReduce) {
     base.push_back(Variant{"-", {}});
@@ -321,6 +322,11 @@ size_t fused_heap_bytes(const Options& o, int world, int device_sms) {
       // A, B, C, the saved sequential result (C's size) and the sequential path's intermediate buffer.
       const size_t buffers = align256(l.a_bytes()) + align256(l.b_bytes()) + 2 * align256(l.c_bytes()) +
                              (l.scratch_elems > 0 ? align256(l.scratch_bytes()) : 0);
+      // Unfused, the op also holds its iris::ccl collective's workspace: staging of about the collective's
+      // tensor, twice for all_gather (iris/ccl/collectives.hpp). Twice the larger of the gathered A and the
+      // reduced product bounds it. Without NCCL the reference's collective holds the same, before the op.
+      const size_t collective = 2 * std::max(l.a_bytes(), l.c_bytes()) * static_cast<size_t>(world);
+      if (!o.nccl && o.check) most = std::max(most, buffers + align256(collective));
       // Stand-in addresses: the plans read the views' shapes, types and alignment (and that C overlaps
       // neither input), never the memory, so disjoint aligned addresses plan what the heap buffers will.
       char* base = reinterpret_cast<char*>(uintptr_t{1} << 40);
@@ -330,12 +336,7 @@ size_t fused_heap_bytes(const Options& o, int world, int device_sms) {
       for (const Variant& v : variants_for(op, o, l, device_sms)) {
         try {
           const iris::ops::FusedPlan plan = plan_for(op, mm, v.config, world, device_sms);
-          // Unfused, the op also holds its iris::ccl collective's workspace: staging of about the
-          // collective's tensor, twice for all_gather (iris/ccl/collectives.hpp). Twice the larger of
-          // the gathered A and the reduced product bounds it.
-          const size_t collective =
-              plan.unfused ? 2 * std::max(l.a_bytes(), l.c_bytes()) * static_cast<size_t>(world) : 0;
-          most = std::max(most, buffers + workspace_heap_bytes(plan.needs) + align256(collective));
+          most = std::max(most, buffers + workspace_heap_bytes(plan.needs) + (plan.unfused ? align256(collective) : 0));
         } catch (const std::exception&) {
           // Rejected arguments: the row reports the plan's message when it runs.
         }
@@ -417,6 +418,41 @@ struct FusedRunner::Impl {
     return d;
   }
 
+  // Without NCCL, the reference's collective: iris::ccl's (auto variant), eager, in a workspace of its own.
+  // Its results are checked exactly against the host in the collective tables.
+  void iris_collective(Op op, size_t count, const void* in, void* out) {
+    const int world = ctx.world_size();
+    const size_t block = count / static_cast<size_t>(world);
+    auto vec = [](const void* p, size_t n) {
+      return iris::Tensor::vector(const_cast<void*>(p), kDType, static_cast<int64_t>(n));
+    };
+    auto mat = [&](const void* p, size_t cols) {
+      return iris::Tensor::matrix(const_cast<void*>(p), kDType, world, static_cast<int64_t>(cols));
+    };
+    const iris::ccl::Config cfg;
+    iris::ccl::Workspace ws;
+    iris::ccl::ContextWorkspaceHost host(ctx);
+    switch (op) {
+      case Op::kAllReduce:
+        iris::ccl::all_reduce_preamble(ctx, vec(out, count), vec(in, count), cfg, ws);
+        iris::ccl::all_reduce(ctx, vec(out, count), vec(in, count), cfg, ws, ctx.stream());
+        break;
+      case Op::kReduceScatter:
+        iris::ccl::reduce_scatter_preamble(ctx, vec(out, block), mat(in, block), cfg, ws);
+        iris::ccl::reduce_scatter(ctx, vec(out, block), mat(in, block), cfg, ws, ctx.stream());
+        break;
+      case Op::kAllGather:
+        iris::ccl::all_gather_preamble(ctx, mat(out, count), vec(in, count), cfg, ws);
+        iris::ccl::all_gather(ctx, mat(out, count), vec(in, count), cfg, ws, ctx.stream());
+        break;
+      default:
+        throw iris::Error("iris-bench: no iris reference collective for this op");
+    }
+    wait_stream(ctx.stream(), "the reference's iris::ccl collective", o.gpu_timeout_s, ctx.rank());
+    ctx.check_device_error();
+    ws.release(host);
+  }
+
   std::vector<FusedRecord> run(FusedOp op, const FusedShape& shape, uint64_t run_id);
   void run_variant(FusedRecord& r, FusedOp op, const Layout& l, const Variant& v, void* a, void* b, void* c,
                    const void* ref, bool have_ref, const Timed& seq, const Timed& gemm_only);
@@ -478,25 +514,35 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
   void* const pc = c.get();
   void* const ps = scratch.get();
   std::function<void()> gemm_call, seq_call;
+  // NCCL's collective, or without NCCL iris::ccl's: then the sequential path serves as the check's
+  // reference only (one eager call), and is neither captured nor timed.
+  NcclComm* const nc = nccl;
+  const std::function<void(Op, size_t, const void*, void*)> collective = [=, this](Op cop, size_t count, const void* in,
+                                                                                   void* out) {
+    if (nc)
+      nc->call(nccl_problem(cop, count, world), in, out, stream);
+    else
+      iris_collective(cop, count, in, out);
+  };
   switch (op) {
     case FusedOp::kMatmulAllReduce:
       gemm_call = [=, this] { gemm(pa, pb, pc, l.gemm_m, l.gemm_n, l.gemm_k, l.c_cols); };
       seq_call = [=, this] {
         gemm_call();
-        nccl->call(nccl_problem(Op::kAllReduce, l.c_elems(), world), pc, pc, stream);
+        collective(Op::kAllReduce, l.c_elems(), pc, pc);
       };
       break;
     case FusedOp::kMatmulReduceScatter:
       gemm_call = [=, this] { gemm(pa, pb, ps, l.gemm_m, l.gemm_n, l.gemm_k, l.gemm_n); };
       seq_call = [=, this] {
         gemm_call();
-        nccl->call(nccl_problem(Op::kReduceScatter, static_cast<size_t>(l.scratch_elems), world), ps, pc, stream);
+        collective(Op::kReduceScatter, static_cast<size_t>(l.scratch_elems), ps, pc);
       };
       break;
     case FusedOp::kAllGatherMatmul:
       gemm_call = [=, this] { gemm(ps, pb, pc, l.gemm_m, l.gemm_n, l.gemm_k, l.c_cols); };
       seq_call = [=, this] {
-        nccl->call(nccl_problem(Op::kAllGather, static_cast<size_t>(l.a_rows * l.a_cols), world), pa, ps, stream);
+        collective(Op::kAllGather, static_cast<size_t>(l.a_rows * l.a_cols), pa, ps);
         gemm_call();
       };
       break;
@@ -506,7 +552,7 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
       gemm_call = [=, this] { gemm(pa, pb, own, l.gemm_m, l.gemm_n, l.gemm_k, l.c_cols); };
       seq_call = [=, this] {
         gemm_call();
-        nccl->call(nccl_problem(Op::kAllGather, static_cast<size_t>(l.gemm_m * l.c_cols), world), own, pc, stream);
+        collective(Op::kAllGather, static_cast<size_t>(l.gemm_m * l.c_cols), own, pc);
       };
       break;
     }
@@ -520,7 +566,17 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
   gemm_only.call = gemm_call;
   bool have_ref = false;
   if (!nccl) {
-    seq.error = no_nccl_reason;  // not run: shown as n/a, the reason as a note
+    seq.error = no_nccl_reason;  // not timed: shown as n/a, the reason as a note
+    if (o.check) {
+      const std::string err =
+          agree(ctx, try_step([&] {
+                  seq_call();
+                  IRIS_CUDA_CHECK(cudaMemcpyAsync(ref.get(), pc, l.c_bytes(), cudaMemcpyDeviceToDevice, stream));
+                  wait_stream(stream, "saving the reference", o.gpu_timeout_s, rank);
+                }));
+      have_ref = err.empty();
+      if (!have_ref) seq.error += "; the cuBLAS + iris::ccl reference failed: " + err;
+    }
   } else {
     seq.call = seq_call;
     seq.after_drain = [&] { nccl->check_async_error(); };

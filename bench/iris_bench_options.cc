@@ -166,8 +166,9 @@ void push_unique(std::vector<T>& v, T x) {
 std::string usage() {
   return R"(usage: iris-bench [options]
 
-Times iris::ccl collectives against NCCL on the same buffers, one thread per local GPU, and prints
-nccl-tests columns plus NCCL's figures and ratio = best NCCL time / iris time (>1: iris faster).
+Times iris::ccl collectives against NCCL on the same buffers, one thread per local GPU (or one
+process per rank), and prints nccl-tests columns plus NCCL's figures and ratio = best NCCL time /
+iris time (>1: iris faster).
 With --fused, also times the iris::ops fused GEMM + communication ops against cuBLAS + NCCL run one
 after the other on the same buffers.
 
@@ -184,6 +185,13 @@ after the other on the same buffers.
   -v, --variants LIST       all_reduce variants: auto, one_shot, two_shot, ring,
                             atomic, spinlock, or all                  [auto,one_shot,two_shot]
   -g, --gpus N              number of GPUs (ranks)                                [all local]
+      --processes           one process per rank, started by iris-bench with torchrun's
+                            environment, instead of one thread per GPU. Started by torchrun,
+                            mpirun or srun, iris-bench runs as the launcher's rank anyway
+      --ranks-per-gpu N     processes: up to N ranks share each GPU (rank r on GPU r % GPUs),
+                            so -g may exceed the GPUs. For checking results only: the GPU
+                            time-slices between the ranks, so the times mean nothing, and NCCL
+                            (one rank per GPU) is not run                          [1]
   -J, --json FILE           also write every row as JSON (scripts/plot_bench.py plots it)
       --quick               short suite: 8K, 64K, 256K, 1M, 4M, 16M, 64M; 5 repeats
       --root R              broadcast root                                        [0]
@@ -239,7 +247,9 @@ Options parse_options(int argc, char** argv, bool* help) {
     kFusedB,
     kFusedCopy,
     kFusedCommSms,
-    kFusedMinBandTiles
+    kFusedMinBandTiles,
+    kProcesses,
+    kRanksPerGpu
   };
   static const option long_options[] = {{"min-bytes", required_argument, nullptr, 'b'},
                                         {"max-bytes", required_argument, nullptr, 'e'},
@@ -265,6 +275,8 @@ Options parse_options(int argc, char** argv, bool* help) {
                                         {"fused-copy", required_argument, nullptr, kFusedCopy},
                                         {"fused-comm-sms", required_argument, nullptr, kFusedCommSms},
                                         {"fused-min-band-tiles", required_argument, nullptr, kFusedMinBandTiles},
+                                        {"processes", no_argument, nullptr, kProcesses},
+                                        {"ranks-per-gpu", required_argument, nullptr, kRanksPerGpu},
                                         {"help", no_argument, nullptr, 'h'},
                                         {nullptr, 0, nullptr, 0}};
   const char* short_options = "b:e:f:n:w:r:c:d:o:v:g:J:h";
@@ -386,6 +398,12 @@ Options parse_options(int argc, char** argv, bool* help) {
         break;
       case kFusedMinBandTiles:
         o.fused_min_band_tiles = static_cast<int>(parse_int("--fused-min-band-tiles", arg, 0, 1 << 30));
+        break;
+      case kProcesses:
+        o.processes = true;
+        break;
+      case kRanksPerGpu:
+        o.ranks_per_gpu = static_cast<int>(parse_int("--ranks-per-gpu", arg, 1, 64));
         break;
       case 'h':
         *help = true;

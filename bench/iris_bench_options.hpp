@@ -78,9 +78,12 @@ struct Options {
   std::vector<iris::ccl::AllReduceVariant> variants{
       iris::ccl::AllReduceVariant::kAuto, iris::ccl::AllReduceVariant::kOneShot, iris::ccl::AllReduceVariant::kTwoShot};
   int gpus = 0;  // 0: every local GPU
+  bool processes = false;  // one process per rank, started by iris-bench (--processes)
+  int ranks_per_gpu = 1;   // processes: how many ranks may share one GPU (--ranks-per-gpu)
   std::string json_path;
   bool quick = false;
   bool nccl = true;
+  std::string nccl_off_reason = "--no-nccl";  // why nccl is false, for the preamble and the fused tables
   bool nccl_symmetric = true;
   bool nccl_symmetric_all = false;  // also for broadcast and all_to_all (no NCCL symmetric kernel there)
   int root = 0;                     // broadcast root

@@ -124,11 +124,16 @@ void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
   std::printf("# %d x %s (%d visible), driver %s, CUDA driver API %s, runtime %s\n", m.world, m.gpu_name.c_str(),
               m.gpu_count, m.driver.c_str(), cuda_version_text(m.cuda_driver_api).c_str(),
               cuda_version_text(m.cuda_runtime).c_str());
+  std::printf("# ranks: %s\n", m.launch.c_str());
+  if (m.shared_gpus)
+    std::printf(
+        "# NOTE: ranks share GPUs: this run checks results (#wrong) only; the GPU time-slices between the ranks, so "
+        "the times, bandwidths and ratios below are not measurements\n");
   std::printf("# iris heap per rank: %s\n", m.heap.c_str());
   if (!nccl_compiled()) {
     std::printf("# NCCL: not built in (CMake found no NCCL); the NCCL columns are unavailable\n");
   } else if (!nccl_on) {
-    std::printf("# NCCL: %s, not used (--no-nccl)\n", m.nccl_version.c_str());
+    std::printf("# NCCL: %s, not used (%s)\n", m.nccl_version.c_str(), o.nccl_off_reason.c_str());
   } else {
     std::printf("# NCCL: %s (NCCL_NVLS_ENABLE=%s); symmetric windows: %s\n", m.nccl_version.c_str(),
                 getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "unset", m.nccl_symmetric.c_str());
@@ -268,7 +273,13 @@ void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) 
   } else {
     std::printf("# check off (-c 0): rel_diff and #wrong not computed\n");
   }
-  if (!nccl_on) std::printf("# NCCL unavailable: no sequential path, so no seq_us, speedup or check\n");
+  if (!nccl_on)
+    std::printf(
+        "# NCCL unavailable: no sequential path timed, so no seq_us or speedup;%s\n",
+        o.check
+            ? " the check compares with cuBLAS + iris::ccl's collective (auto, one eager call), which the collective "
+              "tables check exactly against the host"
+            : " no check either");
   std::fflush(stdout);
 }
 
@@ -384,7 +395,8 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
   std::ostringstream os;
   os << "{\n  \"tool\": \"iris-bench\",\n  \"format\": 1,\n";
   os << "  \"machine\": {\"gpu\": " << json_string(m.gpu_name) << ", \"gpu_count\": " << m.gpu_count
-     << ", \"world\": " << m.world << ", \"driver\": " << json_string(m.driver)
+     << ", \"world\": " << m.world << ", \"launch\": " << json_string(m.launch)
+     << ", \"shared_gpus\": " << (m.shared_gpus ? "true" : "false") << ", \"driver\": " << json_string(m.driver)
      << ", \"cuda_driver_api\": " << m.cuda_driver_api << ", \"cuda_runtime\": " << m.cuda_runtime
      << ", \"nccl\": " << (m.nccl_version.empty() ? "null" : json_string(m.nccl_version))
      << ", \"nccl_header_version\": " << m.nccl_header_version

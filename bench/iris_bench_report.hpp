@@ -76,6 +76,10 @@ struct MachineInfo {
   std::string hostname;
   std::string timestamp_utc;
   std::string heap;  // iris heap per rank, as set
+  // How the ranks run: "threads, one per GPU", "processes (...), one per GPU" or, when ranks share GPUs,
+  // a text that says the times are not measurements (shared_gpus).
+  std::string launch = "threads, one per GPU";
+  bool shared_gpus = false;
 };
 
 MachineInfo collect_machine_info(int world);
