@@ -40,9 +40,9 @@ class ScopedEnv {
 
 std::vector<std::string> shell(const std::string& script) { return {"/bin/sh", "-c", script}; }
 
-// Run only as a child of LocalLaunch.RanksJoinOneTcpBootstrap (disabled, so a plain run of the suite
-// lists it as disabled rather than running it without a launcher).
-TEST(LocalLaunchChild, DISABLED_JoinsTcpBootstrap) {
+// The child's half of LocalLaunch.RanksJoinOneTcpBootstrap: what a rank started by run_local_processes
+// sees, and that a TCP bootstrap forms from it.
+void join_as_child() {
   const iris::LaunchInfo info = iris::detect_launch_info();
   EXPECT_EQ(info.launcher, "torchrun");
   EXPECT_EQ(info.world_size, 3);
@@ -59,18 +59,21 @@ TEST(LocalLaunchChild, DISABLED_JoinsTcpBootstrap) {
   boot->barrier();
 }
 
+// The parent starts this binary three times, filtered to this test, with IRIS_LAUNCH_TEST_FOO=child:
+// each child runs join_as_child() instead (as run_ranks does for the process-mode GPU tests).
 TEST(LocalLaunch, RanksJoinOneTcpBootstrap) {
+  if (const char* foo = std::getenv("IRIS_LAUNCH_TEST_FOO"); foo != nullptr && std::string(foo) == "child") {
+    join_as_child();
+    return;
+  }
   // Stale variables of another job and of another launcher must not reach the children.
   ScopedEnv rank("RANK", "7"), world("WORLD_SIZE", "9"), slurm("SLURM_JOB_ID", "12"),
       foo("IRIS_LAUNCH_TEST_FOO", "parent");
   iris::LocalLaunchOptions options;
   options.extra_env = {"IRIS_LAUNCH_TEST_FOO=child"};
   options.timeout = 60s;
-  const std::vector<iris::ProcessExit> exits =
-      iris::run_local_processes(3,
-                                {"/proc/self/exe", "--gtest_also_run_disabled_tests",
-                                 "--gtest_filter=LocalLaunchChild.DISABLED_JoinsTcpBootstrap", "--gtest_brief=1"},
-                                options);
+  const std::vector<iris::ProcessExit> exits = iris::run_local_processes(
+      3, {"/proc/self/exe", "--gtest_filter=LocalLaunch.RanksJoinOneTcpBootstrap", "--gtest_brief=1"}, options);
   ASSERT_EQ(exits.size(), 3u);
   for (const iris::ProcessExit& e : exits) EXPECT_TRUE(e.ok()) << e.describe() << " (its output is above)";
 }
