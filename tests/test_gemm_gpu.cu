@@ -374,15 +374,28 @@ TEST(GemmGpuSplitK, WorkspaceRequiredAndResultsRepeatBitwise) {
   where << misaligned;
   EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, misaligned, nullptr); }),
             "gemm: workspace " + where.str() + " is not 16-byte aligned (split_k keeps float32 partials there).");
+  // The sized overload checks the capacity from its one plan, 16 bytes short and exactly enough.
+  IRIS_CUDA_CHECK(cudaMemset(c.ptr, 0xFF, c.bytes));
+  EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, ws.ptr, need - 16, nullptr); }),
+            "gemm: these arguments need " + std::to_string(need) +
+                " bytes of device workspace (workspace_size(args)) but the workspace holds " +
+                std::to_string(need - 16) + ".");
+  IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(c.download() == std::vector<char>(c.bytes + kGuardBytes, static_cast<char>(0xFF)))
+      << "a refused call wrote C";
   std::vector<std::vector<char>> outs;
-  for (int run = 0; run < 2; ++run) {
+  for (int run = 0; run < 3; ++run) {
     IRIS_CUDA_CHECK(cudaMemset(c.ptr, 0xFF, c.bytes));
     IRIS_CUDA_CHECK(cudaMemset(ws.ptr, run == 0 ? 0x00 : 0x7F, ws.bytes));  // stale partials must not matter
-    gemm(args, ws.ptr, nullptr);
+    if (run < 2)
+      gemm(args, ws.ptr, nullptr);
+    else
+      gemm(args, ws.ptr, need, nullptr);
     IRIS_CUDA_CHECK(cudaDeviceSynchronize());
     outs.push_back(c.download());
   }
   EXPECT_TRUE(outs[0] == outs[1]) << "two runs of the same split GEMM differ";
+  EXPECT_TRUE(outs[0] == outs[2]) << "the sized gemm() overload ran a different GEMM";
   args.split_k = 1;  // and the unsplit GEMM agrees within rounding (the tests above hold the fp64 reference)
   IRIS_CUDA_CHECK(cudaMemset(c.ptr, 0xFF, c.bytes));
   gemm(args, nullptr, nullptr);

@@ -484,18 +484,22 @@ GemmArguments single_rank_gemm(const MatmulOperands& mm) {
   return g;
 }
 
-// The GEMM's workspace must hold what the preamble reserved for these operands.
-void check_gemm_workspace(OpKind op, const GemmArguments& g, const FusedWorkspace& ws) {
-  const size_t need = ops::workspace_size(g);
-  IRIS_CHECK_ARG(need <= ws.gemm_workspace_bytes(), ccl::op_name(op), ": the GEMM of this call needs ", need,
-                 " bytes of GEMM workspace but the workspace holds ", ws.gemm_workspace_bytes(), "; call ",
-                 preamble_name(op), " with these operands first.");
+// The GEMM in the workspace the preamble reserved for these operands. The GEMM core plans the call once
+// and checks that capacity right before launch (the sized ops::gemm); its refusals name the op, and a
+// workspace that falls short also the preamble that sizes it.
+void run_gemm_in(OpKind op, const GemmArguments& g, FusedWorkspace& ws, cudaStream_t stream) {
+  try {
+    ops::gemm(g, ws.gemm_workspace(), ws.gemm_workspace_bytes(), stream);
+  } catch (const InvalidArgument& e) {
+    const std::string why = e.what();
+    const bool capacity = why.rfind("gemm: these arguments need ", 0) == 0;
+    throw InvalidArgument(str_cat(ccl::op_name(op), ": ", why,
+                                  capacity ? str_cat(" Call ", preamble_name(op), " with these operands first.") : ""));
+  }
 }
 
 void run_single_rank(const MatmulOperands& mm, OpKind op, FusedWorkspace& ws, cudaStream_t stream) {
-  const GemmArguments g = single_rank_gemm(mm);
-  check_gemm_workspace(op, g, ws);
-  ops::gemm(g, ws.gemm_workspace(), stream);
+  run_gemm_in(op, single_rank_gemm(mm), ws, stream);
 }
 
 // matmul_reduce_scatter, and the reduce-scatter half of matmul_all_reduce two_shot. Bands of rows are
@@ -807,23 +811,22 @@ void run_unfused(Context& ctx, const MatmulOperands& mm, const FusedPlan& p, Fus
   const int me = ctx.rank();
   const CollectiveViews v = collective_views(p, mm, ws.staging(), me, ctx.world_size());
   const GemmArguments g = unfused_gemm_split_k(p, mm, v, me);
-  check_gemm_workspace(p.sig.op, g, ws);
   const ccl::Config auto_config;
   switch (p.sig.op) {
     case OpKind::kMatmulAllReduce:
-      ops::gemm(g, ws.gemm_workspace(), stream);
+      run_gemm_in(p.sig.op, g, ws, stream);
       ccl::all_reduce(ctx, v.out, v.in, auto_config, ws.collective(), stream);
       break;
     case OpKind::kMatmulReduceScatter:
-      ops::gemm(g, ws.gemm_workspace(), stream);
+      run_gemm_in(p.sig.op, g, ws, stream);
       ccl::reduce_scatter(ctx, v.out, v.in, auto_config, ws.collective(), stream);
       break;
     case OpKind::kAllGatherMatmul:
       ccl::all_gather(ctx, v.out, v.in, auto_config, ws.collective(), stream);
-      ops::gemm(g, ws.gemm_workspace(), stream);
+      run_gemm_in(p.sig.op, g, ws, stream);
       break;
     case OpKind::kMatmulAllGather:
-      ops::gemm(g, ws.gemm_workspace(), stream);
+      run_gemm_in(p.sig.op, g, ws, stream);
       ccl::all_gather(ctx, v.out, v.in, auto_config, ws.collective(), stream);
       break;
     default:

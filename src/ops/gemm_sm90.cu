@@ -458,13 +458,20 @@ size_t workspace_size(const GemmArguments& args) {
 #endif
 }
 
-void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream) {
+namespace {
+
+// Both gemm() overloads: validate, plan once, check the workspace against the plan (its capacity too
+// when the caller gave one), launch.
+void run_gemm(const GemmArguments& args, void* workspace, const size_t* capacity, cudaStream_t stream) {
   if (auto why = can_implement(args); !why.empty()) throw InvalidArgument(why);
 #if defined(IRIS_HAVE_CUTLASS)
   if (args.c.numel() == 0) return;
   Launch l = plan_launch(args);
   IRIS_CHECK_ARG(l.workspace == 0 || workspace != nullptr, "gemm: these arguments need ", l.workspace,
                  " bytes of device workspace (workspace_size(args)) but workspace is null.");
+  IRIS_CHECK_ARG(capacity == nullptr || l.workspace <= *capacity, "gemm: these arguments need ", l.workspace,
+                 " bytes of device workspace (workspace_size(args)) but the workspace holds ",
+                 capacity == nullptr ? 0 : *capacity, ".");
   if (l.p.splits == 1) {
     l.inst->run(l.p, workspace, stream);
     return;
@@ -485,9 +492,20 @@ void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream) {
   detail::launch_split_k_reduce(r, l.p.sm_count, stream);
 #else
   (void)workspace;
+  (void)capacity;
   (void)stream;
   throw_unavailable();
 #endif
+}
+
+}  // namespace
+
+void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream) {
+  run_gemm(args, workspace, nullptr, stream);
+}
+
+void gemm(const GemmArguments& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  run_gemm(args, workspace, &workspace_bytes, stream);
 }
 
 }  // namespace iris::ops

@@ -132,6 +132,11 @@ size_t workspace_size(const GemmArguments& args);
 // of device memory. Throws std::invalid_argument (iris::InvalidArgument) for bad arguments, and
 // iris::Error when this build has no GEMM core or CUTLASS refuses the problem.
 void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream);
+// The same, with the capacity of `workspace` (workspace_bytes) checked against what these arguments
+// need right before launch, from the one plan the launch uses (so a caller that owns a workspace does
+// not plan twice through workspace_size). Throws std::invalid_argument, exactly:
+//   gemm: these arguments need N bytes of device workspace (workspace_size(args)) but the workspace holds M.
+void gemm(const GemmArguments& args, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // True when iris was built with the CUTLASS headers (the GEMM core exists). When false, gemm() throws
 // iris::Error saying how to get them: `bash scripts/setup.sh`, then rebuild.
