@@ -44,6 +44,7 @@
 #include "iris/core/cuda_check.hpp"
 #include "iris/runtime/bootstrap.hpp"
 #include "iris/runtime/local_launch.hpp"
+#include "iris_bench_ccl.hpp"
 #include "iris_bench_data.hpp"
 #include "iris_bench_fused.hpp"
 #include "iris_bench_nccl.hpp"
@@ -70,68 +71,6 @@ void save_json(const Options& o, const Shared& shared) {
     write_json(o.json_path, shared.machine, o, shared.records, shared.fused);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "iris-bench: %s\n", ex.what());
-  }
-}
-
-iris::Tensor input_tensor(const Problem& p, void* data) {
-  if (p.op == Op::kReduceScatter || p.op == Op::kAllToAll) {
-    return iris::Tensor::matrix(data, p.dtype, p.world, static_cast<int64_t>(p.block_count()));
-  }
-  return iris::Tensor::vector(data, p.dtype, static_cast<int64_t>(p.count));
-}
-
-iris::Tensor output_tensor(const Problem& p, void* data) {
-  switch (p.op) {
-    case Op::kAllGather:
-      return iris::Tensor::matrix(data, p.dtype, p.world, static_cast<int64_t>(p.count));
-    case Op::kReduceScatter:
-      return iris::Tensor::vector(data, p.dtype, static_cast<int64_t>(p.block_count()));
-    case Op::kAllToAll:
-      return iris::Tensor::matrix(data, p.dtype, p.world, static_cast<int64_t>(p.block_count()));
-    default:
-      return iris::Tensor::vector(data, p.dtype, static_cast<int64_t>(p.count));
-  }
-}
-
-void iris_preamble(iris::Context& ctx, const Problem& p, const iris::Tensor& out, const iris::Tensor& in,
-                   const iris::ccl::Config& cfg, iris::ccl::Workspace& ws) {
-  switch (p.op) {
-    case Op::kAllReduce:
-      iris::ccl::all_reduce_preamble(ctx, out, in, cfg, ws);
-      break;
-    case Op::kAllGather:
-      iris::ccl::all_gather_preamble(ctx, out, in, cfg, ws);
-      break;
-    case Op::kReduceScatter:
-      iris::ccl::reduce_scatter_preamble(ctx, out, in, cfg, ws);
-      break;
-    case Op::kAllToAll:
-      iris::ccl::all_to_all_preamble(ctx, out, in, cfg, ws);
-      break;
-    case Op::kBroadcast:
-      iris::ccl::broadcast_preamble(ctx, out, in, p.root, cfg, ws);
-      break;
-  }
-}
-
-void iris_call(iris::Context& ctx, const Problem& p, const iris::Tensor& out, const iris::Tensor& in,
-               const iris::ccl::Config& cfg, iris::ccl::Workspace& ws, cudaStream_t stream) {
-  switch (p.op) {
-    case Op::kAllReduce:
-      iris::ccl::all_reduce(ctx, out, in, cfg, ws, stream);
-      break;
-    case Op::kAllGather:
-      iris::ccl::all_gather(ctx, out, in, cfg, ws, stream);
-      break;
-    case Op::kReduceScatter:
-      iris::ccl::reduce_scatter(ctx, out, in, cfg, ws, stream);
-      break;
-    case Op::kAllToAll:
-      iris::ccl::all_to_all(ctx, out, in, cfg, ws, stream);
-      break;
-    case Op::kBroadcast:
-      iris::ccl::broadcast(ctx, out, in, p.root, cfg, ws, stream);
-      break;
   }
 }
 

@@ -33,12 +33,12 @@
 #include <utility>
 #include <vector>
 
-#include "iris/ccl/collectives.hpp"
 #include "iris/ccl/config.hpp"
 #include "iris/ccl/workspace.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/error.hpp"
 #include "iris/ops/fused.hpp"
+#include "iris_bench_ccl.hpp"
 #include "iris_bench_data.hpp"
 #include "iris_bench_util.hpp"
 
@@ -418,36 +418,16 @@ struct FusedRunner::Impl {
     return d;
   }
 
-  // Without NCCL, the reference's collective: iris::ccl's (auto variant), eager, in a workspace of its own.
-  // Its results are checked exactly against the host in the collective tables.
+  // Without NCCL, the reference's collective: iris::ccl's (auto variant), eager, in a workspace of its own,
+  // on the tensors the collective tables use. Its results are checked exactly against the host there.
   void iris_collective(Op op, size_t count, const void* in, void* out) {
-    const int world = ctx.world_size();
-    const size_t block = count / static_cast<size_t>(world);
-    auto vec = [](const void* p, size_t n) {
-      return iris::Tensor::vector(const_cast<void*>(p), kDType, static_cast<int64_t>(n));
-    };
-    auto mat = [&](const void* p, size_t cols) {
-      return iris::Tensor::matrix(const_cast<void*>(p), kDType, world, static_cast<int64_t>(cols));
-    };
+    const Problem p = nccl_problem(op, count, ctx.world_size());
+    const iris::Tensor tin = input_tensor(p, const_cast<void*>(in)), tout = output_tensor(p, out);
     const iris::ccl::Config cfg;
     iris::ccl::Workspace ws;
     iris::ccl::ContextWorkspaceHost host(ctx);
-    switch (op) {
-      case Op::kAllReduce:
-        iris::ccl::all_reduce_preamble(ctx, vec(out, count), vec(in, count), cfg, ws);
-        iris::ccl::all_reduce(ctx, vec(out, count), vec(in, count), cfg, ws, ctx.stream());
-        break;
-      case Op::kReduceScatter:
-        iris::ccl::reduce_scatter_preamble(ctx, vec(out, block), mat(in, block), cfg, ws);
-        iris::ccl::reduce_scatter(ctx, vec(out, block), mat(in, block), cfg, ws, ctx.stream());
-        break;
-      case Op::kAllGather:
-        iris::ccl::all_gather_preamble(ctx, mat(out, count), vec(in, count), cfg, ws);
-        iris::ccl::all_gather(ctx, mat(out, count), vec(in, count), cfg, ws, ctx.stream());
-        break;
-      default:
-        throw iris::Error("iris-bench: no iris reference collective for this op");
-    }
+    iris_preamble(ctx, p, tout, tin, cfg, ws);
+    iris_call(ctx, p, tout, tin, cfg, ws, ctx.stream());
     wait_stream(ctx.stream(), "the reference's iris::ccl collective", o.gpu_timeout_s, ctx.rank());
     ctx.check_device_error();
     ws.release(host);

@@ -4,28 +4,12 @@
 #include <cstdlib>
 
 #include "iris/context.hpp"
+#include "support/scoped_env.hpp"
 
 namespace iris {
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using test::ScopedEnv;
 
 TEST(HeapSize, ParsesPlainNumbersAndSuffixes) {
   EXPECT_EQ(parse_byte_size("1073741824"), size_t{1} << 30);

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,29 +13,13 @@
 #include "iris/core/error.hpp"
 #include "iris/runtime/bootstrap.hpp"
 #include "iris/runtime/local_launch.hpp"
+#include "support/scoped_env.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-// Sets a variable for one test and puts the old value back.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using iris::test::ScopedEnv;
 
 std::vector<std::string> shell(const std::string& script) { return {"/bin/sh", "-c", script}; }
 
