@@ -748,6 +748,85 @@ TEST_P(Collective, UnpreparedOrForeignWorkspaceIsRejected) {
   }, big_heap(GetParam().world));
 }
 
+// ---- sizing ahead --------------------------------------------------------------------------------------
+
+ccl::WorkspaceNeeds needs(Op op, const Tensor& out, const Tensor& in, const Config& cfg, int world) {
+  switch (op) {
+    case Op::kAllGather:
+      return ccl::all_gather_needs(out, in, cfg, world);
+    case Op::kReduceScatter:
+      return ccl::reduce_scatter_needs(out, in, cfg, world);
+    case Op::kAllToAll:
+      return ccl::all_to_all_needs(out, in, cfg, world);
+    case Op::kBroadcast:
+      return ccl::broadcast_needs(out, in, 0, cfg, world);
+  }
+  return {};
+}
+
+Tensor without_data(Tensor t) {
+  t.data = nullptr;
+  return t;
+}
+
+// A fresh workspace prepared by `prepare` holds exactly `want`, and the heap grew by heap_bytes(want).
+void expect_preamble_allocates(Context& ctx, const ccl::WorkspaceNeeds& want,
+                               const std::function<void(Workspace&)>& prepare, const std::string& what) {
+  SCOPED_TRACE(what);
+  Workspace ws;
+  const size_t before = ctx.heap_bytes_in_use();
+  prepare(ws);
+  EXPECT_EQ(ctx.heap_bytes_in_use() - before, ccl::heap_bytes(want));
+  EXPECT_EQ(ws.lock_capacity(), want.locks);
+  EXPECT_EQ(ws.flag_capacity(), want.flags);
+  EXPECT_EQ(ws.staging_capacity(), want.staging_bytes);
+  EXPECT_EQ(ws.block_state_capacity(), want.block_state);
+  ctx.barrier();
+  release(ctx, ws);
+}
+
+// The *_needs functions, given the call's shapes without data, say what its preamble then allocates on
+// the heap: every all_reduce variant (auto at an LL size and past it), every other op at an LL size and
+// past it, shapes of partial tiles and chunks.
+TEST_P(Collective, NeedsSayWhatThePreambleAllocates) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int w = ctx.world_size();
+        using ccl::AllReduceVariant;
+        for (const Shape& s : {Shape{1, 4096}, Shape{1000, 333}, Shape{1, int64_t{1} << 20}}) {
+          TestTensor t = TestTensor::make(ctx, DType::kBFloat16, s.m, s.n, s.n, false);
+          for (AllReduceVariant v : {AllReduceVariant::kAuto, AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot,
+                                     AllReduceVariant::kRing, AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
+            const bool tiles =
+                v == AllReduceVariant::kRing || v == AllReduceVariant::kAtomic || v == AllReduceVariant::kSpinlock;
+            if (tiles && s.n > 4096) continue;  // 16384 tiles: a quarter GiB of ring slots, nothing new
+            Config cfg;
+            cfg.all_reduce_variant = v;
+            const Tensor shape = without_data(t.view);
+            expect_preamble_allocates(
+                ctx, ccl::all_reduce_needs(shape, shape, cfg, w),
+                [&](Workspace& ws) { ccl::all_reduce_preamble(ctx, t.view, t.view, cfg, ws); },
+                std::string("all_reduce ") + ccl::variant_name(v) + " " + shape_name(DType::kBFloat16, s.m, s.n));
+          }
+          t.release();
+        }
+        for (Op op : kOps) {
+          for (const Shape& s : {Shape{4, 4}, Shape{1000, 333}, Shape{64, 4096}}) {
+            OpCall c = make_call(ctx, op, s.m, s.n);
+            expect_preamble_allocates(
+                ctx, needs(op, without_data(c.out.view), without_data(c.in.view), Config{}, w),
+                [&](Workspace& ws) { preamble(ctx, op, c.out.view, c.in.view, ws); },
+                std::string(op_name(op)) + " " + shape_name(DType::kFloat32, s.m, s.n));
+            c.out.release();
+            c.in.release();
+          }
+        }
+      },
+      big_heap(GetParam().world));
+}
+
 // Rank 1 passes another (self-consistent) shape: the preamble raises on every rank. Then rank 1 passes
 // a call its own validation rejects: it raises that, and every other rank raises the mismatch.
 TEST_P(Collective, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {

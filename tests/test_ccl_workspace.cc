@@ -1,12 +1,14 @@
 // Host tests of collective configs and workspaces: tile math, capacity checks and their exact
-// messages, matches(), preamble semantics, and ranks that disagree. No GPU: the workspace runs on
-// a fake heap in host memory and a thread bootstrap.
+// messages, matches(), preamble semantics, ranks that disagree, and sizing ahead (the *_needs
+// functions, heap_bytes). No GPU: the workspace runs on a fake heap in host memory and a thread
+// bootstrap.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "iris/ccl/collectives.hpp"
 #include "iris/ccl/config.hpp"
 #include "iris/ccl/workspace.hpp"
 #include "iris/runtime/bootstrap.hpp"
@@ -220,6 +222,143 @@ TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
             "Collective parameters differ across ranks: rank 1 has all_reduce 512x256 float32 world 2 variant spinlock "
             "blocks 64x64 op sum but rank 0 has all_reduce 512x512 float32 world 2 variant spinlock blocks 64x64 op "
             "sum. Every rank must call with the same shapes and config.");
+}
+
+// ---- sizing ahead: *_needs and heap_bytes ----------------------------------------------------------
+
+void expect_same_needs(const WorkspaceNeeds& got, const WorkspaceNeeds& want, const std::string& what) {
+  EXPECT_EQ(got.locks, want.locks) << what;
+  EXPECT_EQ(got.flags, want.flags) << what;
+  EXPECT_EQ(got.staging_bytes, want.staging_bytes) << what;
+  EXPECT_EQ(got.block_state, want.block_state) << what;
+}
+
+// A view of the call's shape with no data: the sizing functions read shapes and types only.
+Tensor shape(DType dt, int64_t rows, int64_t cols) { return Tensor::matrix(nullptr, dt, rows, cols); }
+
+Config variant(AllReduceVariant v, int bm = 32, int bn = 64) {
+  Config c;
+  c.all_reduce_variant = v;
+  c.block_size_m = bm;
+  c.block_size_n = bn;
+  return c;
+}
+
+TEST(CclNeeds, HeapBytesRoundsEachArrayToWholeHeapBlocks) {
+  EXPECT_EQ(heap_bytes(WorkspaceNeeds{}), 0u);
+  EXPECT_EQ(heap_bytes(WorkspaceNeeds{16, 0, 0, 0}), 256u) << "16 locks of 4 bytes: one block";
+  EXPECT_EQ(heap_bytes(WorkspaceNeeds{65, 0, 0, 0}), 512u) << "260 bytes: two blocks";
+  EXPECT_EQ(heap_bytes(WorkspaceNeeds{0, 33, 0, 0}), 512u) << "33 flags of 8 bytes";
+  EXPECT_EQ(heap_bytes(WorkspaceNeeds{0, 0, 1, 0}), 256u);
+  EXPECT_EQ(heap_bytes(WorkspaceNeeds{0, 0, 0, 2}), 256u);
+  EXPECT_EQ(heap_bytes(WorkspaceNeeds{1, 1, 257, 1}), 256u + 256u + 512u + 256u) << "each array its own blocks";
+}
+
+// The founding numbers, from the arguments alone: 512x512 float32 on 2 ranks needs 16 locks with
+// 128x128 blocks and 64 with 64x64 (spinlock); ring's flags grow alike. A workspace sized by the larger
+// blocks' needs then refuses the smaller blocks' with the exact messages.
+TEST(CclNeeds, FoundingNumbersFromTheArgumentsAlone) {
+  const Tensor t = shape(DType::kFloat32, 512, 512);
+  const WorkspaceNeeds big = all_reduce_needs(t, t, variant(AllReduceVariant::kSpinlock, 128, 128), 2);
+  const WorkspaceNeeds small = all_reduce_needs(t, t, variant(AllReduceVariant::kSpinlock, 64, 64), 2);
+  EXPECT_EQ(big.locks, 16u);
+  EXPECT_EQ(small.locks, 64u);
+  const WorkspaceNeeds ring_big = all_reduce_needs(t, t, variant(AllReduceVariant::kRing, 128, 128), 2);
+  const WorkspaceNeeds ring_small = all_reduce_needs(t, t, variant(AllReduceVariant::kRing, 64, 64), 2);
+  EXPECT_EQ(ring_big.flags, 32u) << "16 tiles, 2 flags each";
+  EXPECT_EQ(ring_small.flags, 128u);
+  FakeHost host;
+  Workspace ws, ring;
+  ws.prepare(host, spinlock_sig(512, 512, 128, 128), big);
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ws.check_capacity(small); }),
+            "Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you "
+            "intend to use.");
+  OpSignature ring_sig = spinlock_sig(512, 512, 128, 128);
+  ring_sig.variant = AllReduceVariant::kRing;
+  ring.prepare(host, ring_sig, ring_big);
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ring.check_capacity(ring_small); }),
+            "Flags array too small: have 32 but need 128. Pre-allocate workspace with the smallest block sizes you "
+            "intend to use.");
+  ws.release(host);
+  ring.release(host);
+}
+
+// auto sizes the variant it resolves to: one_shot up to 1 MiB on 2 ranks, two_shot above.
+TEST(CclNeeds, AutoSizesTheVariantItPicks) {
+  for (int64_t n : {int64_t{4096}, int64_t{1} << 21}) {
+    const Tensor t = shape(DType::kBFloat16, 1, n);
+    const AllReduceVariant picked =
+        resolve_all_reduce_variant(Config{}, 2, static_cast<size_t>(n) * 2, DType::kBFloat16, 1);
+    EXPECT_EQ(picked, n == 4096 ? AllReduceVariant::kOneShot : AllReduceVariant::kTwoShot);
+    expect_same_needs(all_reduce_needs(t, t, Config{}, 2), all_reduce_needs(t, t, variant(picked), 2),
+                      "auto at " + std::to_string(n) + " elements");
+  }
+  // The one-shot LL staging: every rank's slot in two parities, 4 data bytes per 8-byte word.
+  const Tensor small = shape(DType::kBFloat16, 1, 4096);
+  const WorkspaceNeeds one_shot = all_reduce_needs(small, small, Config{}, 4);
+  EXPECT_GE(one_shot.staging_bytes, 2u * 4 * 4096 * 2 * 2);
+  EXPECT_GT(one_shot.staging_bytes, all_reduce_needs(small, small, Config{}, 2).staging_bytes)
+      << "a slot per rank: more ranks, more staging";
+}
+
+// Every op sizes from views without data; the exchanges' staging grows with the world past the LL sizes.
+TEST(CclNeeds, EveryOpSizesFromShapesAlone) {
+  const Config cfg;
+  for (int w : {1, 2, 4, 8}) {
+    SCOPED_TRACE("world " + std::to_string(w));
+    const int64_t m = 64, n = 4096;  // 1 MiB float32 blocks: past every LL threshold
+    const DType dt = DType::kFloat32;
+    const WorkspaceNeeds ag = all_gather_needs(shape(dt, w * m, n), shape(dt, m, n), cfg, w);
+    const WorkspaceNeeds rs = reduce_scatter_needs(shape(dt, m, n), shape(dt, w * m, n), cfg, w);
+    const WorkspaceNeeds a2a = all_to_all_needs(shape(dt, w * m, n), shape(dt, w * m, n), cfg, w);
+    const WorkspaceNeeds bc = broadcast_needs(shape(dt, m, n), shape(dt, m, n), w - 1, cfg, w);
+    for (const WorkspaceNeeds* x : {&ag, &rs, &a2a, &bc}) EXPECT_GT(x->block_state, 0u);
+    // Two parities of W - 1 slots of one 1 MiB block.
+    const size_t block = static_cast<size_t>(m * n) * 4;
+    for (const WorkspaceNeeds* x : {&ag, &rs, &a2a})
+      EXPECT_EQ(x->staging_bytes, 2 * static_cast<size_t>(w - 1) * block);
+    EXPECT_EQ(bc.staging_bytes, w > 1 ? block : 0u);
+  }
+}
+
+// Sizing checks what the call checks (same messages), but not the data: null views pass.
+TEST(CclNeeds, ShapesAndConfigAreCheckedAsTheCallChecksThem) {
+  const DType dt = DType::kBFloat16;
+  const Config cfg;
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] { all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), cfg, 0); }),
+      "all_reduce_needs: world_size must be at least 1, got 0.");
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] { all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 9), cfg, 2); }),
+      "all_reduce: input is 1x9 but output is 1x8; they must have the same shape.");
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] { all_gather_needs(shape(dt, 4, 8), shape(dt, 4, 8), cfg, 2); }),
+      "all_gather: input is 4x8 on each of 2 ranks, so the output must be 8x8, got 4x8.");
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] { reduce_scatter_needs(shape(dt, 4, 8), shape(dt, 4, 8), cfg, 2); }),
+      "reduce_scatter: output is 4x8 on each of 2 ranks, so the input must be 8x8, got 4x8.");
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] { all_to_all_needs(shape(dt, 3, 8), shape(dt, 3, 8), cfg, 2); }),
+      "all_to_all: 3 rows do not split into 2 equal blocks (one per rank).");
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] { broadcast_needs(shape(dt, 4, 8), shape(dt, 4, 8), 2, cfg, 2); }),
+      "broadcast: root 2 is not a rank of this world of 2.");
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] { broadcast_needs(shape(dt, 4, 8), shape(dt, 4, 7), 0, cfg, 2); }),
+      "broadcast: input is 4x7 but output is 4x8; they must have the same shape.");
+  Config bad;
+  bad.block_size_m = 0;
+  EXPECT_THROW(all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), bad, 2), std::invalid_argument);
+  EXPECT_THROW(
+      all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), variant(AllReduceVariant::kAtomic), 2, ReduceOp::kMax),
+      std::invalid_argument)
+      << "atomic adds only";
+  // Null data, a separate in and out, in place: all accepted.
+  int64_t fake = 0;
+  const Tensor real = Tensor::matrix(&fake, dt, 1, 4);
+  EXPECT_NO_THROW(all_reduce_needs(shape(dt, 1, 4), real, cfg, 2));
+  EXPECT_NO_THROW(all_reduce_needs(real, real, cfg, 2));
+  EXPECT_NO_THROW(all_gather_needs(shape(dt, 2, 4), shape(dt, 1, 4), cfg, 2));
 }
 
 }  // namespace

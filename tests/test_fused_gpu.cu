@@ -675,6 +675,54 @@ TEST_P(FusedGpu, UnfusedCallNeedsItsPreamble) {
       options());
 }
 
+// The plan says what the preamble allocates on the heap (heap_bytes(plan)): the band pipeline's arrays,
+// and below the threshold the iris::ccl collective's too (plan.collective), for every op and variant.
+TEST_P(FusedGpu, PreambleAllocatesWhatHeapBytesSays) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        int sms = 0;
+        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
+        for (const Flavor& flavor : kFlavors) {
+          for (bool pipelined : {false, true}) {
+            SCOPED_TRACE(flavor_name(flavor) + (pipelined ? " band pipeline" : " default threshold"));
+            // As UnfusedCallNeedsItsPreamble: unfused by default past one rank, banded when pipelined.
+            const Shape shape{kManyTiles.m * std::max(1, ctx.world_size() / 2), kManyTiles.n, kManyTiles.k};
+            Problem p(ctx, flavor, {shape, kBF16, kBF16, false, kGemmTileLarge});
+            const FusedConfig config = config_for(flavor, kGemmTileLarge, pipelined);
+            const MatmulOperands mm = p.operands();
+            FusedPlan plan;
+            switch (flavor.op) {
+              case Op::kMatmulAllReduce:
+                plan = plan_matmul_all_reduce(mm, config, ctx.world_size(), sms);
+                break;
+              case Op::kMatmulReduceScatter:
+                plan = plan_matmul_reduce_scatter(mm, config, ctx.world_size(), sms);
+                break;
+              case Op::kAllGatherMatmul:
+                plan = plan_all_gather_matmul(mm, config, ctx.world_size(), sms);
+                break;
+              case Op::kMatmulAllGather:
+                plan = plan_matmul_all_gather(mm, config, ctx.world_size(), sms);
+                break;
+            }
+            EXPECT_EQ(plan.unfused, !pipelined && ctx.world_size() > 1);
+            FusedWorkspace ws;
+            const size_t before = ctx.heap_bytes_in_use();
+            fns(flavor.op).preamble(ctx, mm, config, ws);
+            EXPECT_EQ(ctx.heap_bytes_in_use() - before, heap_bytes(plan));
+            EXPECT_EQ(ws.collective().prepared(), plan.unfused);
+            EXPECT_EQ(ws.collective().flag_capacity(), plan.collective.flags);
+            EXPECT_EQ(ws.collective().staging_capacity(), plan.collective.staging_bytes);
+            EXPECT_EQ(ws.collective().block_state_capacity(), plan.collective.block_state);
+            release_workspace(ctx, ws);
+          }
+        }
+      },
+      options());
+}
+
 // ---- 2. workspace reuse ----------------------------------------------------------------------------
 
 // A workspace prepared with 128x128 blocks for a 512x512x64 product serves a smaller shape, with

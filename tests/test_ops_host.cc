@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "iris/ccl/collectives.hpp"
 #include "iris/ccl/workspace.hpp"
 #include "iris/ops/fused.hpp"
 #include "iris/ops/gemm.hpp"
@@ -552,6 +553,64 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   EXPECT_EQ(p.needs.locks, 4u);
   EXPECT_EQ(p.needs.flags, 2u * (1 + 4)) << "ready by source, data by (source, band of 4)";
   EXPECT_EQ(p.needs.staging_bytes, 200u * 256 * 2) << "one 100 x 256 slot per rank";
+}
+
+// Unfused, a call also holds the iris::ccl collective's workspace: the plan sizes it as iris::ccl does
+// for the collective the op runs (all_reduce in place on C, reduce_scatter of the M x N product, all_gather
+// of A or of C's rows), and heap_bytes counts both; fused, or with one rank, there is no collective.
+TEST(OpsFusedPlan, HeapBytesCountTheUnfusedCollective) {
+  const int w = 2;
+  const ccl::Config auto_config;
+  auto expect_needs = [](const ccl::WorkspaceNeeds& got, const ccl::WorkspaceNeeds& want, const char* what) {
+    EXPECT_EQ(got.locks, want.locks) << what;
+    EXPECT_EQ(got.flags, want.flags) << what;
+    EXPECT_EQ(got.staging_bytes, want.staging_bytes) << what;
+    EXPECT_EQ(got.block_state, want.block_state) << what;
+  };
+  auto expect_heap = [](const FusedPlan& p) {
+    EXPECT_EQ(heap_bytes(p), ccl::heap_bytes(p.needs) + ccl::heap_bytes(p.collective));
+    EXPECT_GT(heap_bytes(p), ccl::heap_bytes(p.needs)) << "the collective takes heap too";
+  };
+  // matmul_all_reduce, 128 x 8192 (64 tiles of 128x128: unfused): all_reduce in place on C.
+  const auto mar = operands(128, 8192, 512, 128);
+  const FusedPlan p_mar = plan_matmul_all_reduce(mar, blocks(128, 128), w, kSms);
+  ASSERT_TRUE(p_mar.unfused);
+  expect_needs(p_mar.collective, ccl::all_reduce_needs(mar.c, mar.c, auto_config, w), "matmul_all_reduce");
+  expect_heap(p_mar);
+  // matmul_reduce_scatter, 256 x 8192: reduce_scatter of the 256 x 8192 product into C (128 x 8192).
+  const auto mrs = operands(256, 8192, 512, 128);
+  const FusedPlan p_mrs = plan_matmul_reduce_scatter(mrs, blocks(128, 128), w, kSms);
+  ASSERT_TRUE(p_mrs.unfused);
+  expect_needs(p_mrs.collective,
+               ccl::reduce_scatter_needs(mrs.c, Tensor::matrix(nullptr, DType::kBFloat16, 256, 8192), auto_config, w),
+               "matmul_reduce_scatter");
+  expect_heap(p_mrs);
+  // all_gather_matmul, 128 rows of A per rank: all_gather of A (128 x 512) into 256 x 512.
+  const auto agm = operands(128, 8192, 512, 256);
+  const FusedPlan p_agm = plan_all_gather_matmul(agm, blocks(128, 128), w, kSms);
+  ASSERT_TRUE(p_agm.unfused);
+  expect_needs(p_agm.collective,
+               ccl::all_gather_needs(Tensor::matrix(nullptr, DType::kBFloat16, 256, 512), agm.a, auto_config, w),
+               "all_gather_matmul");
+  expect_heap(p_agm);
+  // matmul_all_gather, 128 rows per rank: all_gather of this rank's 128 rows of C into C, in place.
+  const auto mag = operands(128, 8192, 512, 256);
+  const FusedPlan p_mag = plan_matmul_all_gather(mag, blocks(128, 128), w, kSms);
+  ASSERT_TRUE(p_mag.unfused);
+  expect_needs(p_mag.collective,
+               ccl::all_gather_needs(mag.c, Tensor::matrix(nullptr, DType::kBFloat16, 128, 8192), auto_config, w),
+               "matmul_all_gather");
+  expect_heap(p_mag);
+  // The band pipeline (a lower threshold) and one rank hold no collective.
+  FusedConfig low = blocks(128, 128);
+  low.min_band_tiles = 8;
+  const FusedPlan fused = plan_matmul_all_reduce(operands(256, 8192, 512, 256), low, w, kSms);
+  ASSERT_FALSE(fused.unfused);
+  expect_needs(fused.collective, ccl::WorkspaceNeeds{}, "fused");
+  EXPECT_EQ(heap_bytes(fused), ccl::heap_bytes(fused.needs));
+  const FusedPlan one = plan_matmul_all_reduce(mar, blocks(128, 128), 1, kSms);
+  expect_needs(one.collective, ccl::WorkspaceNeeds{}, "one rank");
+  EXPECT_EQ(heap_bytes(one), ccl::heap_bytes(one.needs));
 }
 
 TEST(OpsFusedPlan, OpShapesAreChecked) {

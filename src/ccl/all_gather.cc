@@ -15,35 +15,39 @@ struct Plan {
   bool in_place = false;
 };
 
-Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config) {
-  const int world = ctx.world_size();
+Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, const Config& config) {
+  const int world = s.world;
   config.validate(world);
-  detail::check_view(kOp, "input", in);
-  detail::check_view(kOp, "output", out);
+  detail::check_view(kOp, "input", in, s.shapes_only);
+  detail::check_view(kOp, "output", out, s.shapes_only);
   IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
   IRIS_CHECK_ARG(out.rows == world * in.rows && out.cols == in.cols, kOp, ": input is ", in.rows, "x", in.cols,
                  " on each of ", world, " ranks, so the output must be ", world * in.rows, "x", in.cols, ", got ",
                  out.rows, "x", out.cols, ".");
   Plan p;
-  p.in_place = in.numel() > 0 && detail::same_view(in, detail::row_block(out, ctx.rank() * in.rows, in.rows));
-  IRIS_CHECK_ARG(p.in_place || !detail::overlaps(in, out), kOp,
-                 ": input overlaps the output without being the output's rows of this rank (", ctx.rank() * in.rows,
-                 " to ", (ctx.rank() + 1) * in.rows, "); pass separate buffers, or exactly those rows for in-place.");
-  p.x = detail::plan_exchange(ctx, detail::collective_signature(OpKind::kAllGather, in, world, config), in.rows,
-                              in.cols, in.dtype, config);
+  p.in_place = in.numel() > 0 && detail::same_view(in, detail::row_block(out, s.rank * in.rows, in.rows));
+  IRIS_CHECK_ARG(s.shapes_only || p.in_place || !detail::overlaps(in, out), kOp,
+                 ": input overlaps the output without being the output's rows of this rank (", s.rank * in.rows, " to ",
+                 (s.rank + 1) * in.rows, "); pass separate buffers, or exactly those rows for in-place.");
+  p.x = detail::plan_exchange(s, detail::collective_signature(OpKind::kAllGather, in, world, config), in.rows, in.cols,
+                              in.dtype, config);
   return p;
 }
 
 }  // namespace
 
 void all_gather_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws) {
-  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(ctx, out, in, config).x; });
+  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(detail::PlanScope::of(ctx), out, in, config).x; });
+}
+
+WorkspaceNeeds all_gather_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size) {
+  return make_plan(detail::PlanScope::sizing("all_gather_needs", world_size), out, in, config).x.needs;
 }
 
 void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream) {
-  const Plan p = make_plan(ctx, out, in, config);
+  const Plan p = make_plan(detail::PlanScope::of(ctx), out, in, config);
   detail::require_op(kOp, kPreamble, ws, OpKind::kAllGather);
   ws.check_capacity(p.x.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;

@@ -41,22 +41,22 @@ struct Plan {
   int slices = 1;
 };
 
-void validate(const char* op, const Context& ctx, const Tensor& out, const Tensor& in, const Config& config,
+void validate(const char* op, const detail::PlanScope& s, const Tensor& out, const Tensor& in, const Config& config,
               ReduceOp rop) {
-  config.validate(ctx.world_size());
-  detail::check_view(op, "input", in);
-  detail::check_view(op, "output", out);
+  config.validate(s.world);
+  detail::check_view(op, "input", in, s.shapes_only);
+  detail::check_view(op, "output", out, s.shapes_only);
   IRIS_CHECK_ARG(in.dtype == out.dtype, op, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
   IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, op, ": input is ", in.rows, "x", in.cols,
                  " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
-  detail::check_no_partial_overlap(op, out, in, /*allow_same=*/true);
+  if (!s.shapes_only) detail::check_no_partial_overlap(op, out, in, /*allow_same=*/true);
   IRIS_CHECK_ARG(static_cast<int>(rop) <= static_cast<int>(ReduceOp::kMin), op, ": unknown reduce op.");
 }
 
-Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config, ReduceOp rop) {
-  validate("all_reduce", ctx, out, in, config, rop);
-  const int world = ctx.world_size();
+Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, const Config& config, ReduceOp rop) {
+  validate("all_reduce", s, out, in, config, rop);
+  const int world = s.world;
   const size_t bytes = static_cast<size_t>(in.numel()) * in.element_size();
   Plan p;
   p.variant = resolve_all_reduce_variant(config, world, bytes, in.dtype, in.rows);
@@ -66,7 +66,7 @@ Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Co
   p.sig = OpSignature{OpKind::kAllReduce, in.rows, in.cols, in.dtype, world, p.variant,
                       config.block_size_m, config.block_size_n, -1, rop};
   p.needs.block_state = static_cast<size_t>(state_words(world));
-  const int sms = detail::sm_count(ctx);
+  const int sms = s.sms;
   const size_t esz = in.element_size();
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
@@ -144,12 +144,17 @@ AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size
 
 void all_reduce_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                          ReduceOp op) {
-  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(ctx, out, in, config, op); });
+  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(detail::PlanScope::of(ctx), out, in, config, op); });
+}
+
+WorkspaceNeeds all_reduce_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size,
+                                ReduceOp op) {
+  return make_plan(detail::PlanScope::sizing("all_reduce_needs", world_size), out, in, config, op).needs;
 }
 
 void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream, ReduceOp op) {
-  Plan p = make_plan(ctx, out, in, config, op);
+  Plan p = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
   detail::require_op("all_reduce", "all_reduce_preamble", ws, OpKind::kAllReduce);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;

@@ -10,31 +10,36 @@ namespace {
 constexpr const char* kOp = "all_to_all";
 constexpr const char* kPreamble = "all_to_all_preamble";
 
-detail::ExchangePlan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config) {
-  const int world = ctx.world_size();
+detail::ExchangePlan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, const Config& config) {
+  const int world = s.world;
   config.validate(world);
-  detail::check_view(kOp, "input", in);
-  detail::check_view(kOp, "output", out);
+  detail::check_view(kOp, "input", in, s.shapes_only);
+  detail::check_view(kOp, "output", out, s.shapes_only);
   IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
   IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, kOp, ": input is ", in.rows, "x", in.cols,
                  " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
   IRIS_CHECK_ARG(in.rows % world == 0, kOp, ": ", in.rows, " rows do not split into ", world,
                  " equal blocks (one per rank).");
-  IRIS_CHECK_ARG(!detail::overlaps(in, out), kOp, ": output and input overlap; pass separate buffers.");
-  return detail::plan_exchange(ctx, detail::collective_signature(OpKind::kAllToAll, in, world, config), in.rows / world,
+  IRIS_CHECK_ARG(s.shapes_only || !detail::overlaps(in, out), kOp,
+                 ": output and input overlap; pass separate buffers.");
+  return detail::plan_exchange(s, detail::collective_signature(OpKind::kAllToAll, in, world, config), in.rows / world,
                                in.cols, in.dtype, config);
 }
 
 }  // namespace
 
 void all_to_all_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws) {
-  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(ctx, out, in, config); });
+  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(detail::PlanScope::of(ctx), out, in, config); });
+}
+
+WorkspaceNeeds all_to_all_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size) {
+  return make_plan(detail::PlanScope::sizing("all_to_all_needs", world_size), out, in, config).needs;
 }
 
 void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream) {
-  const detail::ExchangePlan p = make_plan(ctx, out, in, config);
+  const detail::ExchangePlan p = make_plan(detail::PlanScope::of(ctx), out, in, config);
   detail::require_op(kOp, kPreamble, ws, OpKind::kAllToAll);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;

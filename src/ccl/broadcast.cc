@@ -21,20 +21,20 @@ struct Plan {
   int blocks = 1;
 };
 
-// `in` is looked at on the root only (it may be empty elsewhere).
-Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config) {
-  const int world = ctx.world_size();
+// `in` is looked at on the root only (it may be empty elsewhere); sizing ahead looks at it as the root does.
+Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, int root, const Config& config) {
+  const int world = s.world;
   config.validate(world);
   IRIS_CHECK_ARG(root >= 0 && root < world, kOp, ": root ", root, " is not a rank of this world of ", world, ".");
-  detail::check_view(kOp, "output", out);
+  detail::check_view(kOp, "output", out, s.shapes_only);
   Plan p;
-  if (ctx.rank() == root) {
-    detail::check_view(kOp, "input", in);
+  if (s.rank == root || s.shapes_only) {
+    detail::check_view(kOp, "input", in, s.shapes_only);
     IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
                    dtype_name(out.dtype), ".");
     IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, kOp, ": input is ", in.rows, "x", in.cols,
                    " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
-    detail::check_no_partial_overlap(kOp, out, in, /*allow_same=*/true);
+    if (!s.shapes_only) detail::check_no_partial_overlap(kOp, out, in, /*allow_same=*/true);
     p.in_place = out.numel() > 0 && detail::same_view(in, out);
   }
   p.sig = detail::collective_signature(OpKind::kBroadcast, out, world, config, root);
@@ -48,7 +48,7 @@ Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, int root
   } else {
     p.per_owner = p.chunks.nchunks;
   }
-  p.blocks = detail::launch_blocks(ctx, config, p.chunks.nchunks);
+  p.blocks = detail::launch_blocks(s, config, p.chunks.nchunks);
   return p;
 }
 
@@ -56,12 +56,16 @@ Plan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, int root
 
 void broadcast_preamble(Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config,
                         Workspace& ws) {
-  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(ctx, out, in, root, config); });
+  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(detail::PlanScope::of(ctx), out, in, root, config); });
+}
+
+WorkspaceNeeds broadcast_needs(const Tensor& out, const Tensor& in, int root, const Config& config, int world_size) {
+  return make_plan(detail::PlanScope::sizing("broadcast_needs", world_size), out, in, root, config).needs;
 }
 
 void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config, Workspace& ws,
                cudaStream_t stream) {
-  const Plan p = make_plan(ctx, out, in, root, config);
+  const Plan p = make_plan(detail::PlanScope::of(ctx), out, in, root, config);
   detail::require_op(kOp, kPreamble, ws, OpKind::kBroadcast);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (out.numel() == 0) return;

@@ -7,10 +7,18 @@
 
 namespace iris::ccl::detail {
 
-void check_view(const char* op, const char* what, const Tensor& t) {
+PlanScope PlanScope::of(const Context& ctx) { return PlanScope{ctx.rank(), ctx.world_size(), sm_count(ctx), false}; }
+
+PlanScope PlanScope::sizing(const char* op, int world_size) {
+  IRIS_CHECK_ARG(world_size >= 1, op, ": world_size must be at least 1, got ", world_size, ".");
+  return PlanScope{0, world_size, 1, true};
+}
+
+void check_view(const char* op, const char* what, const Tensor& t, bool shapes_only) {
   IRIS_CHECK_ARG(t.rows >= 0 && t.cols >= 0, op, ": ", what, " has negative shape ", t.rows, "x", t.cols, ".");
   IRIS_CHECK_ARG(t.stride >= t.cols || t.rows <= 1, op, ": ", what, " row stride ", t.stride, " is smaller than its ",
                  t.cols, " columns.");
+  if (shapes_only) return;
   IRIS_CHECK_ARG(t.numel() == 0 || t.data != nullptr, op, ": ", what, " is null but has ", t.numel(), " elements.");
   IRIS_CHECK_ARG(reinterpret_cast<uintptr_t>(t.data) % t.element_size() == 0, op, ": ", what, " pointer ", t.data,
                  " is not aligned to its ", t.element_size(), "-byte ", dtype_name(t.dtype), " elements.");

@@ -16,9 +16,25 @@
 
 namespace iris::ccl::detail {
 
+// Who a plan is made for. A call plans for its context: its rank, the world, and the device's SMs,
+// which size the launch. Sizing ahead (the public *_needs functions) plans for a world size alone, from
+// views whose data may be null: the checks of the data (null, alignment, overlap) are skipped, every
+// other check is the call's, and no plan's workspace needs depend on the rank or the SMs.
+struct PlanScope {
+  int rank = 0;
+  int world = 1;
+  int sms = 1;
+  bool shapes_only = false;
+
+  static PlanScope of(const Context& ctx);
+  // Throws InvalidArgument naming `op` unless world_size >= 1.
+  static PlanScope sizing(const char* op, int world_size);
+};
+
 // Throws InvalidArgument naming `op` and `what` ("input", "output") when the view is malformed:
-// negative sizes, stride < cols, null data for a non-empty view, data not aligned to the element.
-void check_view(const char* op, const char* what, const Tensor& t);
+// negative sizes, stride < cols, and unless `shapes_only`: null data for a non-empty view, data not
+// aligned to the element.
+void check_view(const char* op, const char* what, const Tensor& t, bool shapes_only = false);
 // Throws when a and b partly overlap (identical views are allowed when `allow_same`).
 void check_no_partial_overlap(const char* op, const Tensor& a, const Tensor& b, bool allow_same);
 // True when the view is contiguous and its data 16-byte aligned.

@@ -180,8 +180,8 @@ inline OpSignature collective_signature(OpKind op, const Tensor& shape, int worl
 }
 
 // Blocks of a launch over `nchunks` chunks.
-inline int launch_blocks(const Context& ctx, const Config& config, int64_t nchunks) {
-  const int limit = config.comm_sms > 0 ? config.comm_sms : sm_count(ctx);
+inline int launch_blocks(const PlanScope& scope, const Config& config, int64_t nchunks) {
+  const int limit = config.comm_sms > 0 ? config.comm_sms : scope.sms;
   return static_cast<int>(std::clamp<int64_t>(nchunks, 1, limit));
 }
 
@@ -220,12 +220,12 @@ inline ExchangePlan plan_exchange_layout(OpKind op, int world, int64_t block_row
   return p;
 }
 
-inline ExchangePlan plan_exchange(const Context& ctx, const OpSignature& sig, int64_t block_rows, int64_t cols,
+inline ExchangePlan plan_exchange(const PlanScope& scope, const OpSignature& sig, int64_t block_rows, int64_t cols,
                                   DType dtype, const Config& config) {
-  ExchangePlan p = plan_exchange_layout(sig.op, ctx.world_size(), block_rows, cols, dtype);
+  ExchangePlan p = plan_exchange_layout(sig.op, scope.world, block_rows, cols, dtype);
   p.sig = sig;
-  p.blocks = p.ll ? ll_blocks(p.ll_words, config.comm_sms > 0 ? config.comm_sms : sm_count(ctx))
-                  : launch_blocks(ctx, config, p.chunks.nchunks);
+  p.blocks = p.ll ? ll_blocks(p.ll_words, config.comm_sms > 0 ? config.comm_sms : scope.sms)
+                  : launch_blocks(scope, config, p.chunks.nchunks);
   return p;
 }
 

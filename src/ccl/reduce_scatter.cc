@@ -10,24 +10,23 @@ namespace {
 constexpr const char* kOp = "reduce_scatter";
 constexpr const char* kPreamble = "reduce_scatter_preamble";
 
-detail::ExchangePlan make_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config,
+detail::ExchangePlan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, const Config& config,
                                ReduceOp rop) {
-  const int world = ctx.world_size();
+  const int world = s.world;
   config.validate(world);
-  detail::check_view(kOp, "input", in);
-  detail::check_view(kOp, "output", out);
+  detail::check_view(kOp, "input", in, s.shapes_only);
+  detail::check_view(kOp, "output", out, s.shapes_only);
   IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
   IRIS_CHECK_ARG(in.rows == world * out.rows && in.cols == out.cols, kOp, ": output is ", out.rows, "x", out.cols,
                  " on each of ", world, " ranks, so the input must be ", world * out.rows, "x", out.cols, ", got ",
                  in.rows, "x", in.cols, ".");
   IRIS_CHECK_ARG(static_cast<int>(rop) <= static_cast<int>(ReduceOp::kMin), kOp, ": unknown reduce op.");
-  const bool in_place =
-      out.numel() > 0 && detail::same_view(out, detail::row_block(in, ctx.rank() * out.rows, out.rows));
-  IRIS_CHECK_ARG(in_place || !detail::overlaps(in, out), kOp,
-                 ": output overlaps the input without being the input's rows of this rank (", ctx.rank() * out.rows,
-                 " to ", (ctx.rank() + 1) * out.rows, "); pass separate buffers, or exactly those rows for in-place.");
-  return detail::plan_exchange(ctx, detail::collective_signature(OpKind::kReduceScatter, in, world, config, -1, rop),
+  const bool in_place = out.numel() > 0 && detail::same_view(out, detail::row_block(in, s.rank * out.rows, out.rows));
+  IRIS_CHECK_ARG(s.shapes_only || in_place || !detail::overlaps(in, out), kOp,
+                 ": output overlaps the input without being the input's rows of this rank (", s.rank * out.rows, " to ",
+                 (s.rank + 1) * out.rows, "); pass separate buffers, or exactly those rows for in-place.");
+  return detail::plan_exchange(s, detail::collective_signature(OpKind::kReduceScatter, in, world, config, -1, rop),
                                out.rows, out.cols, in.dtype, config);
 }
 
@@ -35,12 +34,17 @@ detail::ExchangePlan make_plan(const Context& ctx, const Tensor& out, const Tens
 
 void reduce_scatter_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                              ReduceOp op) {
-  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(ctx, out, in, config, op); });
+  detail::prepare_everywhere(ctx, ws, [&] { return make_plan(detail::PlanScope::of(ctx), out, in, config, op); });
+}
+
+WorkspaceNeeds reduce_scatter_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size,
+                                    ReduceOp op) {
+  return make_plan(detail::PlanScope::sizing("reduce_scatter_needs", world_size), out, in, config, op).needs;
 }
 
 void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                     cudaStream_t stream, ReduceOp op) {
-  const detail::ExchangePlan p = make_plan(ctx, out, in, config, op);
+  const detail::ExchangePlan p = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
   detail::require_op(kOp, kPreamble, ws, OpKind::kReduceScatter);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (out.numel() == 0) return;

@@ -5,6 +5,7 @@
 
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "runtime/heap_allocator.hpp"
 
 namespace iris::ccl {
 
@@ -22,6 +23,16 @@ const char* op_name(OpKind op) {
     case OpKind::kMatmulAllGather: return "matmul_all_gather";
   }
   return "unknown";
+}
+
+size_t heap_bytes(const WorkspaceNeeds& needs) {
+  // As prepare allocates them: one heap block per array that is needed, in whole 256-byte units.
+  auto block = [](size_t bytes) {
+    constexpr size_t unit = HeapAllocator::kMinAlignment;
+    return bytes == 0 ? 0 : (bytes + unit - 1) / unit * unit;
+  };
+  return block(needs.locks * sizeof(uint32_t)) + block(needs.flags * sizeof(uint64_t)) +
+         block(needs.block_state * sizeof(uint64_t)) + block(needs.staging_bytes);
 }
 
 int64_t tile_count(int64_t rows, int64_t cols, int block_m, int block_n) {

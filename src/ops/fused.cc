@@ -145,6 +145,55 @@ void size_tiles(FusedPlan& p, int64_t rows, int64_t cols) {
 // The GEMM's N: B's columns (K x N) or rows (N x K).
 int64_t gemm_n(const MatmulOperands& mm) { return mm.b_is_nk ? mm.b.rows : mm.b.cols; }
 
+Tensor rows_of(const Tensor& t, int64_t row0, int64_t rows) {
+  return Tensor::matrix(static_cast<char*>(t.data) + row0 * t.stride * static_cast<int64_t>(t.element_size()), t.dtype,
+                        rows, t.cols, t.stride);
+}
+
+// ---- below the fusion threshold: the GEMM, then the iris::ccl collective (FusedPlan::unfused) --------
+
+// The collective's output and input: all_reduce in place on C; reduce_scatter of the M x N product (P,
+// at the start of the staging) into C; all_gather of A into the gather buffer (the staging), or of this
+// rank's rows of C into C (in place).
+struct CollectiveViews {
+  Tensor out, in;
+};
+CollectiveViews collective_views(OpKind op, const MatmulOperands& mm, void* staging, int rank, int world) {
+  switch (op) {
+    case OpKind::kMatmulAllReduce:
+      return {mm.c, mm.c};
+    case OpKind::kMatmulReduceScatter:
+      return {mm.c, Tensor::matrix(staging, mm.c.dtype, mm.a.rows, mm.c.cols, mm.c.cols)};
+    case OpKind::kAllGatherMatmul:
+      return {Tensor::matrix(staging, mm.a.dtype, world * mm.a.rows, mm.a.cols, mm.a.cols), mm.a};
+    case OpKind::kMatmulAllGather:
+      return {mm.c, rows_of(mm.c, rank * mm.a.rows, mm.a.rows)};
+    default:
+      IRIS_ASSERT(false, "not a fused op");
+      return {};
+  }
+}
+
+// The unfused path's collective (run_unfused) sized ahead, as iris::ccl's auto plans it for a fresh
+// workspace; the views' addresses do not matter (the staging is not allocated yet).
+ccl::WorkspaceNeeds collective_needs(OpKind op, const MatmulOperands& mm, int world) {
+  const CollectiveViews v = collective_views(op, mm, nullptr, 0, world);
+  const ccl::Config auto_config;
+  switch (op) {
+    case OpKind::kMatmulAllReduce:
+      return ccl::all_reduce_needs(v.out, v.in, auto_config, world);
+    case OpKind::kMatmulReduceScatter:
+      return ccl::reduce_scatter_needs(v.out, v.in, auto_config, world);
+    default:  // the gathering ops
+      return ccl::all_gather_needs(v.out, v.in, auto_config, world);
+  }
+}
+
+// Every plan's last step: an unfused call also holds its collective's workspace.
+void finish_plan(FusedPlan& p, const MatmulOperands& mm, int world_size) {
+  if (p.unfused) p.collective = collective_needs(p.sig.op, mm, world_size);
+}
+
 }  // namespace
 
 int default_comm_sms(int device_sms) { return std::max(1, device_sms / 8); }
@@ -225,6 +274,7 @@ FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& co
     default:
       IRIS_ASSERT(false, "FusedConfig::validate admits only the fused variants");
   }
+  finish_plan(p, mm, world_size);
   return p;
 }
 
@@ -249,6 +299,7 @@ FusedPlan plan_matmul_reduce_scatter(const MatmulOperands& mm, const FusedConfig
   p.needs.flags = 2 * static_cast<size_t>(world_size);
   p.needs.staging_bytes = align256(static_cast<size_t>(m * n) * mm.c.element_size()) +
                           static_cast<size_t>(world_size) * align256(static_cast<size_t>(rows * n) * mm.c.element_size());
+  finish_plan(p, mm, world_size);
   return p;
 }
 
@@ -268,6 +319,7 @@ FusedPlan plan_all_gather_matmul(const MatmulOperands& mm, const FusedConfig& co
   // Ready and data by source; W slots of M_rank x K back to back (A gathered).
   p.needs.flags = 2 * static_cast<size_t>(world_size);
   p.needs.staging_bytes = align256(static_cast<size_t>(m * k) * mm.a.element_size());
+  finish_plan(p, mm, world_size);
   return p;
 }
 
@@ -287,8 +339,11 @@ FusedPlan plan_matmul_all_gather(const MatmulOperands& mm, const FusedConfig& co
   // Ready by source, data by (source, band); W slots of M_rank x N.
   p.needs.flags = static_cast<size_t>(world_size) * (1 + kAllGatherBands);
   p.needs.staging_bytes = static_cast<size_t>(world_size) * align256(static_cast<size_t>(m_rank * n) * mm.c.element_size());
+  finish_plan(p, mm, world_size);
   return p;
 }
+
+size_t heap_bytes(const FusedPlan& plan) { return ccl::heap_bytes(plan.needs) + ccl::heap_bytes(plan.collective); }
 
 void check_fused_workspace(const FusedPlan& plan, const FusedWorkspace& ws) {
   const char* name = ccl::op_name(plan.sig.op);
@@ -330,11 +385,6 @@ void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedCo
 // GEMMs run on the caller's stream with gemm_sms SMs, communication (copies to peers, flag waits) on the
 // side stream with comm_sms blocks, so the transfer of one band of output rows overlaps the GEMM of the
 // next. Events order the two streams; flags (fused_kernels.hpp) order the ranks.
-
-Tensor rows_of(const Tensor& t, int64_t row0, int64_t rows) {
-  return Tensor::matrix(static_cast<char*>(t.data) + row0 * t.stride * static_cast<int64_t>(t.element_size()), t.dtype,
-                        rows, t.cols, t.stride);
-}
 
 // The GEMM core's arguments for c = a @ mm.b (+ bias) on `sms` SMs (0: all); a is some rows of A or of a
 // gathered A.
@@ -728,29 +778,7 @@ void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPl
   pl.join();
 }
 
-// ---- below the fusion threshold: the GEMM, then the iris::ccl collective (FusedPlan::unfused) --------
-
-// The collective's output and input: all_reduce in place on C; reduce_scatter of the M x N product (P,
-// at the start of the staging) into C; all_gather of A into the gather buffer (the staging), or of this
-// rank's rows of C into C (in place).
-struct CollectiveViews {
-  Tensor out, in;
-};
-CollectiveViews collective_views(const FusedPlan& p, const MatmulOperands& mm, void* staging, int rank, int world) {
-  switch (p.sig.op) {
-    case OpKind::kMatmulAllReduce:
-      return {mm.c, mm.c};
-    case OpKind::kMatmulReduceScatter:
-      return {mm.c, Tensor::matrix(staging, mm.c.dtype, mm.a.rows, mm.c.cols, mm.c.cols)};
-    case OpKind::kAllGatherMatmul:
-      return {Tensor::matrix(staging, mm.a.dtype, world * mm.a.rows, mm.a.cols, mm.a.cols), mm.a};
-    case OpKind::kMatmulAllGather:
-      return {mm.c, rows_of(mm.c, rank * mm.a.rows, mm.a.rows)};
-    default:
-      IRIS_ASSERT(false, "not a fused op");
-      return {};
-  }
-}
+// ---- below the fusion threshold (FusedPlan::unfused; the views and sizing are with the plans) --------
 
 // The unfused path's GEMM: the GEMM core's own tile and split of K, every SM. Bias: on rank 0's
 // partial product for the reducing ops (added once), on every rank's GEMM for the gathering ones.
@@ -778,7 +806,7 @@ GemmArguments unfused_gemm_split_k(const FusedPlan& p, const MatmulOperands& mm,
 // fused preamble has just agreed on the operands, so the collective's parameters and capacities are the
 // same everywhere), and every rank frees it, once no call may still use it, and prepares it afresh.
 void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& mm, FusedWorkspace& ws) {
-  const CollectiveViews v = collective_views(p, mm, ws.staging(), ctx.rank(), ctx.world_size());
+  const CollectiveViews v = collective_views(p.sig.op, mm, ws.staging(), ctx.rank(), ctx.world_size());
   auto prepare = [&] {
     const ccl::Config auto_config;
     if (p.sig.op == OpKind::kMatmulAllReduce)
@@ -809,7 +837,7 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
 // gathers first).
 void run_unfused(Context& ctx, const MatmulOperands& mm, const FusedPlan& p, FusedWorkspace& ws, cudaStream_t stream) {
   const int me = ctx.rank();
-  const CollectiveViews v = collective_views(p, mm, ws.staging(), me, ctx.world_size());
+  const CollectiveViews v = collective_views(p.sig.op, mm, ws.staging(), me, ctx.world_size());
   const GemmArguments g = unfused_gemm_split_k(p, mm, v, me);
   const ccl::Config auto_config;
   switch (p.sig.op) {

@@ -67,4 +67,22 @@ void broadcast_preamble(Context& ctx, const Tensor& out, const Tensor& in, int r
 void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config, Workspace& ws,
                cudaStream_t stream = nullptr);
 
+// ---- sizing ahead: a call's workspace from its arguments alone (no GPU, no Context) ----
+// What the preamble of this call on `world_size` ranks allocates into a fresh workspace (the variant auto
+// picks, the arrays it needs), after the call's own checks of the config and the views, with the same
+// exceptions. Only shapes and types count: the views' data may be null. With heap_bytes (workspace.hpp)
+// this sizes the heap (ContextOptions::heap_size, IRIS_HEAP_SIZE) before the Context exists:
+//
+//   auto t = iris::Tensor::vector(nullptr, iris::DType::kBFloat16, 4 << 20);
+//   size_t ws_bytes = iris::ccl::heap_bytes(iris::ccl::all_reduce_needs(t, t, cfg, world_size));
+//
+// A workspace kept across calls holds the largest array each of them needed (see workspace.hpp).
+WorkspaceNeeds all_reduce_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size,
+                                ReduceOp op = ReduceOp::kSum);
+WorkspaceNeeds all_gather_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size);
+WorkspaceNeeds reduce_scatter_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size,
+                                    ReduceOp op = ReduceOp::kSum);
+WorkspaceNeeds all_to_all_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size);
+WorkspaceNeeds broadcast_needs(const Tensor& out, const Tensor& in, int root, const Config& config, int world_size);
+
 }  // namespace iris::ccl

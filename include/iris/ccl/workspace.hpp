@@ -75,6 +75,10 @@ struct WorkspaceNeeds {
   size_t block_state = 0;
 };
 
+// Heap bytes a fresh workspace takes for `needs`: each array the preamble allocates (locks of 4 bytes,
+// flags and block state of 8, the staging), rounded up to the heap's 256-byte blocks.
+size_t heap_bytes(const WorkspaceNeeds& needs);
+
 // The parameters a workspace is prepared for, and compared across ranks.
 struct OpSignature {
   OpKind op = OpKind::kNone;

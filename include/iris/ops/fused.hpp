@@ -110,7 +110,8 @@ GemmTile select_fused_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk = false
 // prepares when its plan is unfused (re-allocating it, collectively, when a call's collective needs more
 // than an earlier call's left: iris::ccl's auto may pick another variant for another size). Its staging
 // is on the heap too: about the size of the collective's tensor, twice for all_gather (see
-// iris/ccl/collectives.hpp), so size the heap for it where calls run unfused.
+// iris/ccl/collectives.hpp), so size the heap for it where calls run unfused (heap_bytes(plan) below
+// counts it).
 // The unfused path's GEMM, and with one rank every op's GEMM, also gets device memory of this rank's own
 // (cudaMalloc, not the heap) for the GEMM core's split-K partials (GemmArguments::split_k), sized by the
 // preamble.
@@ -187,7 +188,9 @@ struct MatmulOperands {
 
 // What one call needs: the workspace signature (compared across ranks by the preamble), the arrays,
 // and the launch split. Computed from the arguments alone (no GPU, no communication), so every rank
-// computes the same plan, and tests and users can size workspaces ahead.
+// computes the same plan, and tests and users can size workspaces and the heap ahead (heap_bytes below;
+// the plans read the views' shapes, types and alignment, and that C overlaps neither input, never their
+// memory, so stand-in addresses do).
 struct FusedPlan {
   ccl::OpSignature sig;
   ccl::WorkspaceNeeds needs;
@@ -204,7 +207,15 @@ struct FusedPlan {
   // path) and its automatic split of K (select_split_k), in FusedWorkspace::gemm_workspace(). Never with
   // one rank (every op is then its GEMM).
   bool unfused = false;
+  // Unfused: what the iris::ccl collective's workspace (FusedWorkspace::collective()) needs for this call
+  // when fresh (iris::ccl's *_needs for the collective above); empty otherwise.
+  ccl::WorkspaceNeeds collective;
 };
+
+// Heap bytes a fresh FusedWorkspace takes for this call (its preamble's allocations): the band pipeline's
+// arrays and, unfused, the collective's (ccl::heap_bytes of plan.needs and plan.collective). The GEMM's
+// split-K workspace is the rank's own device memory, not the heap.
+size_t heap_bytes(const FusedPlan& plan);
 
 // The plans. Validate the config and the operands (throwing InvalidArgument naming the op) and size
 // the workspace. device_sms is the device's multiprocessor count (132 on H100/H200 SXM).
