@@ -399,32 +399,51 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
   ctx.barrier();
 }
 
-// Headroom over the largest fused row's exact need (its buffers plus the workspace its plan asks for).
-constexpr size_t kFusedHeapHeadroom = 64 * kMiB;
+// Headroom over the largest row's exact need (its buffers plus the workspace its plan asks for).
+constexpr size_t kHeapHeadroom = 64 * kMiB;
+
+// The heap bytes of the largest collective row: its input and output, and the workspace the preamble of
+// its largest variant allocates (iris::ccl's *_needs; every row frees all it allocated).
+size_t collective_heap_bytes(const Options& o, int world) {
+  size_t most = 0;
+  for (iris::DType t : o.dtypes) {
+    for (Op op : o.ops) {
+      for (size_t bytes : o.sizes) {
+        const Problem p = make_problem(op, t, bytes, world, o.root);
+        if (p.count == 0) continue;
+        // HeapBuffer takes whole 256-byte blocks, one at least.
+        auto block = [](size_t n) { return std::max<size_t>(256, (n + 255) / 256 * 256); };
+        const size_t buffers = block(p.in_bytes()) + block(p.out_bytes());
+        const iris::Tensor tin = input_tensor(p, nullptr), tout = output_tensor(p, nullptr);
+        const std::vector<iris::ccl::AllReduceVariant> variants =
+            op == Op::kAllReduce ? o.variants
+                                 : std::vector<iris::ccl::AllReduceVariant>{iris::ccl::AllReduceVariant::kAuto};
+        for (iris::ccl::AllReduceVariant v : variants) {
+          iris::ccl::Config cfg;
+          cfg.all_reduce_variant = v;
+          try {
+            most = std::max(most, buffers + iris::ccl::heap_bytes(iris_needs(p, tout, tin, cfg)));
+          } catch (const std::exception&) {
+            // Rejected arguments: the row reports the preamble's message when it runs.
+          }
+        }
+      }
+    }
+  }
+  return most;
+}
 
 // The heap per rank, and how it was chosen (for the preamble and the JSON).
 size_t heap_size_for(const Options& o, int world, int device_sms, std::string* why) {
   size_t bytes = 0;
   std::vector<std::string> parts;
   if (o.collectives) {
-    size_t footprint = 0;
-    for (iris::DType t : o.dtypes) {
-      for (Op op : o.ops) {
-        Problem p = make_problem(op, t, o.max_bytes, world, o.root);
-        footprint = std::max(footprint, p.in_bytes() + p.out_bytes());
-      }
-    }
-    // Input + output + workspace staging, generously: one_shot keeps a slot per rank and parity in LL
-    // words of 4 data bytes in 8 (4 W x the tensor), which (4 + 2 W) x max bytes did not hold at 64 MiB
-    // on 8 ranks.
-    const size_t w = static_cast<size_t>(std::max(world, 1));
-    bytes = std::max((4 + 4 * w) * o.max_bytes, 3 * footprint) + 256 * kMiB;
-    parts.push_back("collectives: (4 + 4 x ranks) x max bytes + 256 MiB or more");
+    bytes = collective_heap_bytes(o, world) + kHeapHeadroom;
+    parts.push_back("collectives: the largest row's buffers + iris::ccl::*_needs workspace + 64 MiB");
   }
   if (o.fused) {
-    // Exact, since the plans say what each op's workspace takes; every row frees all it allocated.
-    bytes = std::max(bytes, fused_heap_bytes(o, world, device_sms) + kFusedHeapHeadroom);
-    parts.push_back("fused: the largest row's buffers + iris::ops::plan_* workspace + 64 MiB");
+    bytes = std::max(bytes, fused_heap_bytes(o, world, device_sms) + kHeapHeadroom);
+    parts.push_back("fused: the largest row's buffers + iris::ops::heap_bytes(plan) + 64 MiB");
   }
   why->clear();
   for (const std::string& p : parts) *why += (why->empty() ? "" : "; ") + p;

@@ -66,4 +66,21 @@ void iris_call(iris::Context& ctx, const Problem& p, const iris::Tensor& out, co
   }
 }
 
+iris::ccl::WorkspaceNeeds iris_needs(const Problem& p, const iris::Tensor& out, const iris::Tensor& in,
+                                     const iris::ccl::Config& cfg) {
+  switch (p.op) {
+    case Op::kAllReduce:
+      return iris::ccl::all_reduce_needs(out, in, cfg, p.world);
+    case Op::kAllGather:
+      return iris::ccl::all_gather_needs(out, in, cfg, p.world);
+    case Op::kReduceScatter:
+      return iris::ccl::reduce_scatter_needs(out, in, cfg, p.world);
+    case Op::kAllToAll:
+      return iris::ccl::all_to_all_needs(out, in, cfg, p.world);
+    case Op::kBroadcast:
+      break;
+  }
+  return iris::ccl::broadcast_needs(out, in, p.root, cfg, p.world);
+}
+
 }  // namespace iris_bench

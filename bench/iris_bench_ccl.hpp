@@ -22,5 +22,8 @@ void iris_preamble(iris::Context& ctx, const Problem& p, const iris::Tensor& out
                    const iris::ccl::Config& cfg, iris::ccl::Workspace& ws);
 void iris_call(iris::Context& ctx, const Problem& p, const iris::Tensor& out, const iris::Tensor& in,
                const iris::ccl::Config& cfg, iris::ccl::Workspace& ws, cudaStream_t stream);
+// What the preamble allocates for it (iris::ccl's *_needs on p.world ranks; the views' data may be null).
+iris::ccl::WorkspaceNeeds iris_needs(const Problem& p, const iris::Tensor& out, const iris::Tensor& in,
+                                     const iris::ccl::Config& cfg);
 
 }  // namespace iris_bench

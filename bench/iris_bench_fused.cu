@@ -216,12 +216,6 @@ void fused_call(FusedOp op, iris::Context& ctx, const iris::ops::MatmulOperands&
   }
 }
 
-// Heap bytes of a workspace holding `needs` (Workspace::prepare allocates each array separately).
-size_t workspace_heap_bytes(const iris::ccl::WorkspaceNeeds& needs) {
-  return align256(needs.locks * sizeof(uint32_t)) + align256(needs.flags * sizeof(uint64_t)) +
-         align256(needs.block_state * sizeof(uint64_t)) + align256(needs.staging_bytes);
-}
-
 // ---- device helpers ---------------------------------------------------------------------------------
 
 constexpr int kThreads = 256;
@@ -311,6 +305,25 @@ Problem nccl_problem(Op op, size_t count, int world) {
   return p;
 }
 
+// The sequential path's collective (seq_call below): the op and the count it is called with.
+struct SeqCollective {
+  Op op;
+  size_t count;
+};
+SeqCollective seq_collective(FusedOp op, const Layout& l) {
+  switch (op) {
+    case FusedOp::kMatmulAllReduce:
+      return {Op::kAllReduce, static_cast<size_t>(l.c_elems())};
+    case FusedOp::kMatmulReduceScatter:
+      return {Op::kReduceScatter, static_cast<size_t>(l.scratch_elems)};
+    case FusedOp::kAllGatherMatmul:
+      return {Op::kAllGather, static_cast<size_t>(l.a_rows * l.a_cols)};
+    case FusedOp::kMatmulAllGather:
+      break;
+  }
+  return {Op::kAllGather, static_cast<size_t>(l.gemm_m * l.c_cols)};
+}
+
 }  // namespace
 
 size_t fused_heap_bytes(const Options& o, int world, int device_sms) {
@@ -322,11 +335,18 @@ size_t fused_heap_bytes(const Options& o, int world, int device_sms) {
       // A, B, C, the saved sequential result (C's size) and the sequential path's intermediate buffer.
       const size_t buffers = align256(l.a_bytes()) + align256(l.b_bytes()) + 2 * align256(l.c_bytes()) +
                              (l.scratch_elems > 0 ? align256(l.scratch_bytes()) : 0);
-      // Unfused, the op also holds its iris::ccl collective's workspace: staging of about the collective's
-      // tensor, twice for all_gather (iris/ccl/collectives.hpp). Twice the larger of the gathered A and the
-      // reduced product bounds it. Without NCCL the reference's collective holds the same, before the op.
-      const size_t collective = 2 * std::max(l.a_bytes(), l.c_bytes()) * static_cast<size_t>(world);
-      if (!o.nccl && o.check) most = std::max(most, buffers + align256(collective));
+      // Without NCCL the reference's iris::ccl collective holds its workspace, before the op.
+      if (!o.nccl && o.check) {
+        const SeqCollective sc = seq_collective(op, l);
+        const Problem p = nccl_problem(sc.op, sc.count, world);
+        try {
+          most = std::max(
+              most, buffers + iris::ccl::heap_bytes(iris_needs(p, output_tensor(p, nullptr), input_tensor(p, nullptr),
+                                                               iris::ccl::Config{})));
+        } catch (const std::exception&) {
+          // Rejected arguments: the row reports the reference's failure when it runs.
+        }
+      }
       // Stand-in addresses: the plans read the views' shapes, types and alignment (and that C overlaps
       // neither input), never the memory, so disjoint aligned addresses plan what the heap buffers will.
       char* base = reinterpret_cast<char*>(uintptr_t{1} << 40);
@@ -336,7 +356,7 @@ size_t fused_heap_bytes(const Options& o, int world, int device_sms) {
       for (const Variant& v : variants_for(op, o, l, device_sms)) {
         try {
           const iris::ops::FusedPlan plan = plan_for(op, mm, v.config, world, device_sms);
-          most = std::max(most, buffers + workspace_heap_bytes(plan.needs) + (plan.unfused ? align256(collective) : 0));
+          most = std::max(most, buffers + iris::ops::heap_bytes(plan));
         } catch (const std::exception&) {
           // Rejected arguments: the row reports the plan's message when it runs.
         }
@@ -504,25 +524,26 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
     else
       iris_collective(cop, count, in, out);
   };
+  const SeqCollective sc = seq_collective(op, l);
   switch (op) {
     case FusedOp::kMatmulAllReduce:
       gemm_call = [=, this] { gemm(pa, pb, pc, l.gemm_m, l.gemm_n, l.gemm_k, l.c_cols); };
       seq_call = [=, this] {
         gemm_call();
-        collective(Op::kAllReduce, l.c_elems(), pc, pc);
+        collective(sc.op, sc.count, pc, pc);
       };
       break;
     case FusedOp::kMatmulReduceScatter:
       gemm_call = [=, this] { gemm(pa, pb, ps, l.gemm_m, l.gemm_n, l.gemm_k, l.gemm_n); };
       seq_call = [=, this] {
         gemm_call();
-        collective(Op::kReduceScatter, static_cast<size_t>(l.scratch_elems), ps, pc);
+        collective(sc.op, sc.count, ps, pc);
       };
       break;
     case FusedOp::kAllGatherMatmul:
       gemm_call = [=, this] { gemm(ps, pb, pc, l.gemm_m, l.gemm_n, l.gemm_k, l.c_cols); };
       seq_call = [=, this] {
-        collective(Op::kAllGather, static_cast<size_t>(l.a_rows * l.a_cols), pa, ps);
+        collective(sc.op, sc.count, pa, ps);
         gemm_call();
       };
       break;
@@ -532,7 +553,7 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
       gemm_call = [=, this] { gemm(pa, pb, own, l.gemm_m, l.gemm_n, l.gemm_k, l.c_cols); };
       seq_call = [=, this] {
         gemm_call();
-        collective(Op::kAllGather, static_cast<size_t>(l.gemm_m * l.c_cols), own, pc);
+        collective(sc.op, sc.count, own, pc);
       };
       break;
     }
