@@ -64,6 +64,16 @@ TEST(CclCapacity, ExactMessages) {
                   "you intend to use."));
   EXPECT_NO_THROW(check_lock_capacity(64, 64));
   EXPECT_NO_THROW(check_flag_capacity(65, 64));
+  // All four are WorkspaceTooSmall (an InvalidArgument): callers can tell "run the preamble" apart from
+  // bad arguments.
+  EXPECT_THROW(check_lock_capacity(16, 64), WorkspaceTooSmall);
+  EXPECT_THROW(check_flag_capacity(16, 64), WorkspaceTooSmall);
+  EXPECT_EQ(test::error_text<WorkspaceTooSmall>([&] { check_staging_capacity(256, 512); }),
+            "Staging buffer too small: have 256 bytes but need 512. Pre-allocate workspace with the largest tensor you "
+            "intend to use.");
+  EXPECT_EQ(test::error_text<WorkspaceTooSmall>([&] { check_block_state_capacity(2, 4); }),
+            "Block state array too small: have 2 but need 4. Pre-allocate workspace with the largest comm_sms you "
+            "intend to use.");
 }
 
 TEST(CclConfig, DefaultsAreValidAndBadFieldsAreNamed) {

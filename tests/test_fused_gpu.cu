@@ -723,6 +723,40 @@ TEST_P(FusedGpu, PreambleAllocatesWhatHeapBytesSays) {
       options());
 }
 
+// The GEMM's split-K memory is sized by the preamble too: prepared for a shallow K (no split), a call
+// with K = 8192 (same M and N, so the heap arrays still fit) needs split-K partials the workspace lacks.
+// Every rank refuses it before any launch with WorkspaceTooSmall naming the op and its preamble; after
+// the preamble the call is right. (all_gather_matmul is left out: its staging holds the gathered A, so a
+// deeper K is refused by the staging check first.)
+TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        uint64_t seed = 1700;
+        for (const Flavor& flavor : {Flavor{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot},
+                                     Flavor{Op::kMatmulReduceScatter}, Flavor{Op::kMatmulAllGather}}) {
+          const OpFns f = fns(flavor.op);
+          SCOPED_TRACE(flavor_name(flavor));
+          const FusedConfig config = config_for(flavor, kGemmTileTiny);
+          Problem shallow(ctx, flavor, {{kDeepK.m, kDeepK.n, 64}, kBF16, kBF16, true, kGemmTileTiny});
+          Problem deep(ctx, flavor, {kDeepK, kBF16, kBF16, true, kGemmTileTiny});
+          FusedWorkspace ws;
+          f.preamble(ctx, shallow.operands(), config, ws);
+          const std::string why =
+              error_text<WorkspaceTooSmall>([&] { f.run(ctx, deep.operands(), config, ws, nullptr); });
+          const std::string head = std::string(f.name) + ": gemm: these arguments need ";
+          const std::string tail = std::string(" Call ") + f.name + "_preamble with these operands first.";
+          EXPECT_EQ(why.rfind(head, 0), 0u) << why;
+          EXPECT_TRUE(why.size() > tail.size() && why.compare(why.size() - tail.size(), tail.size(), tail) == 0) << why;
+          ctx.barrier();  // every rank refused
+          call_and_check(ctx, deep, config, ws, seed++, nullptr, "after the preamble");
+          release_workspace(ctx, ws);
+        }
+      },
+      options());
+}
+
 // ---- 2. workspace reuse ----------------------------------------------------------------------------
 
 // A workspace prepared with 128x128 blocks for a 512x512x64 product serves a smaller shape, with

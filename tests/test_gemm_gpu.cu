@@ -365,7 +365,7 @@ TEST(GemmGpuSplitK, WorkspaceRequiredAndResultsRepeatBitwise) {
   ASSERT_EQ(resolved_split_k(args), 4);
   const size_t need = workspace_size(args);
   EXPECT_GE(need, static_cast<size_t>(4 * m * n) * sizeof(float)) << "4 float32 partials of 128 x 1024";
-  EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, nullptr, nullptr); }),
+  EXPECT_EQ(error_text<WorkspaceTooSmall>([&] { gemm(args, nullptr, nullptr); }),
             "gemm: these arguments need " + std::to_string(need) +
                 " bytes of device workspace (workspace_size(args)) but workspace is null.");
   DeviceBuffer ws(need + 16);
@@ -376,7 +376,7 @@ TEST(GemmGpuSplitK, WorkspaceRequiredAndResultsRepeatBitwise) {
             "gemm: workspace " + where.str() + " is not 16-byte aligned (split_k keeps float32 partials there).");
   // The sized overload checks the capacity from its one plan, 16 bytes short and exactly enough.
   IRIS_CUDA_CHECK(cudaMemset(c.ptr, 0xFF, c.bytes));
-  EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, ws.ptr, need - 16, nullptr); }),
+  EXPECT_EQ(error_text<WorkspaceTooSmall>([&] { gemm(args, ws.ptr, need - 16, nullptr); }),
             "gemm: these arguments need " + std::to_string(need) +
                 " bytes of device workspace (workspace_size(args)) but the workspace holds " +
                 std::to_string(need - 16) + ".");
@@ -428,7 +428,7 @@ TEST(GemmGpuStreamK, WorkspaceOnlyWhenItRunsAndRequiredThen) {
   args.stream_k = true;
   const size_t need = workspace_size(args);
   EXPECT_GT(need, 0u) << "8 tiles, K = 8192: stream-K";
-  EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, nullptr, nullptr); }),
+  EXPECT_EQ(error_text<WorkspaceTooSmall>([&] { gemm(args, nullptr, nullptr); }),
             "gemm: these arguments need " + std::to_string(need) +
                 " bytes of device workspace (workspace_size(args)) but workspace is null.");
   for (GemmTile other : {GemmTile{}, kGemmTileLarge, kGemmTileSkinny, kGemmTileTiny}) {

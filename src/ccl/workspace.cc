@@ -43,8 +43,8 @@ int64_t tile_count(int64_t rows, int64_t cols, int block_m, int block_n) {
 
 namespace {
 [[noreturn]] void too_small(const char* what, size_t have, size_t need) {
-  throw InvalidArgument(detail::str_cat(what, " too small: have ", have, " but need ", need,
-                                        ". Pre-allocate workspace with the smallest block sizes you intend to use."));
+  throw WorkspaceTooSmall(detail::str_cat(what, " too small: have ", have, " but need ", need,
+                                          ". Pre-allocate workspace with the smallest block sizes you intend to use."));
 }
 }  // namespace
 
@@ -56,13 +56,13 @@ void check_flag_capacity(size_t have, size_t need) {
 }
 void check_staging_capacity(size_t have, size_t need) {
   if (have < need)
-    throw InvalidArgument(detail::str_cat("Staging buffer too small: have ", have, " bytes but need ", need,
-                                          ". Pre-allocate workspace with the largest tensor you intend to use."));
+    throw WorkspaceTooSmall(detail::str_cat("Staging buffer too small: have ", have, " bytes but need ", need,
+                                            ". Pre-allocate workspace with the largest tensor you intend to use."));
 }
 void check_block_state_capacity(size_t have, size_t need) {
   if (have < need)
-    throw InvalidArgument(detail::str_cat("Block state array too small: have ", have, " but need ", need,
-                                          ". Pre-allocate workspace with the largest comm_sms you intend to use."));
+    throw WorkspaceTooSmall(detail::str_cat("Block state array too small: have ", have, " but need ", need,
+                                            ". Pre-allocate workspace with the largest comm_sms you intend to use."));
 }
 
 std::string OpSignature::describe() const {

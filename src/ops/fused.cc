@@ -540,11 +540,11 @@ GemmArguments single_rank_gemm(const MatmulOperands& mm) {
 void run_gemm_in(OpKind op, const GemmArguments& g, FusedWorkspace& ws, cudaStream_t stream) {
   try {
     ops::gemm(g, ws.gemm_workspace(), ws.gemm_workspace_bytes(), stream);
+  } catch (const WorkspaceTooSmall& e) {
+    throw WorkspaceTooSmall(
+        str_cat(ccl::op_name(op), ": ", e.what(), " Call ", preamble_name(op), " with these operands first."));
   } catch (const InvalidArgument& e) {
-    const std::string why = e.what();
-    const bool capacity = why.rfind("gemm: these arguments need ", 0) == 0;
-    throw InvalidArgument(str_cat(ccl::op_name(op), ": ", why,
-                                  capacity ? str_cat(" Call ", preamble_name(op), " with these operands first.") : ""));
+    throw InvalidArgument(str_cat(ccl::op_name(op), ": ", e.what()));
   }
 }
 
@@ -824,7 +824,7 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
   }
   try {
     prepare();
-  } catch (const std::invalid_argument&) {
+  } catch (const WorkspaceTooSmall&) {
     IRIS_CUDA_CHECK(cudaDeviceSynchronize());
     ctx.barrier();  // no peer's call still reads or writes this rank's arrays
     ccl::ContextWorkspaceHost host(ctx);

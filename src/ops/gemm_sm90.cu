@@ -467,11 +467,13 @@ void run_gemm(const GemmArguments& args, void* workspace, const size_t* capacity
 #if defined(IRIS_HAVE_CUTLASS)
   if (args.c.numel() == 0) return;
   Launch l = plan_launch(args);
-  IRIS_CHECK_ARG(l.workspace == 0 || workspace != nullptr, "gemm: these arguments need ", l.workspace,
-                 " bytes of device workspace (workspace_size(args)) but workspace is null.");
-  IRIS_CHECK_ARG(capacity == nullptr || l.workspace <= *capacity, "gemm: these arguments need ", l.workspace,
-                 " bytes of device workspace (workspace_size(args)) but the workspace holds ",
-                 capacity == nullptr ? 0 : *capacity, ".");
+  if (l.workspace > 0 && workspace == nullptr)
+    throw WorkspaceTooSmall(str_cat("gemm: these arguments need ", l.workspace,
+                                    " bytes of device workspace (workspace_size(args)) but workspace is null."));
+  if (capacity != nullptr && l.workspace > *capacity)
+    throw WorkspaceTooSmall(str_cat("gemm: these arguments need ", l.workspace,
+                                    " bytes of device workspace (workspace_size(args)) but the workspace holds ",
+                                    *capacity, "."));
   if (l.p.splits == 1) {
     l.inst->run(l.p, workspace, stream);
     return;

@@ -9,7 +9,8 @@
 //
 // Preparing (a *preamble*) is collective: it compares the call's parameters across ranks (ranks that
 // disagree all raise together), allocates every array that is missing, keeps an array larger than
-// needed (no shrink churn), and rejects an array that is too small with std::invalid_argument:
+// needed (no shrink churn), and rejects an array that is too small with iris::WorkspaceTooSmall (a
+// std::invalid_argument, include/iris/core/error.hpp):
 //   Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend to use.
 // Every op checks capacity again right before launch, whether or not the preamble ran, so a
 // workspace prepared for large tiles can never be used to index past its arrays (the founding bug).

@@ -63,6 +63,14 @@ class InvalidArgument : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// A workspace holds less than a call needs: a collective's or fused op's heap arrays (the "Lock array
+// too small: ..." family), or the GEMM core's split-K memory. Running the op's preamble with the call's
+// arguments (or a fresh workspace) is the fix; every other InvalidArgument is about the arguments.
+class WorkspaceTooSmall : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 namespace detail {
 [[noreturn]] void throw_cuda_error(int code, const char* call, const char* file, int line);
 [[noreturn]] void throw_cu_error(int code, const char* call, const char* file, int line);

@@ -129,12 +129,13 @@ std::string can_implement(const GemmArguments& args);
 size_t workspace_size(const GemmArguments& args);
 
 // C = alpha * A @ B + bias, asynchronously on `stream`. `workspace` holds workspace_size(args) bytes
-// of device memory. Throws std::invalid_argument (iris::InvalidArgument) for bad arguments, and
-// iris::Error when this build has no GEMM core or CUTLASS refuses the problem.
+// of device memory. Throws std::invalid_argument (iris::InvalidArgument) for bad arguments
+// (iris::WorkspaceTooSmall when the call needs workspace and `workspace` is null), and iris::Error when
+// this build has no GEMM core or CUTLASS refuses the problem.
 void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream);
 // The same, with the capacity of `workspace` (workspace_bytes) checked against what these arguments
 // need right before launch, from the one plan the launch uses (so a caller that owns a workspace does
-// not plan twice through workspace_size). Throws std::invalid_argument, exactly:
+// not plan twice through workspace_size). Throws iris::WorkspaceTooSmall (a std::invalid_argument), exactly:
 //   gemm: these arguments need N bytes of device workspace (workspace_size(args)) but the workspace holds M.
 void gemm(const GemmArguments& args, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
