@@ -769,14 +769,16 @@ Tensor without_data(Tensor t) {
   return t;
 }
 
-// A fresh workspace prepared by `prepare` holds exactly `want`, and the heap grew by heap_bytes(want).
+// A fresh workspace prepared by `prepare` holds exactly `want`, and the heap grew by heap_bytes(want)
+// (and, with heap guards, their bytes after each array).
 void expect_preamble_allocates(Context& ctx, const ccl::WorkspaceNeeds& want,
                                const std::function<void(Workspace&)>& prepare, const std::string& what) {
   SCOPED_TRACE(what);
   Workspace ws;
   const size_t before = ctx.heap_bytes_in_use();
   prepare(ws);
-  EXPECT_EQ(ctx.heap_bytes_in_use() - before, ccl::heap_bytes(want));
+  const size_t arrays = (want.locks > 0) + (want.flags > 0) + (want.staging_bytes > 0) + (want.block_state > 0);
+  EXPECT_EQ(ctx.heap_bytes_in_use() - before, ccl::heap_bytes(want) + arrays * ctx.heap_guard_bytes());
   EXPECT_EQ(ws.lock_capacity(), want.locks);
   EXPECT_EQ(ws.flag_capacity(), want.flags);
   EXPECT_EQ(ws.staging_capacity(), want.staging_bytes);

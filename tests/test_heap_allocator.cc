@@ -3,6 +3,7 @@
 
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "iris/core/error.hpp"
@@ -12,6 +13,16 @@ namespace iris {
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
+
+template <typename Fn>
+std::string test_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no std::invalid_argument thrown)";
+}
 
 TEST(HeapAllocator, AlignmentIsAtLeast256AndHonoursLargerRequests) {
   HeapAllocator a(64 * kMiB);
@@ -71,6 +82,53 @@ TEST(HeapAllocator, ExhaustionMessageNamesRequestAndFreeSpace) {
                  "Symmetric heap exhausted: requested 1048576 bytes (alignment 256) but the largest free block is "
                  "524288 bytes (524288 of 1048576 bytes free). Free buffers or raise IRIS_HEAP_SIZE.");
   }
+}
+
+// Heap guards (Context's debug mode): every block holds guard_bytes more than the request's whole
+// 256-byte units, and its guard region runs from the end of the request to the end of the block.
+TEST(HeapAllocator, GuardBytesFollowEveryRequestAndRegionsRunToTheBlockEnd) {
+  HeapAllocator a(kMiB, 256);
+  EXPECT_EQ(a.guard_bytes(), 256u);
+  const size_t x = a.allocate(1000), y = a.allocate(4096), z = a.allocate(0);
+  EXPECT_EQ(a.block_size(x), 1024u + 256);
+  EXPECT_EQ(a.block_size(y), 4096u + 256) << "a request of whole units still gets its guard bytes";
+  EXPECT_EQ(a.block_size(z), 256u + 256);
+  EXPECT_EQ(y, x + 1280);
+  EXPECT_EQ(a.bytes_in_use(), 1280u + 4352 + 512);
+  const auto regions = a.guard_regions();
+  ASSERT_EQ(regions.size(), 3u);
+  auto expect_region = [](const HeapAllocator::GuardRegion& r, size_t object, size_t requested, size_t end,
+                          uint64_t serial) {
+    EXPECT_EQ(r.object, object);
+    EXPECT_EQ(r.requested, requested);
+    EXPECT_EQ(r.begin, object + requested);
+    EXPECT_EQ(r.end, end);
+    EXPECT_EQ(r.serial, serial);
+  };
+  expect_region(regions[0], x, 1000, x + 1280, 1);
+  expect_region(regions[1], y, 4096, y + 4352, 2);
+  expect_region(regions[2], z, 0, z + 512, 3);
+  a.release(y);
+  EXPECT_EQ(a.guard_regions().size(), 2u);
+  EXPECT_EQ(test_error([&] { a.guard_region(y); }),
+            "No live heap allocation starts at offset " + std::to_string(y) + ".");
+  const size_t w = a.allocate(4000);  // reuses y's block: a new serial
+  EXPECT_EQ(w, y);
+  expect_region(a.guard_region(w), w, 4000, w + 4352, 4);
+  // Without guard bytes: blocks as before, no regions.
+  HeapAllocator plain(kMiB);
+  EXPECT_EQ(plain.block_size(plain.allocate(1000)), 1024u);
+  EXPECT_TRUE(plain.guard_regions().empty());
+  EXPECT_EQ(test_error([&] { HeapAllocator bad(kMiB, 100); }), "Heap guard bytes must be a multiple of 256, got 100.");
+}
+
+TEST(HeapAllocator, ExhaustionMessageCountsTheGuardBytes) {
+  HeapAllocator a(2048, 256);
+  a.allocate(1024);  // 1280 bytes with its guard
+  EXPECT_EQ(test_error([&] { a.allocate(768); }),
+            "Symmetric heap exhausted: requested 768 bytes (alignment 256, plus 256 guard bytes) but the largest free "
+            "block is 768 bytes (768 of 2048 bytes free). Free buffers or raise IRIS_HEAP_SIZE.");
+  EXPECT_NO_THROW(a.allocate(512));
 }
 
 TEST(HeapAllocator, DoubleFreeAndInteriorPointerAreRejected) {

@@ -4,12 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "runtime/heap_guard.hpp"
+#include "support/error_text.hpp"
 #include "support/ranks.hpp"
 
 namespace iris {
@@ -202,11 +207,122 @@ TEST_P(HeapGpu, HeapSizeIsRoundedToGranularityAndMustAgree) {
   odd.heap_size = (size_t{64} << 20) + 1;
   test::run_ranks(GetParam(), [](Context& ctx) {
     EXPECT_EQ(ctx.heap_size(), size_t{66} << 20) << "64 MiB + 1 rounds up to the 2 MiB granularity";
-    void* p = ctx.alloc(size_t{66} << 20);  // the whole rounded heap is usable
+    void* p = ctx.alloc((size_t{66} << 20) - ctx.heap_guard_bytes());  // the whole rounded heap is usable
     EXPECT_THROW(ctx.alloc(1), std::invalid_argument);
     ctx.free(p);
     ctx.barrier();
   }, odd);
+}
+
+// ---- heap guards (ContextOptions::heap_guards, IRIS_HEAP_GUARDS=1) ------------------------------------
+
+ContextOptions guarded_heap() {
+  ContextOptions o = small_heap();
+  o.heap_guards = true;
+  return o;
+}
+
+__global__ void write_byte(uint8_t* p, uint8_t v) { *p = v; }
+
+// Rank `writer` writes `value` at `at` bytes from `obj` in rank `owner`'s heap (through translate).
+void write_at(Context& ctx, int writer, int owner, void* obj, size_t at, uint8_t value) {
+  if (ctx.rank() != writer) return;
+  write_byte<<<1, 1, 0, ctx.stream()>>>(static_cast<uint8_t*>(ctx.translate(obj, owner)) + at, value);
+  IRIS_CUDA_CHECK_LAUNCH();
+}
+
+std::string hex(unsigned v) {
+  char b[8];
+  std::snprintf(b, sizeof(b), "0x%02x", v & 0xffu);
+  return b;
+}
+
+// What one damaged guard reads like: `changed` of `span` guard bytes after the object at `object`
+// (`bytes` long, allocation #`serial`), the first `past` bytes past its end, where 0x00 was written.
+std::string damaged(size_t changed, size_t span, size_t object, size_t bytes, int serial, size_t past,
+                    bool freed = false) {
+  return std::to_string(changed) + " of " + std::to_string(span) + " guard bytes after the heap object at offset " +
+         std::to_string(object) + " (" + std::to_string(bytes) + " bytes, allocation #" + std::to_string(serial) +
+         (freed ? ", freed since" : "") + ") changed, the first " + std::to_string(past) +
+         " bytes past its end (0x00 instead of " + hex(detail::heap_guard_byte(object + bytes + past)) + ")";
+}
+
+const char* kGuardAdvice =
+    ". A kernel wrote past the end of a heap object (or before the start of the next) since the last check (heap "
+    "guards are checked at barrier() and free()); the guards are restored.";
+
+// A write one byte past a heap object, from a peer or from the owner, in the padding or past a block of
+// whole 256-byte units, into a live or a since-freed object: the next barrier raises HeapCorruption on
+// every rank with the rank, the object and the bytes, and the guards are restored. Writes inside the
+// objects raise nothing.
+TEST_P(HeapGpu, GuardsCatchAWritePastAHeapObjectOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int last = ctx.world_size() - 1;
+        ASSERT_EQ(ctx.heap_guard_bytes(), 256u);
+        ASSERT_EQ(ctx.allocation_count(), 0u) << "a fresh context: a, b and c are allocations #1, #2 and #3";
+        char* a = static_cast<char*>(ctx.alloc(1000));
+        char* b = static_cast<char*>(ctx.alloc(4096));
+        char* c = static_cast<char*>(ctx.alloc(64));
+        const size_t oa = ctx.offset_of(a), ob = ctx.offset_of(b), oc = ctx.offset_of(c);
+        const int sa = 1, sc = 3;
+        EXPECT_EQ(ob, oa + 1024 + 256) << "1000 bytes take 1024 and the guard 256 more";
+        EXPECT_EQ(oc, ob + 4096 + 256);
+        auto barrier_error = [&] { return test::error_text<HeapCorruption>([&] { ctx.barrier(); }); };
+
+        write_at(ctx, last, 0, a, 999, 1);  // the objects' own last bytes
+        write_at(ctx, last, 0, b, 4095, 1);
+        EXPECT_EQ(barrier_error(), "(no exception of the expected type thrown)");
+
+        // The last rank writes one byte past a in rank 0's heap.
+        write_at(ctx, last, 0, a, 1000, 0);
+        EXPECT_EQ(barrier_error(), "Heap guard damaged on rank 0: " + damaged(1, 280, oa, 1000, sa, 0) + kGuardAdvice);
+        EXPECT_EQ(barrier_error(), "(no exception of the expected type thrown)") << "restored after the report";
+
+        // Past a block of whole units (no padding to hide in): the guard's last byte, and a's guard too.
+        write_at(ctx, 0, 0, b, 4096 + 255, 0);
+        write_at(ctx, 0, 0, a, 1000 + 279, 0);
+        EXPECT_EQ(barrier_error(), "Heap guard damaged on rank 0: " + damaged(1, 280, oa, 1000, sa, 279) +
+                                       "; and 1 more damaged guard(s)" + kGuardAdvice);
+
+        // Every rank past c in its own heap, then c is freed before the check: reported at the next barrier.
+        write_at(ctx, ctx.rank(), ctx.rank(), c, 64, 0);
+        ctx.free(c);
+        std::string all;
+        for (int r = 0; r <= last; ++r)
+          all += (r == 0 ? "on rank " : "; on rank ") + std::to_string(r) + ": " + damaged(1, 448, oc, 64, sc, 0, true);
+        EXPECT_EQ(barrier_error(), "Heap guard damaged " + all + kGuardAdvice);
+        EXPECT_EQ(barrier_error(), "(no exception of the expected type thrown)");
+        ctx.free(b);
+        ctx.free(a);
+        ctx.barrier();
+      },
+      guarded_heap());
+}
+
+// The guards change every offset, so ranks must agree on them: every rank raises. Both ranks may use
+// one GPU here: the check runs before any heap exists.
+TEST(HeapGpuThreads, HeapGuardsOnOneRankOnlyRaiseOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(30));
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ContextOptions o = small_heap();
+      o.device = r % test::gpu_count();
+      o.heap_guards = r == 1;
+      errors[r] = test::error_text<std::invalid_argument>([&] { Context ctx(bootstraps[r], o); });
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0],
+            "Heap guards differ across ranks: rank 0 has them off but rank 1 has them on. Set the same "
+            "IRIS_HEAP_GUARDS (or heap_guards) on every rank.");
+  EXPECT_EQ(errors[1],
+            "Heap guards differ across ranks: rank 1 has them on but rank 0 has them off. Set the same "
+            "IRIS_HEAP_GUARDS (or heap_guards) on every rank.");
 }
 
 // Threads only: both ranks must be steered to different heap sizes inside one test process.

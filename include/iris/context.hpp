@@ -30,6 +30,9 @@ namespace iris {
 
 class SymmetricHeap;
 class HeapAllocator;
+namespace detail {
+class HeapGuards;
+}
 
 struct ContextOptions {
   // Bytes per rank's heap; 0 takes IRIS_HEAP_SIZE (bytes, or with a K/M/G suffix) or 1 GiB.
@@ -41,6 +44,12 @@ struct ContextOptions {
   std::chrono::milliseconds bootstrap_timeout{0};
   // Bound on every device-side spin; 0 takes IRIS_DEVICE_TIMEOUT (seconds) or 10 s.
   std::chrono::milliseconds device_timeout{0};
+  // Debug mode (also IRIS_HEAP_GUARDS=1): every heap allocation takes heap_guard_bytes() more, which
+  // with the padding after the request hold a pattern; barrier() checks every live allocation's guard
+  // and free() the freed one's, and a changed guard (a kernel wrote past the end of a heap object)
+  // raises HeapCorruption on every rank at the next barrier(), naming the rank, the object and the
+  // bytes; the guard is then restored. Must be the same on every rank.
+  bool heap_guards = false;
 };
 
 // Heap size from IRIS_HEAP_SIZE ("1073741824", "512M", "2G", "64K"), or 1 GiB when unset.
@@ -118,14 +127,21 @@ class Context {
 
   size_t heap_bytes_in_use() const;
   size_t heap_bytes_free() const;
+  // Heap bytes each allocation takes beyond its whole 256-byte units: 0, or 256 with heap guards.
+  size_t heap_guard_bytes() const;
   // Running hash of this rank's alloc/free sequence and its length.
   uint64_t allocation_hash() const;
   uint64_t allocation_count() const;
 
   // ---- synchronization -------------------------------------------------------------------------
   // Host barrier: synchronizes stream(), then waits for every rank; also compares the allocation
-  // sequence across ranks and throws InvalidArgument on every rank when they differ.
+  // sequence across ranks and throws InvalidArgument on every rank when they differ, and with heap
+  // guards checks them (check_heap_guards).
   void barrier();
+  // Collective, with heap guards (nothing without): synchronizes stream(), checks the guard of every
+  // live allocation (and reports those of objects freed since the last check), and throws
+  // HeapCorruption on every rank when any rank's guard changed; the guards are then restored.
+  void check_heap_guards();
   // Compares the allocation sequence across ranks without synchronizing the stream (collective).
   void check_heap_symmetry();
   // Throws TimeoutError if a kernel launched with device_context() recorded a timeout; the record
@@ -155,6 +171,9 @@ class Context {
   std::unique_ptr<HeapAllocator> allocator_;
   DeviceErrorRecord* error_record_ = nullptr;  // pinned, mapped host memory
   DeviceContext device_ctx_{};
+  std::string heap_guard_report();              // this rank's damaged guards (restored), and those found at free()
+  std::unique_ptr<detail::HeapGuards> guards_;  // heap guards on
+  std::vector<std::string> freed_damage_;       // found at free(), reported at the next check
   bool nvtx_on_ = false;        // IRIS_NVTX_HEAP=1
   void* nvtx_heap_ = nullptr;  // nvtxMemHeapHandle_t of this process's heap window (shared in threads mode)
 };

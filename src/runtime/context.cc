@@ -3,6 +3,7 @@
 #include <nvtx3/nvToolsExtMem.h>
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -13,12 +14,35 @@
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/log.hpp"
 #include "runtime/heap_allocator.hpp"
+#include "runtime/heap_guard.hpp"
 #include "runtime/symmetric_heap.hpp"
 
 namespace iris {
 namespace {
 
 constexpr size_t kDefaultHeapSize = size_t{1} << 30;
+
+// IRIS_HEAP_GUARDS: unset, empty or 0 off, 1 on.
+bool heap_guards_from_env() {
+  const char* env = std::getenv("IRIS_HEAP_GUARDS");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
+  IRIS_CHECK_ARG(std::strcmp(env, "1") == 0, "Invalid IRIS_HEAP_GUARDS='", env, "': expected 0 or 1.");
+  return true;
+}
+
+std::string hex_byte(unsigned v) {
+  char b[8];
+  std::snprintf(b, sizeof(b), "0x%02x", v & 0xffu);
+  return b;
+}
+
+// One damaged guard region, for HeapCorruption's message.
+std::string describe_damage(const HeapAllocator::GuardRegion& r, const detail::GuardDamage& d, bool freed) {
+  return detail::str_cat(d.changed, " of ", r.end - r.begin, " guard bytes after the heap object at offset ", r.object,
+                         " (", r.requested, " bytes, allocation #", r.serial, freed ? ", freed since" : "",
+                         ") changed, the first ", d.first - r.begin, " bytes past its end (", hex_byte(d.found),
+                         " instead of ", hex_byte(d.want), ")");
+}
 
 std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::milliseconds fallback) {
   const char* env = std::getenv(name);
@@ -177,7 +201,9 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   set_thread_rank(rank_, world_size_);
 
   size_t requested = 0;
+  bool guards = false;
   agree(*bootstrap_, "to set up its device", [&] {
+    guards = options.heap_guards || heap_guards_from_env();
     device_timeout_ = options.device_timeout.count() > 0
                           ? options.device_timeout
                           : seconds_from_env("IRIS_DEVICE_TIMEOUT", std::chrono::milliseconds(10000));
@@ -193,12 +219,19 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
     heap_size_ = (requested + granularity - 1) / granularity * granularity;
   });
 
-  // Every rank must use the same heap size: the window layout depends on it.
-  auto sizes = bootstrap_->allgather(pod_bytes(static_cast<uint64_t>(heap_size_)));
+  // Every rank must use the same heap size and guards: the window layout and the offsets depend on them.
+  struct Layout {
+    uint64_t heap_size, guards;
+  };
+  auto layouts = bootstrap_->allgather(pod_bytes(Layout{heap_size_, guards ? 1u : 0u}));
   for (int r = 0; r < world_size_; ++r) {
-    uint64_t s = pod_from<uint64_t>(sizes[r]);
-    IRIS_CHECK_ARG(s == heap_size_, "Heap sizes differ across ranks: rank ", rank_, " has ", heap_size_,
-                   " bytes but rank ", r, " has ", s, ". Set the same IRIS_HEAP_SIZE (or heap_size) on every rank.");
+    const Layout l = pod_from<Layout>(layouts[r]);
+    IRIS_CHECK_ARG(l.heap_size == heap_size_, "Heap sizes differ across ranks: rank ", rank_, " has ", heap_size_,
+                   " bytes but rank ", r, " has ", l.heap_size,
+                   ". Set the same IRIS_HEAP_SIZE (or heap_size) on every rank.");
+    IRIS_CHECK_ARG((l.guards != 0) == guards, "Heap guards differ across ranks: rank ", rank_, " has them ",
+                   guards ? "on" : "off", " but rank ", r, " has them ", l.guards ? "on" : "off",
+                   ". Set the same IRIS_HEAP_GUARDS (or heap_guards) on every rank.");
   }
 
   agree(*bootstrap_, "to create its stream and error record", [&] {
@@ -208,7 +241,8 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   });
 
   heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, device_, heap_size_);
-  allocator_ = std::make_unique<HeapAllocator>(heap_size_);
+  allocator_ = std::make_unique<HeapAllocator>(heap_size_, guards ? detail::kHeapGuardBytes : 0);
+  if (guards) guards_ = std::make_unique<detail::HeapGuards>();
 
   // IRIS_NVTX_HEAP=1: tell memory checkers about every heap object through the NVTX memory API, so a
   // write running past one object into the next would be reported. Off by default: compute-sanitizer
@@ -229,7 +263,7 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   device_ctx_.error = device_record;
   device_ctx_.timeout_ns = static_cast<uint64_t>(device_timeout_.count()) * 1000000ull;
   IRIS_LOG_INFO("context ready: device ", device_, ", heap ", heap_size_, " bytes, window ",
-                static_cast<void*>(heap_->base()));
+                static_cast<void*>(heap_->base()), guards_ != nullptr ? ", heap guards on" : "");
 }
 
 Context::~Context() {
@@ -238,6 +272,16 @@ Context::~Context() {
   if (std::uncaught_exceptions() > 0)
     bootstrap_->abort(detail::str_cat("rank ", rank_, " destroyed its context while unwinding an exception"));
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (guards_ != nullptr && std::uncaught_exceptions() == 0) {
+    // Last look (a destructor cannot raise): writes since the last barrier() would go unnoticed.
+    try {
+      const std::string report = heap_guard_report();
+      if (!report.empty()) IRIS_LOG_ERROR("heap guard damaged on rank ", rank_, " at context teardown: ", report);
+    } catch (const std::exception& e) {
+      IRIS_LOG_ERROR("heap guard check at context teardown failed: ", e.what());
+    }
+  }
+  guards_.reset();
   if (nvtx_on_) nvtx_window_release(heap_->base());
   heap_.reset();  // collective
   allocator_.reset();
@@ -282,6 +326,7 @@ void* Context::translate_bytes(void* ptr, int to) const {
 void* Context::alloc(size_t bytes, size_t alignment) {
   size_t offset = allocator_->allocate(bytes, alignment);
   char* ptr = heap_->slot(rank_) + offset;
+  if (guards_ != nullptr) guards_->fill(heap_->slot(rank_), {allocator_->guard_region(offset)}, stream_);
   if (nvtx_heap_ == nullptr) return ptr;
   for (int slot : heap_->registered_slots()) {
     nvtxMemVirtualRangeDesc_t region{};
@@ -303,6 +348,14 @@ void* Context::alloc(size_t bytes, size_t alignment) {
 void Context::free(void* ptr) {
   if (ptr == nullptr) return;
   size_t offset = offset_of(ptr);
+  if (guards_ != nullptr && allocator_->block_size(offset) > 0) {
+    // The freed object's guard is checked now (its block may be reused before the next barrier), and
+    // any damage reported collectively at the next check.
+    IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const HeapAllocator::GuardRegion r = allocator_->guard_region(offset);
+    const detail::GuardDamage d = guards_->inspect(heap_->slot(rank_), r, stream_);
+    if (d.changed > 0) freed_damage_.push_back(describe_damage(r, d, /*freed=*/true));
+  }
   allocator_->release(offset);
   if (nvtx_heap_ == nullptr) return;
   for (int slot : heap_->registered_slots()) {
@@ -327,6 +380,41 @@ bool Context::is_symmetric(const void* ptr) const {
 }
 
 size_t Context::heap_bytes_in_use() const { return allocator_->bytes_in_use(); }
+size_t Context::heap_guard_bytes() const { return allocator_->guard_bytes(); }
+
+std::string Context::heap_guard_report() {
+  std::string report;
+  auto add = [&report](const std::string& s) { report += (report.empty() ? "" : "; ") + s; };
+  const std::vector<HeapAllocator::GuardRegion> regions = allocator_->guard_regions();
+  char* heap = heap_->slot(rank_);
+  const detail::GuardCheck c = guards_->check(heap, regions, stream_);
+  if (c.first != SIZE_MAX) {
+    for (const HeapAllocator::GuardRegion& r : regions) {
+      if (c.first < r.begin || c.first >= r.end) continue;
+      add(describe_damage(r, guards_->inspect(heap, r, stream_), /*freed=*/false));
+      break;
+    }
+    if (c.damaged_regions > 1) add(detail::str_cat("and ", c.damaged_regions - 1, " more damaged guard(s)"));
+    guards_->fill(heap, regions, stream_);  // restored: the next check reports only new damage
+  }
+  for (const std::string& s : freed_damage_) add(s);
+  freed_damage_.clear();
+  return report;
+}
+
+void Context::check_heap_guards() {
+  if (guards_ == nullptr) return;
+  IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const auto all = bootstrap_->allgather(heap_guard_report());
+  std::string damage;
+  for (int r = 0; r < world_size_; ++r)
+    if (!all[r].empty()) damage += detail::str_cat(damage.empty() ? "" : "; ", "on rank ", r, ": ", all[r]);
+  if (!damage.empty())
+    throw HeapCorruption(
+        "Heap guard damaged " + damage +
+        ". A kernel wrote past the end of a heap object (or before the start of the next) since the last check "
+        "(heap guards are checked at barrier() and free()); the guards are restored.");
+}
 size_t Context::heap_bytes_free() const { return allocator_->bytes_free(); }
 uint64_t Context::allocation_hash() const { return allocator_->sequence_hash(); }
 uint64_t Context::allocation_count() const { return allocator_->sequence_length(); }
@@ -352,6 +440,7 @@ void Context::check_heap_symmetry() {
 
 void Context::barrier() {
   IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_heap_guards();
   check_heap_symmetry();
   check_device_error();
 }

@@ -1,6 +1,7 @@
 #include "runtime/heap_allocator.hpp"
 
 #include <iterator>
+#include <string>
 
 #include "iris/core/error.hpp"
 
@@ -21,7 +22,10 @@ size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
 
 }  // namespace
 
-HeapAllocator::HeapAllocator(size_t capacity) : capacity_(capacity), hash_(mix(capacity)) {
+HeapAllocator::HeapAllocator(size_t capacity, size_t guard_bytes)
+    : capacity_(capacity), guard_bytes_(guard_bytes), hash_(mix(capacity)) {
+  IRIS_CHECK_ARG(guard_bytes % kMinAlignment == 0, "Heap guard bytes must be a multiple of ", kMinAlignment, ", got ",
+                 guard_bytes, ".");
   if (capacity_ > 0) free_.emplace(0, capacity_);
 }
 
@@ -36,7 +40,10 @@ size_t HeapAllocator::allocate(size_t bytes, size_t alignment) {
   if (alignment < kMinAlignment) alignment = kMinAlignment;
   // Blocks are whole multiples of the minimum alignment so every free block starts aligned.
   size_t size = align_up(bytes == 0 ? 1 : bytes, kMinAlignment);
-  if (size < bytes) size = SIZE_MAX;  // overflow: cannot fit
+  if (size < bytes || size > SIZE_MAX - guard_bytes_)
+    size = SIZE_MAX;  // overflow: cannot fit
+  else
+    size += guard_bytes_;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     size_t start = align_up(it->first, alignment);
     size_t pad = start - it->first;
@@ -46,23 +53,24 @@ size_t HeapAllocator::allocate(size_t bytes, size_t alignment) {
     if (pad > 0) free_.emplace(block_off, pad);
     size_t tail = block_size - pad - size;
     if (tail > 0) free_.emplace(start + size, tail);
-    live_.emplace(start, size);
+    live_.emplace(start, Live{size, bytes, ++serial_});
     in_use_ += size;
     record(kOpAlloc, bytes, alignment, start);
     return start;
   }
   record(kOpFailed, bytes, alignment, 0);
-  throw InvalidArgument(detail::str_cat("Symmetric heap exhausted: requested ", bytes, " bytes (alignment ", alignment,
-                                        ") but the largest free block is ", largest_free_block(), " bytes (",
-                                        bytes_free(), " of ", capacity_,
-                                        " bytes free). Free buffers or raise IRIS_HEAP_SIZE."));
+  throw InvalidArgument(
+      detail::str_cat("Symmetric heap exhausted: requested ", bytes, " bytes (alignment ", alignment,
+                      guard_bytes_ > 0 ? detail::str_cat(", plus ", guard_bytes_, " guard bytes") : std::string(),
+                      ") but the largest free block is ", largest_free_block(), " bytes (", bytes_free(), " of ",
+                      capacity_, " bytes free). Free buffers or raise IRIS_HEAP_SIZE."));
 }
 
 void HeapAllocator::release(size_t offset) {
   auto it = live_.find(offset);
   IRIS_CHECK_ARG(it != live_.end(), "Heap free of offset ", offset,
                  " which does not start a live allocation (double free, or a pointer into the middle of one).");
-  size_t start = it->first, size = it->second;
+  size_t start = it->first, size = it->second.size;
   live_.erase(it);
   in_use_ -= size;
   record(kOpFree, start, size, 0);
@@ -86,12 +94,28 @@ bool HeapAllocator::contains(size_t offset) const {
   auto it = live_.upper_bound(offset);
   if (it == live_.begin()) return false;
   --it;
-  return offset < it->first + it->second;
+  return offset < it->first + it->second.size;
 }
 
 size_t HeapAllocator::block_size(size_t offset) const {
   auto it = live_.find(offset);
-  return it == live_.end() ? 0 : it->second;
+  return it == live_.end() ? 0 : it->second.size;
+}
+
+std::vector<HeapAllocator::GuardRegion> HeapAllocator::guard_regions() const {
+  std::vector<GuardRegion> regions;
+  if (guard_bytes_ == 0) return regions;
+  regions.reserve(live_.size());
+  for (const auto& [offset, live] : live_)
+    regions.push_back(GuardRegion{offset, live.requested, offset + live.requested, offset + live.size, live.serial});
+  return regions;
+}
+
+HeapAllocator::GuardRegion HeapAllocator::guard_region(size_t offset) const {
+  auto it = live_.find(offset);
+  IRIS_CHECK_ARG(it != live_.end(), "No live heap allocation starts at offset ", offset, ".");
+  const size_t begin = guard_bytes_ == 0 ? offset + it->second.size : offset + it->second.requested;
+  return GuardRegion{offset, it->second.requested, begin, offset + it->second.size, it->second.serial};
 }
 
 size_t HeapAllocator::largest_free_block() const {

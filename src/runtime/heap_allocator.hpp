@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <vector>
 
 namespace iris {
 
@@ -17,7 +18,11 @@ class HeapAllocator {
  public:
   static constexpr size_t kMinAlignment = 256;
 
-  explicit HeapAllocator(size_t capacity);
+  // guard_bytes (a multiple of kMinAlignment, 0 for none): every block also holds this many bytes after
+  // the request's whole kMinAlignment units, so that the bytes from the end of the request to the end of
+  // its block (the guard region: guard_bytes plus the padding) can hold a pattern a checker verifies
+  // (Context's heap guards).
+  explicit HeapAllocator(size_t capacity, size_t guard_bytes = 0);
 
   // Offset of a new block of `bytes` (0 is treated as 1) aligned to `alignment` (a power of two;
   // raised to kMinAlignment). Throws InvalidArgument naming the request, the largest free block and
@@ -38,16 +43,38 @@ class HeapAllocator {
   size_t largest_free_block() const;
   size_t live_blocks() const { return live_.size(); }
 
+  // A live block's guard region: heap offsets [begin, end) from the end of the request to the end of
+  // the block (empty without guard bytes).
+  struct GuardRegion {
+    size_t object = 0;     // offset of the block (what allocate returned)
+    size_t requested = 0;  // bytes asked for
+    size_t begin = 0, end = 0;
+    uint64_t serial = 0;  // 1 for the first allocate that succeeded, 2 for the next, ...
+  };
+  size_t guard_bytes() const { return guard_bytes_; }
+  // Every live block's guard region, by offset (none without guard bytes).
+  std::vector<GuardRegion> guard_regions() const;
+  // The guard region of the live block starting at `offset` (throws InvalidArgument when none starts there).
+  GuardRegion guard_region(size_t offset) const;
+
   uint64_t sequence_hash() const { return hash_; }
   uint64_t sequence_length() const { return length_; }
 
  private:
   void record(uint64_t op, uint64_t a, uint64_t b, uint64_t c);
 
+  struct Live {
+    size_t size;       // the block
+    size_t requested;  // what the caller asked for
+    uint64_t serial;
+  };
+
   size_t capacity_;
+  size_t guard_bytes_;
   size_t in_use_ = 0;
+  uint64_t serial_ = 0;
   std::map<size_t, size_t> free_;  // offset -> size, disjoint, coalesced
-  std::map<size_t, size_t> live_;  // offset -> size
+  std::map<size_t, Live> live_;    // offset -> block
   uint64_t hash_;
   uint64_t length_ = 0;
 };

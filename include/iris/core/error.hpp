@@ -5,7 +5,8 @@
 //   ├─ iris::CuError       a CUDA driver call failed    (same)
 //   ├─ iris::SysError      a POSIX call failed          (call text, file:line, errno text)
 //   ├─ iris::TimeoutError  a bounded wait expired (host bootstrap or a device-side spin)
-//   └─ iris::RemoteError   another rank failed; this rank was released instead of left blocked
+//   ├─ iris::RemoteError   another rank failed; this rank was released instead of left blocked
+//   └─ iris::HeapCorruption a heap guard was overwritten (IRIS_HEAP_GUARDS=1: a write past a heap object)
 //   iris::InvalidArgument  (a std::invalid_argument) bad shapes, sizes, configs, workspaces
 //
 // Library code never calls exit(); every failure reaches the caller as one of these.
@@ -54,6 +55,11 @@ class TimeoutError : public Error {
 };
 
 class RemoteError : public Error {
+ public:
+  using Error::Error;
+};
+
+class HeapCorruption : public Error {
  public:
   using Error::Error;
 };
