@@ -777,8 +777,7 @@ void expect_preamble_allocates(Context& ctx, const ccl::WorkspaceNeeds& want,
   Workspace ws;
   const size_t before = ctx.heap_bytes_in_use();
   prepare(ws);
-  const size_t arrays = (want.locks > 0) + (want.flags > 0) + (want.staging_bytes > 0) + (want.block_state > 0);
-  EXPECT_EQ(ctx.heap_bytes_in_use() - before, ccl::heap_bytes(want) + arrays * ctx.heap_guard_bytes());
+  EXPECT_EQ(ctx.heap_bytes_in_use() - before, ccl::heap_bytes(want, ctx.heap_guard_bytes()));
   EXPECT_EQ(ws.lock_capacity(), want.locks);
   EXPECT_EQ(ws.flag_capacity(), want.flags);
   EXPECT_EQ(ws.staging_capacity(), want.staging_bytes);

@@ -262,6 +262,8 @@ TEST(CclNeeds, HeapBytesRoundsEachArrayToWholeHeapBlocks) {
   EXPECT_EQ(heap_bytes(WorkspaceNeeds{0, 0, 1, 0}), 256u);
   EXPECT_EQ(heap_bytes(WorkspaceNeeds{0, 0, 0, 2}), 256u);
   EXPECT_EQ(heap_bytes(WorkspaceNeeds{1, 1, 257, 1}), 256u + 256u + 512u + 256u) << "each array its own blocks";
+  EXPECT_EQ(heap_bytes(WorkspaceNeeds{1, 1, 257, 0}, 256), 512u + 512u + 768u) << "heap guards: 256 per array";
+  EXPECT_EQ(heap_bytes(WorkspaceNeeds{}, 256), 0u);
 }
 
 // The founding numbers, from the arguments alone: 512x512 float32 on 2 ranks needs 16 locks with

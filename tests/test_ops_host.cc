@@ -569,6 +569,7 @@ TEST(OpsFusedPlan, HeapBytesCountTheUnfusedCollective) {
   };
   auto expect_heap = [](const FusedPlan& p) {
     EXPECT_EQ(heap_bytes(p), ccl::heap_bytes(p.needs) + ccl::heap_bytes(p.collective));
+    EXPECT_EQ(heap_bytes(p, 256), ccl::heap_bytes(p.needs, 256) + ccl::heap_bytes(p.collective, 256));
     EXPECT_GT(heap_bytes(p), ccl::heap_bytes(p.needs)) << "the collective takes heap too";
   };
   // matmul_all_reduce, 128 x 8192 (64 tiles of 128x128: unfused): all_reduce in place on C.

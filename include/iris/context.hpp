@@ -138,9 +138,10 @@ class Context {
   // sequence across ranks and throws InvalidArgument on every rank when they differ, and with heap
   // guards checks them (check_heap_guards).
   void barrier();
-  // Collective, with heap guards (nothing without): synchronizes stream(), checks the guard of every
-  // live allocation (and reports those of objects freed since the last check), and throws
-  // HeapCorruption on every rank when any rank's guard changed; the guards are then restored.
+  // Collective, with heap guards (nothing without): synchronizes stream(), waits for every rank (whose
+  // kernels may write into this heap), checks the guard of every live allocation (and reports those of
+  // objects freed since the last check), and throws HeapCorruption on every rank when any rank's guard
+  // changed; the guards are then restored.
   void check_heap_guards();
   // Compares the allocation sequence across ranks without synchronizing the stream (collective).
   void check_heap_symmetry();

@@ -25,11 +25,11 @@ const char* op_name(OpKind op) {
   return "unknown";
 }
 
-size_t heap_bytes(const WorkspaceNeeds& needs) {
+size_t heap_bytes(const WorkspaceNeeds& needs, size_t guard_bytes) {
   // As prepare allocates them: one heap block per array that is needed, in whole 256-byte units.
-  auto block = [](size_t bytes) {
+  auto block = [guard_bytes](size_t bytes) {
     constexpr size_t unit = HeapAllocator::kMinAlignment;
-    return bytes == 0 ? 0 : (bytes + unit - 1) / unit * unit;
+    return bytes == 0 ? 0 : (bytes + unit - 1) / unit * unit + guard_bytes;
   };
   return block(needs.locks * sizeof(uint32_t)) + block(needs.flags * sizeof(uint64_t)) +
          block(needs.block_state * sizeof(uint64_t)) + block(needs.staging_bytes);

@@ -343,7 +343,9 @@ FusedPlan plan_matmul_all_gather(const MatmulOperands& mm, const FusedConfig& co
   return p;
 }
 
-size_t heap_bytes(const FusedPlan& plan) { return ccl::heap_bytes(plan.needs) + ccl::heap_bytes(plan.collective); }
+size_t heap_bytes(const FusedPlan& plan, size_t guard_bytes) {
+  return ccl::heap_bytes(plan.needs, guard_bytes) + ccl::heap_bytes(plan.collective, guard_bytes);
+}
 
 void check_fused_workspace(const FusedPlan& plan, const FusedWorkspace& ws) {
   const char* name = ccl::op_name(plan.sig.op);

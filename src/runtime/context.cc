@@ -381,6 +381,9 @@ bool Context::is_symmetric(const void* ptr) const {
 
 size_t Context::heap_bytes_in_use() const { return allocator_->bytes_in_use(); }
 size_t Context::heap_guard_bytes() const { return allocator_->guard_bytes(); }
+size_t Context::heap_bytes_free() const { return allocator_->bytes_free(); }
+uint64_t Context::allocation_hash() const { return allocator_->sequence_hash(); }
+uint64_t Context::allocation_count() const { return allocator_->sequence_length(); }
 
 std::string Context::heap_guard_report() {
   std::string report;
@@ -405,6 +408,8 @@ std::string Context::heap_guard_report() {
 void Context::check_heap_guards() {
   if (guards_ == nullptr) return;
   IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Every rank's stream is done first: a peer's kernel may write (past an object) into this heap.
+  bootstrap_->barrier();
   const auto all = bootstrap_->allgather(heap_guard_report());
   std::string damage;
   for (int r = 0; r < world_size_; ++r)
@@ -415,9 +420,6 @@ void Context::check_heap_guards() {
         ". A kernel wrote past the end of a heap object (or before the start of the next) since the last check "
         "(heap guards are checked at barrier() and free()); the guards are restored.");
 }
-size_t Context::heap_bytes_free() const { return allocator_->bytes_free(); }
-uint64_t Context::allocation_hash() const { return allocator_->sequence_hash(); }
-uint64_t Context::allocation_count() const { return allocator_->sequence_length(); }
 
 void Context::check_heap_symmetry() {
   struct Seq {

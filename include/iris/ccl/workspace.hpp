@@ -77,8 +77,9 @@ struct WorkspaceNeeds {
 };
 
 // Heap bytes a fresh workspace takes for `needs`: each array the preamble allocates (locks of 4 bytes,
-// flags and block state of 8, the staging), rounded up to the heap's 256-byte blocks.
-size_t heap_bytes(const WorkspaceNeeds& needs);
+// flags and block state of 8, the staging), rounded up to the heap's 256-byte blocks, plus `guard_bytes`
+// per array (Context::heap_guard_bytes(): 0, or 256 with heap guards on).
+size_t heap_bytes(const WorkspaceNeeds& needs, size_t guard_bytes = 0);
 
 // The parameters a workspace is prepared for, and compared across ranks.
 struct OpSignature {

@@ -213,9 +213,10 @@ struct FusedPlan {
 };
 
 // Heap bytes a fresh FusedWorkspace takes for this call (its preamble's allocations): the band pipeline's
-// arrays and, unfused, the collective's (ccl::heap_bytes of plan.needs and plan.collective). The GEMM's
-// split-K workspace is the rank's own device memory, not the heap.
-size_t heap_bytes(const FusedPlan& plan);
+// arrays and, unfused, the collective's (ccl::heap_bytes of plan.needs and plan.collective, with
+// `guard_bytes` per array as there). The GEMM's split-K workspace is the rank's own device memory, not
+// the heap.
+size_t heap_bytes(const FusedPlan& plan, size_t guard_bytes = 0);
 
 // The plans. Validate the config and the operands (throwing InvalidArgument naming the op) and size
 // the workspace. device_sms is the device's multiprocessor count (132 on H100/H200 SXM).
