@@ -4,6 +4,8 @@
 #include <cstdlib>
 
 #include "iris/context.hpp"
+#include "iris/runtime/bootstrap.hpp"
+#include "support/error_text.hpp"
 #include "support/scoped_env.hpp"
 
 namespace iris {
@@ -54,6 +56,14 @@ TEST(HeapSize, ComesFromEnvironmentWithDefaultOneGiB) {
                    "T suffix (powers of 1024), e.g. 1073741824, 512M or 2G.");
     }
   }
+}
+
+// IRIS_HEAP_GUARDS is read before any device is touched: a bad value is named, GPU or not.
+TEST(HeapGuards, EnvironmentTakesOnlyZeroOrOne) {
+  ScopedEnv env("IRIS_HEAP_GUARDS", "yes");
+  auto bootstraps = make_thread_bootstraps(1, std::chrono::seconds(10));
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { Context ctx(bootstraps[0]); }),
+            "Invalid IRIS_HEAP_GUARDS='yes': expected 0 or 1.");
 }
 
 TEST(RunThreads, RejectsMoreRanksThanGpusWithClearMessage) {
