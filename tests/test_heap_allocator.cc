@@ -8,21 +8,12 @@
 
 #include "iris/core/error.hpp"
 #include "runtime/heap_allocator.hpp"
+#include "support/error_text.hpp"
 
 namespace iris {
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
-
-template <typename Fn>
-std::string test_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no std::invalid_argument thrown)";
-}
 
 TEST(HeapAllocator, AlignmentIsAtLeast256AndHonoursLargerRequests) {
   HeapAllocator a(64 * kMiB);
@@ -110,7 +101,7 @@ TEST(HeapAllocator, GuardBytesFollowEveryRequestAndRegionsRunToTheBlockEnd) {
   expect_region(regions[2], z, 0, z + 512, 3);
   a.release(y);
   EXPECT_EQ(a.guard_regions().size(), 2u);
-  EXPECT_EQ(test_error([&] { a.guard_region(y); }),
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { a.guard_region(y); }),
             "No live heap allocation starts at offset " + std::to_string(y) + ".");
   const size_t w = a.allocate(4000);  // reuses y's block: a new serial
   EXPECT_EQ(w, y);
@@ -119,13 +110,14 @@ TEST(HeapAllocator, GuardBytesFollowEveryRequestAndRegionsRunToTheBlockEnd) {
   HeapAllocator plain(kMiB);
   EXPECT_EQ(plain.block_size(plain.allocate(1000)), 1024u);
   EXPECT_TRUE(plain.guard_regions().empty());
-  EXPECT_EQ(test_error([&] { HeapAllocator bad(kMiB, 100); }), "Heap guard bytes must be a multiple of 256, got 100.");
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { HeapAllocator bad(kMiB, 100); }),
+            "Heap guard bytes must be a multiple of 256, got 100.");
 }
 
 TEST(HeapAllocator, ExhaustionMessageCountsTheGuardBytes) {
   HeapAllocator a(2048, 256);
   a.allocate(1024);  // 1280 bytes with its guard
-  EXPECT_EQ(test_error([&] { a.allocate(768); }),
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { a.allocate(768); }),
             "Symmetric heap exhausted: requested 768 bytes (alignment 256, plus 256 guard bytes) but the largest free "
             "block is 768 bytes (768 of 2048 bytes free). Free buffers or raise IRIS_HEAP_SIZE.");
   EXPECT_NO_THROW(a.allocate(512));
