@@ -1,11 +1,10 @@
 // GPU tests of the fused GEMM + communication ops (iris/ops/fused.hpp) against an fp64 host reference:
-// matmul_all_reduce (atomic, spinlock, one_shot, two_shot), matmul_reduce_scatter, all_gather_matmul and
-// matmul_all_gather, with bfloat16 and float16 inputs, B as K x N and N x K, 16-bit and float32
-// outputs, bias, both GEMM tiles, one tile / awkward / many-tile shapes, operands in cudaMalloc memory
-// and on the symmetric heap; then workspace reuse (a larger workspace, 100 calls), CUDA-graph replays
-// with changing inputs, the four all_reduce variants back to back on one workspace, and ranks that
-// disagree.
-// 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and processes.
+// matmul_all_reduce (atomic, spinlock, one_shot, two_shot), matmul_reduce_scatter, all_gather_matmul,
+// matmul_all_gather and all_gather_matmul_k_sharded, with bfloat16 and float16 inputs, B as K x N and N x K, 16-bit and
+// float32 outputs, bias, both GEMM tiles, one tile / awkward / many-tile shapes, operands in cudaMalloc memory and on
+// the symmetric heap; then workspace reuse (a larger workspace, 100 calls), CUDA-graph replays with changing inputs,
+// the four all_reduce variants back to back on one workspace, and ranks that disagree. 1 and 2 ranks (more with
+// IRIS_TEST_MAX_RANKS), threads and processes.
 //
 // Inputs: rank r's A and B are test::input_value draws with r in the hash, so every rank regenerates
 // every other rank's inputs and checks its whole output. The bias is the same on every rank (it is
@@ -17,11 +16,12 @@
 // roundoff of C's type (2^-9 bfloat16, 2^-11 float16, 2^-24 float32). Partial products may cross ranks
 // in C's type and be rounded there, the reduced sum once more, the bias addition once more: 4 u * S
 // bounds those roundings with room to spare, 1e-4 * S the float32 accumulation (as in the GEMM tests).
-// Also ||out - ref|| / ||ref|| < 1e-2 (16-bit C) or 1e-4 (float32 C), and matmul_all_reduce and
-// matmul_all_gather, whose outputs are the same on every rank, must agree bitwise across ranks.
+// Also ||out - ref|| / ||ref|| < 1e-2 (16-bit C) or 1e-4 (float32 C), and matmul_all_reduce,
+// matmul_all_gather and all_gather_matmul_k_sharded, whose outputs are the same on every rank, must agree
+// bitwise across ranks.
 //
-// Cost: the fp64 reference dominates (M * N * K * W multiply-adds for the reducing ops, M * N * K for
-// the gathering ones); about 2e8 * W per correctness test, less for the others.
+// Cost: the fp64 reference dominates (M * N * K * W multiply-adds for the reducing ops and the K-sharded
+// gather, M * N * K for the row gathers); about 2e8 * W per correctness test, less for the others.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,7 +66,7 @@ ContextOptions options() {
 
 // ---- the ops ---------------------------------------------------------------------------------------
 
-enum class Op { kMatmulAllReduce, kMatmulReduceScatter, kAllGatherMatmul, kMatmulAllGather };
+enum class Op { kMatmulAllReduce, kMatmulReduceScatter, kAllGatherMatmul, kMatmulAllGather, kAllGatherMatmulKSharded };
 
 using PreambleFn = void (*)(Context&, const MatmulOperands&, const FusedConfig&, FusedWorkspace&);
 using RunFn = void (*)(Context&, const MatmulOperands&, const FusedConfig&, FusedWorkspace&, cudaStream_t);
@@ -87,15 +87,21 @@ OpFns fns(Op op) {
       return {"all_gather_matmul", all_gather_matmul_preamble, all_gather_matmul};
     case Op::kMatmulAllGather:
       return {"matmul_all_gather", matmul_all_gather_preamble, matmul_all_gather};
+    case Op::kAllGatherMatmulKSharded:
+      return {"all_gather_matmul_k_sharded", all_gather_matmul_k_sharded_preamble, all_gather_matmul_k_sharded};
   }
   return {"?", nullptr, nullptr};
 }
 
 // Ops whose output sums every rank's partial product (A is M x K on every rank); the others gather
-// (A is M/W x K).
+// (A is M/W x K), or gather A's columns (all_gather_matmul_k_sharded: A is M x K on every rank, its K
+// columns of the gathered M x W K A, and B is W K deep).
 bool reduces(Op op) { return op == Op::kMatmulAllReduce || op == Op::kMatmulReduceScatter; }
+bool k_sharded(Op op) { return op == Op::kAllGatherMatmulKSharded; }
 // Ops whose output is the same on every rank.
-bool replicated(Op op) { return op == Op::kMatmulAllReduce || op == Op::kMatmulAllGather; }
+bool replicated(Op op) {
+  return op == Op::kMatmulAllReduce || op == Op::kMatmulAllGather || op == Op::kAllGatherMatmulKSharded;
+}
 
 // An op with the all_reduce variant of its config (which only matmul_all_reduce reads).
 struct Flavor {
@@ -115,7 +121,8 @@ const Flavor kFlavors[] = {{Op::kMatmulAllReduce, AllReduceVariant::kAtomic},
                            {Op::kMatmulAllReduce, AllReduceVariant::kTwoShot},
                            {Op::kMatmulReduceScatter},
                            {Op::kAllGatherMatmul},
-                           {Op::kMatmulAllGather}};
+                           {Op::kMatmulAllGather},
+                           {Op::kAllGatherMatmulKSharded}};
 
 // pipelined: min_band_tiles = 1, so even the tests' small shapes take the band pipeline (their default
 // is the unfused path: one GEMM, then the communication).
@@ -133,6 +140,7 @@ FusedConfig config_for(const Flavor& f, GemmTile tile, bool pipelined = false) {
 
 // M is the rows of the whole product: A's rows for the reducing ops, C's rows (W blocks of M/W
 // gathered) for the gathering ones. Every M is a multiple of 8, so every op splits it over up to 8 ranks.
+// K is a rank's: the K-sharded gather multiplies by a B of W K rows.
 struct Shape {
   int64_t m, n, k;
 };
@@ -194,24 +202,25 @@ double allowed_error(DType out, double magnitude) {
   return (4 * u + 1e-4) * magnitude + 1e-6;
 }
 
-// The shapes of one rank's operands in one op (B as stored: K x N, or N x K).
+// The shapes of one rank's operands in one op (B as stored: K x N, or N x K; b_k is B's K).
 struct Dims {
-  int64_t a_rows, c_rows, b_rows, b_cols;
+  int64_t a_rows, c_rows, b_rows, b_cols, b_k;
 };
 
 Dims dims(Op op, const Case& c, int world) {
   const Shape& s = c.shape;
-  return {reduces(op) ? s.m : s.m / world, op == Op::kMatmulReduceScatter ? s.m / world : s.m, c.b_is_nk ? s.n : s.k,
-          c.b_is_nk ? s.k : s.n};
+  const int64_t b_k = k_sharded(op) ? world * s.k : s.k;
+  return {reduces(op) || k_sharded(op) ? s.m : s.m / world, op == Op::kMatmulReduceScatter ? s.m / world : s.m,
+          c.b_is_nk ? s.n : b_k, c.b_is_nk ? b_k : s.n, b_k};
 }
 
 // Independent draws for A, B and bias from one seed. Rank r's A and B are rank r's draws, except in
-// matmul_all_gather where B is the same everywhere (rank 0's draw); the bias is rank 0's draw on every
-// rank.
+// matmul_all_gather and all_gather_matmul_k_sharded where B is the same everywhere (rank 0's draw); the
+// bias is rank 0's draw on every rank.
 uint64_t a_seed(uint64_t seed) { return 3 * seed; }
 uint64_t b_seed(uint64_t seed) { return 3 * seed + 1; }
 uint64_t bias_seed(uint64_t seed) { return 3 * seed + 2; }
-int b_rank(Op op, int rank) { return op == Op::kMatmulAllGather ? 0 : rank; }
+int b_rank(Op op, int rank) { return op == Op::kMatmulAllGather || k_sharded(op) ? 0 : rank; }
 
 // Host images of one rank's inputs (bias empty when the case has none).
 struct Inputs {
@@ -242,26 +251,27 @@ struct Reference {
 // The fp64 C of `rank` for the inputs of `seed`, from every rank's draws.
 Reference make_reference(Op op, const Case& c, int rank, int world, uint64_t seed) {
   const Dims d = dims(op, c, world);
-  const int64_t k = c.shape.k, n = c.shape.n;
+  const int64_t k = c.shape.k, n = c.shape.n, kb = d.b_k;
   std::vector<std::vector<double>> a(world);
   for (int r = 0; r < world; ++r) a[r] = draw(c.in, d.a_rows * k, a_seed(seed), r);
-  // The B of every rank whose B this rank's output uses, as N x K (row j holds column j of B).
+  // The B of every rank whose B this rank's output uses, as N x K_B (row j holds column j of B).
   std::vector<std::vector<double>> bt(reduces(op) ? world : 1);
   for (size_t i = 0; i < bt.size(); ++i) {
-    auto stored = draw(c.in, k * n, b_seed(seed), b_rank(op, reduces(op) ? static_cast<int>(i) : rank));
+    auto stored = draw(c.in, kb * n, b_seed(seed), b_rank(op, reduces(op) ? static_cast<int>(i) : rank));
     if (c.b_is_nk) {
       bt[i] = std::move(stored);
       continue;
     }
     bt[i].resize(stored.size());
-    for (int64_t kk = 0; kk < k; ++kk)
-      for (int64_t j = 0; j < n; ++j) bt[i][j * k + kk] = stored[kk * n + j];
+    for (int64_t kk = 0; kk < kb; ++kk)
+      for (int64_t j = 0; j < n; ++j) bt[i][j * kb + kk] = stored[kk * n + j];
   }
   const std::vector<double> bias = c.bias ? draw(c.out, n, bias_seed(seed), 0) : std::vector<double>();
 
   Reference ref;
   ref.value.assign(static_cast<size_t>(d.c_rows * n), 0.0);
   ref.magnitude.assign(ref.value.size(), 0.0);
+  // k products of a_row[kk] and bt[j * kb + kk] for column j.
   struct Term {
     const double* a_row;
     const double* bt;
@@ -273,6 +283,9 @@ Reference make_reference(Op op, const Case& c, int rank, int world, uint64_t see
     if (reduces(op)) {
       const int64_t row = op == Op::kMatmulReduceScatter ? rank * d.c_rows + i : i;
       for (int r = 0; r < world; ++r) terms.push_back({a[r].data() + row * k, bt[r].data()});
+    } else if (k_sharded(op)) {
+      // Rank r's columns of A meet rows [r k, (r + 1) k) of B.
+      for (int r = 0; r < world; ++r) terms.push_back({a[r].data() + i * k, bt[0].data() + r * k});
     } else {
       const int64_t source = i / d.a_rows, row = i % d.a_rows;
       terms.push_back({a[source].data() + row * k, bt[0].data()});
@@ -280,7 +293,7 @@ Reference make_reference(Op op, const Case& c, int rank, int world, uint64_t see
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0, mag = 0;
       for (const Term& t : terms) {
-        const double* b_col = t.bt + j * k;
+        const double* b_col = t.bt + j * kb;
         for (int64_t kk = 0; kk < k; ++kk) {
           const double p = t.a_row[kk] * b_col[kk];
           acc += p;
@@ -474,7 +487,8 @@ TEST(FusedReference, IsTheOpsFormulaOnTheUploadedImages) {
   // kAwkward with fewer rows: the naive products below decode every operand element at every use.
   const Case c{{40, 136, 72}, kBF16, kBF16, false, kGemmTileLarge, /*bias=*/true};
   const uint64_t seed = 42;
-  for (Op op : {Op::kMatmulAllReduce, Op::kMatmulReduceScatter, Op::kAllGatherMatmul, Op::kMatmulAllGather})
+  for (Op op : {Op::kMatmulAllReduce, Op::kMatmulReduceScatter, Op::kAllGatherMatmul, Op::kMatmulAllGather,
+                Op::kAllGatherMatmulKSharded})
     for (bool nk : {false, true})
       for (int world : {1, 2, 4}) {
         Case cw = c;
@@ -484,7 +498,7 @@ TEST(FusedReference, IsTheOpsFormulaOnTheUploadedImages) {
         for (int r = 0; r < world; ++r) in.push_back(make_inputs(op, cw, r, world, seed));
         const Dims d = dims(op, cw, world);
         auto b = [&](int r, int64_t kk, int64_t j) {
-          return nk ? at(in[r].b, c.in, k, j, kk) : at(in[r].b, c.in, n, kk, j);
+          return nk ? at(in[r].b, c.in, d.b_k, j, kk) : at(in[r].b, c.in, n, kk, j);
         };
         for (int rank = 0; rank < world; ++rank) {
           SCOPED_TRACE(std::string(fns(op).name) + (nk ? " nk" : " kn") + " rank " + std::to_string(rank) + " of " +
@@ -498,6 +512,11 @@ TEST(FusedReference, IsTheOpsFormulaOnTheUploadedImages) {
                 const int64_t row = op == Op::kMatmulReduceScatter ? rank * d.c_rows + i : i;
                 for (int r = 0; r < world; ++r)
                   for (int64_t kk = 0; kk < k; ++kk) want += at(in[r].a, c.in, k, row, kk) * b(r, kk, j);
+              } else if (k_sharded(op)) {
+                // Column r k + kk of the gathered A is rank r's column kk; B is this rank's (the same
+                // draw everywhere).
+                for (int r = 0; r < world; ++r)
+                  for (int64_t kk = 0; kk < k; ++kk) want += at(in[r].a, c.in, k, i, kk) * b(rank, r * k + kk, j);
               } else {
                 // Row i of the gathered C comes from rank i / M_rank's A; B is this rank's.
                 const int source = static_cast<int>(i / d.a_rows);
@@ -522,7 +541,7 @@ TEST(FusedReference, IsTheOpsFormulaOnTheUploadedImages) {
             for (int64_t j = 0; j < n; ++j) twice[i * n + j] += at(in[0].bias, c.out, n, 0, j);
           EXPECT_GT(compare(encode_reference(twice, c.out, n), c.out, d.c_rows, n, ref).wrong, d.c_rows * n / 4)
               << "a bias added twice";
-          if (op == Op::kMatmulAllReduce && world > 1) {
+          if ((op == Op::kMatmulAllReduce || k_sharded(op)) && world > 1) {
             // The last rank's partial products missing: the same draws summed over one rank fewer.
             const Reference fewer = make_reference(op, cw, rank, world - 1, seed);
             EXPECT_GT(compare(encode_reference(fewer.value, c.out, n), c.out, d.c_rows, n, ref).wrong, d.c_rows * n / 4)
@@ -576,6 +595,10 @@ TEST_P(FusedGpu, AllGatherMatmulMatchesFp64Reference) {
 TEST_P(FusedGpu, MatmulAllGatherMatchesFp64Reference) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   run_correctness(GetParam(), {Op::kMatmulAllGather});
+}
+TEST_P(FusedGpu, AllGatherMatmulKShardedMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  run_correctness(GetParam(), {Op::kAllGatherMatmulKSharded});
 }
 
 TEST_P(FusedGpu, MatmulAllReduceAtomicMatchesFp64Reference) {
@@ -706,8 +729,12 @@ TEST_P(FusedGpu, PreambleAllocatesWhatHeapBytesSays) {
               case Op::kMatmulAllGather:
                 plan = plan_matmul_all_gather(mm, config, ctx.world_size(), sms);
                 break;
+              case Op::kAllGatherMatmulKSharded:
+                plan = plan_all_gather_matmul_k_sharded(mm, config, ctx.world_size(), sms);
+                break;
             }
-            EXPECT_EQ(plan.unfused, !pipelined && ctx.world_size() > 1);
+            // all_gather_matmul_k_sharded has no unfused path (one band instead).
+            EXPECT_EQ(plan.unfused, !pipelined && ctx.world_size() > 1 && !k_sharded(flavor.op));
             FusedWorkspace ws;
             const size_t before = ctx.heap_bytes_in_use();
             fns(flavor.op).preamble(ctx, mm, config, ws);

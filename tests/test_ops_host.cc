@@ -34,12 +34,13 @@ Tensor mat(int slot, DType dt, int64_t rows, int64_t cols, int64_t stride = -1) 
   return Tensor::matrix(fake_ptr(slot), dt, rows, cols, stride);
 }
 
-// One rank's operands: A (a_rows x k), B (k x n, or n x k), C (c_rows x n).
+// One rank's operands: A (a_rows x k), B (b_k x n, or n x b_k; b_k = k unless given), C (c_rows x n).
 MatmulOperands operands(int64_t a_rows, int64_t n, int64_t k, int64_t c_rows, DType in = DType::kBFloat16,
-                        DType out = DType::kBFloat16, bool b_is_nk = false) {
+                        DType out = DType::kBFloat16, bool b_is_nk = false, int64_t b_k = -1) {
+  if (b_k < 0) b_k = k;
   MatmulOperands mm;
   mm.a = mat(0, in, a_rows, k);
-  mm.b = b_is_nk ? mat(1, in, n, k) : mat(1, in, k, n);
+  mm.b = b_is_nk ? mat(1, in, n, b_k) : mat(1, in, b_k, n);
   mm.c = mat(2, out, c_rows, n);
   mm.b_is_nk = b_is_nk;
   return mm;
@@ -501,6 +502,13 @@ TEST(OpsFusedPlan, UnfusedBelowTheThreshold) {
   // matmul_all_gather cuts bands of whole tile rows: 512 rows of 8192 in 128x128 tiles are 4 tile rows
   // of 64 tiles, so 4 or 3 bands would have a 64-tile band (< 66): 2 bands of 128 tiles.
   EXPECT_FALSE(plan_matmul_all_gather(operands(512, 8192, 512, 1024), blocks(128, 128), 2, kSms).unfused);
+  // all_gather_matmul_k_sharded has no iris::ccl collective to fall back on (none gathers columns): never
+  // unfused, and its plan holds no collective.
+  const FusedPlan ks = plan_all_gather_matmul_k_sharded(
+      operands(128, 8192, 256, 128, DType::kBFloat16, DType::kBFloat16, /*b_is_nk=*/false, /*b_k=*/512),
+      blocks(128, 128), 2, kSms);
+  EXPECT_FALSE(ks.unfused);
+  EXPECT_EQ(ks.collective.flags + ks.collective.staging_bytes + ks.collective.locks, 0u);
 }
 
 TEST(OpsFusedPlan, NeedsByOpAndVariant) {
@@ -553,6 +561,26 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   EXPECT_EQ(p.needs.locks, 4u);
   EXPECT_EQ(p.needs.flags, 2u * (1 + 4)) << "ready by source, data by (source, band of 4)";
   EXPECT_EQ(p.needs.staging_bytes, 200u * 256 * 2) << "one 100 x 256 slot per rank";
+  // all_gather_matmul_k_sharded: A 100 x 64 per rank (columns of a 100 x 128 A), B 128 x 256 (nk: 256 x
+  // 128), C 100 x 256 fp32 on every rank; A crosses ranks, gathered into 100 x 128.
+  for (bool nk : {false, true}) {
+    p = plan_all_gather_matmul_k_sharded(operands(100, 256, 64, 100, DType::kFloat16, DType::kFloat32, nk, 128),
+                                         blocks(64, 128), w, kSms);
+    EXPECT_EQ(p.sig.op, OpKind::kAllGatherMatmulKSharded);
+    EXPECT_EQ(p.sig.dtype, DType::kFloat16);
+    EXPECT_EQ(p.sig.rows, 100);
+    EXPECT_EQ(p.sig.cols, 256);
+    EXPECT_EQ(p.sig.depth, 64) << "this rank's K";
+    EXPECT_EQ(p.tiles, 2 * 2);
+    EXPECT_EQ(p.needs.locks, 4u);
+    EXPECT_EQ(p.needs.flags, 2u * (1 + 4)) << "ready by source, data by (source, band of 4)";
+    EXPECT_EQ(p.needs.staging_bytes, 100u * 128 * 2) << "the gathered 100 x 128 fp16 A (whole 256-byte units)";
+  }
+  // Four ranks: a 4 x 64 = 256-deep B.
+  p = plan_all_gather_matmul_k_sharded(operands(100, 256, 64, 100, DType::kBFloat16, DType::kBFloat16, false, 256),
+                                       blocks(64, 128), 4, kSms);
+  EXPECT_EQ(p.needs.flags, 4u * (1 + 4));
+  EXPECT_EQ(p.needs.staging_bytes, 100u * 256 * 2);
 }
 
 // Unfused, a call also holds the iris::ccl collective's workspace: the plan sizes it as iris::ccl does
@@ -629,6 +657,29 @@ TEST(OpsFusedPlan, OpShapesAreChecked) {
   EXPECT_EQ(error_of([&] { plan_matmul_all_gather(operands(100, 256, 64, 100), FusedConfig{}, 2, kSms); }),
             "matmul_all_gather: C is 100x256 but must be 200x256 (world_size * M_rank x N: every rank's 100 rows of A "
             "@ B, by rank).");
+  EXPECT_EQ(error_of([&] {
+              plan_all_gather_matmul_k_sharded(
+                  operands(100, 256, 64, 200, DType::kBFloat16, DType::kBFloat16, false, 128), FusedConfig{}, 2, kSms);
+            }),
+            "all_gather_matmul_k_sharded: C is 200x256 but must be 100x256 (M x N, M = the rows of A).");
+  // B holds the whole K: W times A's columns.
+  EXPECT_EQ(error_of([&] { plan_all_gather_matmul_k_sharded(operands(100, 256, 64, 100), FusedConfig{}, 2, kSms); }),
+            "all_gather_matmul_k_sharded: A is 100x64 (this rank's 64 columns of the gathered 100x128 A) but B is "
+            "64x256 (stored K x N); B's K must be 2 x 64 = 128.");
+  EXPECT_EQ(error_of([&] {
+              plan_all_gather_matmul_k_sharded(
+                  operands(100, 256, 64, 100, DType::kBFloat16, DType::kBFloat16, true, 64), FusedConfig{}, 4, kSms);
+            }),
+            "all_gather_matmul_k_sharded: A is 100x64 (this rank's 64 columns of the gathered 100x256 A) but B is "
+            "256x64 (stored N x K); B's K must be 4 x 64 = 256.");
+  // Each rank's columns start 16-byte aligned in the gathered A: its K is a multiple of 8.
+  EXPECT_EQ(
+      error_of([&] {
+        plan_all_gather_matmul_k_sharded(operands(100, 256, 36, 100, DType::kBFloat16, DType::kBFloat16, false, 72),
+                                         FusedConfig{}, 2, kSms);
+      }),
+      "all_gather_matmul_k_sharded: K = 36 is not a multiple of 8: TMA needs 16-byte aligned rows, so K must be a "
+      "multiple of 8 for 16-bit inputs.");
   // GEMM operand rules, named after the op.
   EXPECT_EQ(error_of([&] { plan_matmul_reduce_scatter(operands(512, 256, 100, 256), FusedConfig{}, 2, kSms); }),
             "matmul_reduce_scatter: K = 100 is not a multiple of 8: TMA needs 16-byte aligned rows, so K must be a "
@@ -689,8 +740,8 @@ TEST(OpsFusedWorkspace, test_matmul_all_reduce_lock_too_small) {
 TEST(OpsFusedWorkspace, LockTooSmallForEveryOp) {
   // Outputs of 512x512 tiles in every op (world 1), prepared at 128x128, launched at 64x64.
   using PlanFn = FusedPlan (*)(const MatmulOperands&, const FusedConfig&, int, int);
-  for (PlanFn plan :
-       {plan_matmul_all_reduce, plan_matmul_reduce_scatter, plan_all_gather_matmul, plan_matmul_all_gather}) {
+  for (PlanFn plan : {plan_matmul_all_reduce, plan_matmul_reduce_scatter, plan_all_gather_matmul,
+                      plan_matmul_all_gather, plan_all_gather_matmul_k_sharded}) {
     FakeWorkspaceHost host;
     FusedWorkspace ws;
     const auto mm = operands(512, 512, 256, 512);

@@ -21,6 +21,8 @@ const char* op_name(OpKind op) {
     case OpKind::kMatmulReduceScatter: return "matmul_reduce_scatter";
     case OpKind::kAllGatherMatmul: return "all_gather_matmul";
     case OpKind::kMatmulAllGather: return "matmul_all_gather";
+    case OpKind::kAllGatherMatmulKSharded:
+      return "all_gather_matmul_k_sharded";
   }
   return "unknown";
 }

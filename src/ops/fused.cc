@@ -40,6 +40,8 @@ const char* preamble_name(OpKind op) {
       return "all_gather_matmul_preamble";
     case OpKind::kMatmulAllGather:
       return "matmul_all_gather_preamble";
+    case OpKind::kAllGatherMatmulKSharded:
+      return "all_gather_matmul_k_sharded_preamble";
     default:
       return "a preamble";
   }
@@ -48,12 +50,14 @@ const char* preamble_name(OpKind op) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Checks common to every op, in order: the config, the device SM count, the operands (all but C's
-// rows, which depend on the op).
+// rows, which depend on the op; k_sharded: A is this rank's columns of an A sharded on K, and B has the
+// whole K).
 void validate_common(const char* name, const MatmulOperands& mm, const FusedConfig& config, int world_size,
-                     int device_sms) {
+                     int device_sms, bool k_sharded = false) {
   config.validate(world_size);
   IRIS_CHECK_ARG(device_sms > 0, name, ": device_sms must be positive, got ", device_sms, ".");
-  if (auto why = detail::check_matmul_operands(name, mm.a, mm.b, mm.b_is_nk, mm.c, mm.bias); !why.empty())
+  if (auto why = detail::check_matmul_operands(name, mm.a, mm.b, mm.b_is_nk, mm.c, mm.bias, k_sharded ? world_size : 1);
+      !why.empty())
     throw InvalidArgument(why);
 }
 
@@ -184,8 +188,12 @@ ccl::WorkspaceNeeds collective_needs(OpKind op, const MatmulOperands& mm, int wo
       return ccl::all_reduce_needs(v.out, v.in, auto_config, world);
     case OpKind::kMatmulReduceScatter:
       return ccl::reduce_scatter_needs(v.out, v.in, auto_config, world);
-    default:  // the gathering ops
+    case OpKind::kAllGatherMatmul:
+    case OpKind::kMatmulAllGather:
       return ccl::all_gather_needs(v.out, v.in, auto_config, world);
+    default:  // all_gather_matmul_k_sharded is never unfused
+      IRIS_ASSERT(false, "no unfused path");
+      return {};
   }
 }
 
@@ -323,6 +331,28 @@ FusedPlan plan_all_gather_matmul(const MatmulOperands& mm, const FusedConfig& co
   return p;
 }
 
+FusedPlan plan_all_gather_matmul_k_sharded(const MatmulOperands& mm, const FusedConfig& config, int world_size,
+                                           int device_sms) {
+  const OpKind op = OpKind::kAllGatherMatmulKSharded;
+  const char* name = ccl::op_name(op);
+  validate_common(name, mm, config, world_size, device_sms, /*k_sharded=*/true);
+  const int64_t m = mm.a.rows;
+  const int64_t k = mm.a.cols * world_size;
+  const int64_t n = gemm_n(mm);
+  check_c_rows(name, mm, m, "M x N, M = the rows of A");
+  FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
+  size_tiles(p, m, n);
+  p.sig.dtype = mm.a.dtype;  // A crosses ranks
+  // No iris::ccl collective gathers columns: below the threshold the pipeline runs one band (the whole
+  // gather, then one GEMM), the sequential order, so the plan is never unfused.
+  p.unfused = false;
+  // Ready by source, data by (source, band); the gathered M x K A.
+  p.needs.flags = static_cast<size_t>(world_size) * (1 + kAllGatherBands);
+  p.needs.staging_bytes = align256(static_cast<size_t>(m * k) * mm.a.element_size());
+  finish_plan(p, mm, world_size);
+  return p;
+}
+
 FusedPlan plan_matmul_all_gather(const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms) {
   const OpKind op = OpKind::kMatmulAllGather;
   const char* name = ccl::op_name(op);
@@ -452,14 +482,18 @@ class Pipeline {
     detail::launch_fused_wait(sync_, first, count, stride, skip, what, s);
   }
   void signal(cudaStream_t s, int index, int to) { detail::launch_fused_signal(sync_, index, to, s); }
-  // Everything enqueued on `from` so far happens before what is enqueued on `to` from now on.
-  void order(cudaStream_t from, cudaStream_t to) {
+  // An event that completes with everything enqueued on `s` so far.
+  cudaEvent_t mark(cudaStream_t s) {
     cudaEvent_t e;
     IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     events_.push_back(e);
-    IRIS_CUDA_CHECK(cudaEventRecord(e, from));
-    IRIS_CUDA_CHECK(cudaStreamWaitEvent(to, e, 0));
+    IRIS_CUDA_CHECK(cudaEventRecord(e, s));
+    return e;
   }
+  // What is enqueued on `s` from now on happens after `e`.
+  void after(cudaEvent_t e, cudaStream_t s) { IRIS_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0)); }
+  // Everything enqueued on `from` so far happens before what is enqueued on `to` from now on.
+  void order(cudaStream_t from, cudaStream_t to) { after(mark(from), to); }
   void fork() { order(main_, side_); }
   void join() { order(side_, main_); }
 
@@ -780,6 +814,43 @@ void run_matmul_all_gather(Pipeline& pl, const MatmulOperands& mm, const FusedPl
   pl.join();
 }
 
+// all_gather_matmul_k_sharded: the staging is the gathered A (M x K, K = W K_r, row-major), rank r's
+// columns at [r K_r, (r+1) K_r). In up to kAllGatherBands bands of whole tile rows (pick_bands), the side
+// stream copies this rank's columns of the band into its own gathered A, then pushes them into the same
+// place of every peer's and signals data (source, band). The GEMM of a band, on the caller's stream,
+// waits for that local copy (an event) and for every peer's data flag of the band, and runs over the
+// whole K, while the next band is on its way. Flags: [0, W) ready, then data by (source, band).
+void run_all_gather_matmul_k_sharded(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+  const int me = pl.rank(), w = pl.world();
+  const int64_t m = mm.a.rows, kr = mm.a.cols, k = kr * w;
+  const int64_t esz = static_cast<int64_t>(mm.a.element_size());
+  const int bands = pick_bands(m, mm.c.cols, kAllGatherBands, plan.tile, plan.min_band_tiles);
+  char* gathered = pl.staging(0);
+  pl.begin_and_wait_ready();
+  pl.fork();
+  std::vector<cudaEvent_t> local(static_cast<size_t>(bands));
+  for (int b = 0; b < bands; ++b) {
+    const TileRowBand rows = tile_row_band(m, plan.tile.m, bands, b);
+    const Tensor mine = rows_of(mm.a, rows.row0, rows.rows);
+    char* to = gathered + (rows.row0 * k + me * kr) * esz;  // 16-byte aligned: K_r % 8 == 0
+    pl.push(mine, to, k);
+    local[b] = pl.mark(pl.side());
+    for (int j = 1; j < w; ++j) {
+      const int t = (me + j) % w;
+      pl.push(mine, pl.on(to, t), k);
+      pl.signal(pl.side(), w + me * kAllGatherBands + b, t);
+    }
+  }
+  for (int b = 0; b < bands; ++b) {
+    const TileRowBand rows = tile_row_band(m, plan.tile.m, bands, b);
+    pl.after(local[b], pl.main());
+    pl.wait(pl.main(), w + b, w, kAllGatherBands, me, detail::FusedWait::kData);
+    const Tensor a = Tensor::matrix(gathered + rows.row0 * k * esz, mm.a.dtype, rows.rows, k, k);
+    pl.gemm(mm, a, rows_of(mm.c, rows.row0, rows.rows), true, plan.gemm_sms);
+  }
+  pl.join();
+}
+
 // ---- below the fusion threshold (FusedPlan::unfused; the views and sizing are with the plans) --------
 
 // The unfused path's GEMM: the GEMM core's own tile and split of K, every SM. Bias: on rank 0's
@@ -930,6 +1001,9 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
     case OpKind::kMatmulAllGather:
       run_matmul_all_gather(pl, mm, p, p.sig.symmetric_output);
       break;
+    case OpKind::kAllGatherMatmulKSharded:
+      run_all_gather_matmul_k_sharded(pl, mm, p);
+      break;
     default:
       IRIS_ASSERT(false, "not a fused op");
   }
@@ -1008,6 +1082,15 @@ void matmul_all_gather_preamble(Context& ctx, const MatmulOperands& mm, const Fu
 void matmul_all_gather(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
                        cudaStream_t stream) {
   launch(plan_matmul_all_gather, ctx, mm, config, ws, stream);
+}
+
+void all_gather_matmul_k_sharded_preamble(Context& ctx, const MatmulOperands& mm, const FusedConfig& config,
+                                          FusedWorkspace& ws) {
+  preamble(plan_all_gather_matmul_k_sharded, ctx, mm, config, ws);
+}
+void all_gather_matmul_k_sharded(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
+                                 cudaStream_t stream) {
+  launch(plan_all_gather_matmul_k_sharded, ctx, mm, config, ws, stream);
 }
 
 }  // namespace iris::ops

@@ -13,7 +13,9 @@ namespace iris::ops::detail {
 // data), B's K against A's, c's N columns, K and N multiples of 8, 16-byte aligned data, row strides
 // and bias, and c overlapping neither input. c's rows are the caller's to check (they depend on the op).
 // Otherwise the reason, starting with "<op>: ".
+// k_shards > 1: a is this rank's block of columns of an A sharded on K over k_shards ranks (the GEMM
+// multiplies the gathered M x k_shards*K), so B's K must be k_shards times a's columns.
 std::string check_matmul_operands(const char* op, const Tensor& a, const Tensor& b, bool b_is_nk, const Tensor& c,
-                                  const void* bias);
+                                  const void* bias, int64_t k_shards = 1);
 
 }  // namespace iris::ops::detail

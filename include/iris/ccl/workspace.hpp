@@ -43,6 +43,7 @@ enum class OpKind : uint8_t {
   kMatmulReduceScatter,
   kAllGatherMatmul,
   kMatmulAllGather,
+  kAllGatherMatmulKSharded,
 };
 const char* op_name(OpKind op);
 

@@ -39,9 +39,16 @@
 //   matmul_all_gather            GEMM in up to 4 bands of whole tile rows; each band copied into C and
 //                                pushed to every peer (straight into the peers' C when C is on the
 //                                symmetric heap and contiguous).
+//   all_gather_matmul_k_sharded  (Iris's all_gather_matmul: A sharded on K) each rank writes its columns of A
+//                                into its column block of every rank's gathered M x K A, in up to 4 bands
+//                                of whole tile rows; the GEMM of a band of rows starts once every rank's
+//                                columns of it arrived, while the next band is on its way. One GEMM over
+//                                the whole K per band, as the sequential path's GEMM over the gathered A.
 // A band GEMM must have FusedConfig::min_band_tiles tiles to pay for its launch; below, an op cuts fewer
 // bands, down to the unfused order: one GEMM, then the iris::ccl collective (FusedPlan::unfused), which
-// is faster than NCCL at the sizes where that happens. With one rank every op is its GEMM, run as
+// is faster than NCCL at the sizes where that happens. all_gather_matmul_k_sharded has no iris::ccl
+// collective that gathers columns: below the threshold it runs one band (the whole gather, then one
+// GEMM), which is the sequential order. With one rank every op is its GEMM, run as
 // ops::gemm runs an automatic choice (the GEMM core's own tile, not block_size_m/n, and its automatic
 // split of K). A workspace serves one stream at a time.
 //
@@ -50,17 +57,24 @@
 //   matmul_reduce_scatter  C (M/W x N) = rows [rank*M/W, (rank+1)*M/W) of sum over r of A_r (M x K) @ B_r
 //   all_gather_matmul      C (M x N)   = concat_rows over r of A_r (M/W x K), times this rank's B (K x N)
 //   matmul_all_gather      C (M x N)   = concat_rows over r of A_r (M/W x K) @ B (K x N)
+//   all_gather_matmul_k_sharded
+//                          C (M x N)   = concat_columns over r of A_r (M x K_r) @ B (W K_r x N): A sharded on K
+//                                        (rank r holds columns [r K_r, (r+1) K_r) of the M x W K_r A), every
+//                                        rank the whole product; with the same B everywhere (Iris's form), the
+//                                        same C everywhere
 // B is given K x N, or N x K (as LLM layers store weights) with b_is_nk. A and B are bfloat16 or
 // float16 (the same); C is A's type or float32; bias (optional) has N elements of C's type and is
 // added once to the result. The GEMM core's layout rules hold: K and N multiples of 8, 16-byte aligned
-// data and row strides. Unlike iris::ops::gemm, K is the per-rank K (matmul_all_reduce and
-// matmul_reduce_scatter shard K: the global K is W times it).
+// data and row strides. Unlike iris::ops::gemm, K is the per-rank K (matmul_all_reduce,
+// matmul_reduce_scatter and all_gather_matmul_k_sharded shard K: the global K is W times it; B of
+// all_gather_matmul_k_sharded has the global K).
 //
 // Workspace (an iris::ccl::Workspace: see iris/ccl/workspace.hpp for prepare, matches and the
 // capacity errors). T = ceil(rows / block_size_m) * ceil(cols / block_size_n) over the output tile
-// grid each rank's GEMM computes: M x N (matmul_all_reduce, matmul_reduce_scatter, all_gather_matmul)
-// or M/W x N (matmul_all_gather). Every op has one lock word per tile and two block-state words per
-// block (gemm_sms + comm_sms; word 0 holds the call's epoch). Flags (64-bit, epoch-valued) and staging:
+// grid each rank's GEMM computes: M x N (matmul_all_reduce, matmul_reduce_scatter, all_gather_matmul,
+// all_gather_matmul_k_sharded) or M/W x N (matmul_all_gather). Every op has one lock word per tile and
+// two block-state words per block (gemm_sms + comm_sms; word 0 holds the call's epoch). Flags (64-bit,
+// epoch-valued) and staging:
 //   matmul_all_reduce one_shot           flags W + 4W (ready; data by source and band)  staging W slots of M x N
 //   matmul_all_reduce two_shot           flags 3W (ready, data, reduced)  staging M x N + W + 1 bands of ceil(M/W) x N
 //   matmul_all_reduce atomic             flags W + W*T + T (ready; arrivals by tile and source; done)
@@ -69,9 +83,11 @@
 //   matmul_reduce_scatter                flags 2W (ready, data)           staging M x N + W bands of M/W x N
 //   all_gather_matmul                    flags 2W (ready, data)           staging M x K of A's type (W slots)
 //   matmul_all_gather                    flags 5W (ready; data by band)   staging W slots of M_rank x N
+//   all_gather_matmul_k_sharded          flags 5W (ready; data by band)   staging M x W K_r of A's type (the
+//                                                                         gathered A, rank r's columns at r K_r)
 // Staging holds C's type unless said otherwise; every slot and band starts on 256 bytes. The workspace
 // signature holds the shape, K, world size, block sizes, the all_reduce variant, and the type that
-// crosses ranks (C's; A's for all_gather_matmul). The preamble allocates what is missing, keeps larger
+// crosses ranks (C's; A's for the all_gather_matmul forms). The preamble allocates what is missing, keeps larger
 // arrays and rejects smaller ones, e.g. a workspace prepared with 128x128 blocks for a 512x512 output
 // (16 locks) used with 64x64 blocks (64 tiles):
 //   Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend to use.
@@ -225,6 +241,8 @@ FusedPlan plan_matmul_reduce_scatter(const MatmulOperands& mm, const FusedConfig
                                      int device_sms);
 FusedPlan plan_all_gather_matmul(const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms);
 FusedPlan plan_matmul_all_gather(const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms);
+FusedPlan plan_all_gather_matmul_k_sharded(const MatmulOperands& mm, const FusedConfig& config, int world_size,
+                                           int device_sms);
 
 // The check every op makes right before launch: the workspace was prepared (by this op's preamble)
 // and its arrays hold plan.needs; throws InvalidArgument with the capacity messages otherwise.
@@ -247,5 +265,11 @@ void all_gather_matmul(Context& ctx, const MatmulOperands& mm, const FusedConfig
 void matmul_all_gather_preamble(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws);
 void matmul_all_gather(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
                        cudaStream_t stream = nullptr);
+
+// Iris's all_gather_matmul: A sharded on K (see the shapes above).
+void all_gather_matmul_k_sharded_preamble(Context& ctx, const MatmulOperands& mm, const FusedConfig& config,
+                                          FusedWorkspace& ws);
+void all_gather_matmul_k_sharded(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
+                                 cudaStream_t stream = nullptr);
 
 }  // namespace iris::ops
