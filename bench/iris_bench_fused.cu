@@ -106,6 +106,13 @@ Layout layout_for(FusedOp op, const FusedShape& s, int world) {
       l.gemm_m = s.m / w, l.gemm_n = s.n, l.gemm_k = s.k;
       l.c_rows = s.m, l.c_cols = s.n;
       break;
+    case FusedOp::kAllGatherMatmulKSharded:  // A column-sharded (K/W each), B whole; every rank holds A @ B
+      divisible(s.k, "K");
+      l.a_rows = s.m, l.a_cols = s.k / w;
+      l.gemm_m = s.m, l.gemm_n = s.n, l.gemm_k = s.k;
+      l.c_rows = s.m, l.c_cols = s.n;
+      l.scratch_elems = 2 * s.m * s.k;  // the all-gathered W blocks of M x K/W, then the M x K A they make
+      break;
   }
   return l;
 }
@@ -184,6 +191,8 @@ iris::ops::FusedPlan plan_for(FusedOp op, const iris::ops::MatmulOperands& mm, c
       return iris::ops::plan_all_gather_matmul(mm, cfg, world, device_sms);
     case FusedOp::kMatmulAllGather:
       return iris::ops::plan_matmul_all_gather(mm, cfg, world, device_sms);
+    case FusedOp::kAllGatherMatmulKSharded:
+      return iris::ops::plan_all_gather_matmul_k_sharded(mm, cfg, world, device_sms);
   }
   throw iris::InvalidArgument("iris-bench: unknown fused op");
 }
@@ -199,6 +208,8 @@ void fused_preamble(FusedOp op, iris::Context& ctx, const iris::ops::MatmulOpera
       return iris::ops::all_gather_matmul_preamble(ctx, mm, cfg, ws);
     case FusedOp::kMatmulAllGather:
       return iris::ops::matmul_all_gather_preamble(ctx, mm, cfg, ws);
+    case FusedOp::kAllGatherMatmulKSharded:
+      return iris::ops::all_gather_matmul_k_sharded_preamble(ctx, mm, cfg, ws);
   }
 }
 
@@ -213,6 +224,8 @@ void fused_call(FusedOp op, iris::Context& ctx, const iris::ops::MatmulOperands&
       return iris::ops::all_gather_matmul(ctx, mm, cfg, ws, stream);
     case FusedOp::kMatmulAllGather:
       return iris::ops::matmul_all_gather(ctx, mm, cfg, ws, stream);
+    case FusedOp::kAllGatherMatmulKSharded:
+      return iris::ops::all_gather_matmul_k_sharded(ctx, mm, cfg, ws, stream);
   }
 }
 
@@ -317,6 +330,7 @@ SeqCollective seq_collective(FusedOp op, const Layout& l) {
     case FusedOp::kMatmulReduceScatter:
       return {Op::kReduceScatter, static_cast<size_t>(l.scratch_elems)};
     case FusedOp::kAllGatherMatmul:
+    case FusedOp::kAllGatherMatmulKSharded:
       return {Op::kAllGather, static_cast<size_t>(l.a_rows * l.a_cols)};
     case FusedOp::kMatmulAllGather:
       break;
@@ -497,8 +511,8 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
   if (!err.empty()) return fail_all("heap: " + err);
 
   const uint64_t seed = mix64(run_id * 1000003ull + static_cast<uint64_t>(op) * 131ull);
-  // matmul_all_gather multiplies every rank's rows by one B; the other ops' B is a per-rank shard.
-  const int b_rank = op == FusedOp::kMatmulAllGather ? 0 : rank;
+  // matmul_all_gather and all_gather_matmul_k_sharded multiply by one B; the other ops' B is a per-rank shard.
+  const int b_rank = op == FusedOp::kMatmulAllGather || op == FusedOp::kAllGatherMatmulKSharded ? 0 : rank;
   err = agree(
       ctx, try_step([&] {
         fill(a.get(), l.a_bytes() / kElemBytes, mix64(seed ^ (uint64_t{'A'} << 56) ^ static_cast<uint64_t>(rank)));
@@ -547,6 +561,23 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
         gemm_call();
       };
       break;
+    case FusedOp::kAllGatherMatmulKSharded: {
+      // NCCL gathers the ranks' M x K/W blocks one after the other; W 2-D copies place block r at columns
+      // [r K/W, (r + 1) K/W) of the M x K A the GEMM reads.
+      void* const gathered = static_cast<char*>(ps) + static_cast<size_t>(l.gemm_m * l.gemm_k) * kElemBytes;
+      gemm_call = [=, this] { gemm(gathered, pb, pc, l.gemm_m, l.gemm_n, l.gemm_k, l.c_cols); };
+      seq_call = [=, this] {
+        collective(sc.op, sc.count, pa, ps);
+        const size_t block_bytes = static_cast<size_t>(l.a_cols) * kElemBytes;
+        for (int r = 0; r < world; ++r)
+          IRIS_CUDA_CHECK(cudaMemcpy2DAsync(
+              static_cast<char*>(gathered) + r * block_bytes, static_cast<size_t>(l.gemm_k) * kElemBytes,
+              static_cast<const char*>(ps) + r * sc.count * kElemBytes, block_bytes, block_bytes,
+              static_cast<size_t>(l.a_rows), cudaMemcpyDeviceToDevice, stream));
+        gemm_call();
+      };
+      break;
+    }
     case FusedOp::kMatmulAllGather: {
       // This rank's GEMM writes its own rows of C; NCCL's in-place all-gather then fills the others.
       void* const own = static_cast<char*>(pc) + static_cast<size_t>(rank * l.gemm_m * l.c_cols) * kElemBytes;

@@ -38,6 +38,8 @@ const char* fused_op_name(FusedOp op) {
       return "all_gather_matmul";
     case FusedOp::kMatmulAllGather:
       return "matmul_all_gather";
+    case FusedOp::kAllGatherMatmulKSharded:
+      return "all_gather_matmul_k_sharded";
   }
   return "unknown";
 }

@@ -23,9 +23,15 @@ bool is_reduction(Op op);
 const char* dtype_short_name(iris::DType t);
 
 // The fused GEMM + communication ops of iris::ops (include/iris/ops/fused.hpp) that --fused measures.
-enum class FusedOp { kMatmulAllReduce = 0, kMatmulReduceScatter, kAllGatherMatmul, kMatmulAllGather };
+enum class FusedOp {
+  kMatmulAllReduce = 0,
+  kMatmulReduceScatter,
+  kAllGatherMatmul,
+  kMatmulAllGather,
+  kAllGatherMatmulKSharded
+};
 constexpr FusedOp kAllFusedOps[] = {FusedOp::kMatmulAllReduce, FusedOp::kMatmulReduceScatter, FusedOp::kAllGatherMatmul,
-                                    FusedOp::kMatmulAllGather};
+                                    FusedOp::kMatmulAllGather, FusedOp::kAllGatherMatmulKSharded};
 const char* fused_op_name(FusedOp op);
 
 // A global GEMM shape: the whole problem C (M x N) = A (M x K) @ B (K x N), before it is split over the ranks.

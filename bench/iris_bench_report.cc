@@ -238,6 +238,10 @@ const char* fused_op_rule(FusedOp op) {
     case FusedOp::kMatmulAllGather:
       return "C (M x N) = the rows of every A_r (M/W x K) @ B (K x N, the same on every rank)\n"
              "#   sequential: cuBLAS GEMM (M/W x N x K) into this rank's rows of C, then ncclAllGather in place";
+    case FusedOp::kAllGatherMatmulKSharded:
+      return "C (M x N) = the columns of every A_r (M x K/W), gathered, @ B (K x N, the same on every rank)\n"
+             "#   sequential: ncclAllGather of A into W blocks of M x K/W, W copies of them into the columns\n"
+             "#   of an M x K buffer, then cuBLAS GEMM (M x N x K) into C";
   }
   return "";
 }
