@@ -784,6 +784,45 @@ TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
       options());
 }
 
+// all_gather_matmul's unfused path gathers A before its GEMM: a GEMM the workspace cannot run must be
+// refused before the gather is launched, leaving the workspace untouched. Prepared for a shallow K with
+// as many rows as make the gather buffer as large (so the heap arrays fit), a deep call needs split-K
+// partials the preamble did not reserve.
+TEST_P(FusedGpu, AllGatherMatmulRefusesItsGemmBeforeTheGather) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is gathered";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int w = ctx.world_size();
+        const Flavor flavor{Op::kAllGatherMatmul};
+        const FusedConfig config = config_for(flavor, kGemmTileTiny);
+        // Rank blocks of 512 x 1024 and 64 x 8192: gather buffers of the same size, both calls unfused.
+        Problem shallow(ctx, flavor, {{512 * w, 256, 1024}, kBF16, kBF16, true, kGemmTileTiny});
+        Problem deep(ctx, flavor, {{64 * w, 256, 8192}, kBF16, kBF16, true, kGemmTileTiny});
+        FusedWorkspace ws;
+        all_gather_matmul_preamble(ctx, shallow.operands(), config, ws);
+        ASSERT_TRUE(ws.collective().prepared());
+        deep.upload(1800, ctx.stream());
+        const size_t bytes = ws.staging_capacity();
+        IRIS_CUDA_CHECK(cudaMemsetAsync(ws.staging(), 0x5A, bytes, ctx.stream()));
+        ctx.synchronize();
+        ctx.barrier();
+        const std::string why =
+            error_text<WorkspaceTooSmall>([&] { all_gather_matmul(ctx, deep.operands(), config, ws, nullptr); });
+        EXPECT_EQ(why.rfind("all_gather_matmul: gemm: these arguments need ", 0), 0u) << why;
+        ctx.synchronize();
+        ctx.barrier();  // every rank refused; had any gathered, its A would be in a peer's buffer by now
+        std::vector<unsigned char> host(bytes);
+        IRIS_CUDA_CHECK(cudaMemcpy(host.data(), ws.staging(), bytes, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(std::count(host.begin(), host.end(), static_cast<unsigned char>(0x5A)), static_cast<long>(bytes))
+            << "the gather buffer was written by a refused call";
+        call_and_check(ctx, deep, config, ws, 1801, nullptr, "after the preamble");
+        release_workspace(ctx, ws);
+      },
+      options());
+}
+
 // ---- 2. workspace reuse ----------------------------------------------------------------------------
 
 // A workspace prepared with 128x128 blocks for a 512x512x64 product serves a smaller shape, with

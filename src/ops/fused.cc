@@ -570,18 +570,34 @@ GemmArguments single_rank_gemm(const MatmulOperands& mm) {
   return g;
 }
 
-// The GEMM in the workspace the preamble reserved for these operands. The GEMM core plans the call once
-// and checks that capacity right before launch (the sized ops::gemm); its refusals name the op, and a
-// workspace that falls short also the preamble that sizes it.
-void run_gemm_in(OpKind op, const GemmArguments& g, FusedWorkspace& ws, cudaStream_t stream) {
+// The GEMM core's refusals, named after the op, and a workspace that falls short also the preamble that
+// sizes it.
+template <typename Fn>
+void refusals_of(OpKind op, Fn&& fn) {
   try {
-    ops::gemm(g, ws.gemm_workspace(), ws.gemm_workspace_bytes(), stream);
+    fn();
   } catch (const WorkspaceTooSmall& e) {
     throw WorkspaceTooSmall(
         str_cat(ccl::op_name(op), ": ", e.what(), " Call ", preamble_name(op), " with these operands first."));
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(str_cat(ccl::op_name(op), ": ", e.what()));
   }
+}
+
+// The GEMM in the workspace the preamble reserved for these operands. The GEMM core plans the call once
+// and checks that capacity right before launch (the sized ops::gemm).
+void run_gemm_in(OpKind op, const GemmArguments& g, FusedWorkspace& ws, cudaStream_t stream) {
+  refusals_of(op, [&] { ops::gemm(g, ws.gemm_workspace(), ws.gemm_workspace_bytes(), stream); });
+}
+
+// What run_gemm_in checks, without the launch: for a GEMM that runs after communication, so that a call
+// it refuses is refused before anything is in flight.
+void check_gemm_in(OpKind op, const GemmArguments& g, const FusedWorkspace& ws) {
+  refusals_of(op, [&] {
+    const size_t need = ops::workspace_size(g);  // can_implement's refusal, as gemm() would throw it
+    if (auto why = detail::check_gemm_workspace(need, ws.gemm_workspace(), ws.gemm_workspace_bytes()); !why.empty())
+      throw WorkspaceTooSmall(why);
+  });
 }
 
 void run_single_rank(const MatmulOperands& mm, OpKind op, FusedWorkspace& ws, cudaStream_t stream) {
@@ -923,6 +939,9 @@ void run_unfused(Context& ctx, const MatmulOperands& mm, const FusedPlan& p, Fus
       ccl::reduce_scatter(ctx, v.out, v.in, auto_config, ws.collective(), stream);
       break;
     case OpKind::kAllGatherMatmul:
+      // Refused before the gather launches. Every rank has the operands and the GEMM workspace of the
+      // same preamble, so all refuse here or none.
+      check_gemm_in(p.sig.op, g, ws);
       ccl::all_gather(ctx, v.out, v.in, auto_config, ws.collective(), stream);
       run_gemm_in(p.sig.op, g, ws, stream);
       break;

@@ -18,4 +18,8 @@ namespace iris::ops::detail {
 std::string check_matmul_operands(const char* op, const Tensor& a, const Tensor& b, bool b_is_nk, const Tensor& c,
                                   const void* bias, int64_t k_shards = 1);
 
+// Empty when a workspace of `have` bytes at `workspace` (null or not) holds the `need` bytes a GEMM's plan
+// needs; otherwise gemm()'s refusal (the text of its iris::WorkspaceTooSmall).
+std::string check_gemm_workspace(size_t need, const void* workspace, size_t have);
+
 }  // namespace iris::ops::detail

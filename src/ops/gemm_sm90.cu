@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -428,6 +429,16 @@ std::string check_matmul_operands(const char* op, const Tensor& a, const Tensor&
   return "";
 }
 
+std::string check_gemm_workspace(size_t need, const void* workspace, size_t have) {
+  if (need > 0 && workspace == nullptr)
+    return str_cat("gemm: these arguments need ", need,
+                   " bytes of device workspace (workspace_size(args)) but workspace is null.");
+  if (need > have)
+    return str_cat("gemm: these arguments need ", need,
+                   " bytes of device workspace (workspace_size(args)) but the workspace holds ", have, ".");
+  return "";
+}
+
 }  // namespace detail
 
 std::string can_implement(const GemmArguments& g) {
@@ -471,13 +482,10 @@ void run_gemm(const GemmArguments& args, void* workspace, const size_t* capacity
 #if defined(IRIS_HAVE_CUTLASS)
   if (args.c.numel() == 0) return;
   Launch l = plan_launch(args);
-  if (l.workspace > 0 && workspace == nullptr)
-    throw WorkspaceTooSmall(str_cat("gemm: these arguments need ", l.workspace,
-                                    " bytes of device workspace (workspace_size(args)) but workspace is null."));
-  if (capacity != nullptr && l.workspace > *capacity)
-    throw WorkspaceTooSmall(str_cat("gemm: these arguments need ", l.workspace,
-                                    " bytes of device workspace (workspace_size(args)) but the workspace holds ",
-                                    *capacity, "."));
+  if (auto why = detail::check_gemm_workspace(l.workspace, workspace,
+                                              capacity != nullptr ? *capacity : std::numeric_limits<size_t>::max());
+      !why.empty())
+    throw WorkspaceTooSmall(why);
   if (l.p.splits == 1) {
     l.inst->run(l.p, workspace, stream);
     return;
