@@ -40,18 +40,24 @@ for g in "${groups[@]}"; do
   while read -r line; do summary+=("    $line"); done < <(grep -E '^\[  FAILED  \] .*\(' "$log" | sort -u | head -n 15)
   while read -r line; do summary+=("      $line"); done < <(grep -A4 -E 'Failure$' "$log" | grep -vE '^--$' | head -n 20 | cut -c1-300)
 done
-if [ -z "${IRIS_SKIP_EXAMPLES:-}" ] && [ -x "$BIN/heap_exchange" ]; then
-  timeout 120 "$BIN/heap_exchange" 256 > /tmp/example_threads.log 2>&1
-  summary+=("heap_exchange threads: rc $? | $(tr '\n' ' ' < /tmp/example_threads.log | tail -c 700)")
-  port=$((20000 + RANDOM % 20000)); pids=()
+run_example() {  # name args...: threads, then one process per GPU (torchrun-style environment)
+  local name=$1
+  shift
+  [ -z "${IRIS_SKIP_EXAMPLES:-}" ] && [ -x "$BIN/$name" ] || return 0
+  timeout 180 "$BIN/$name" "$@" > "/tmp/${name}_threads.log" 2>&1
+  summary+=("$name threads: rc $? | $(tr '\n' ' ' < "/tmp/${name}_threads.log" | tail -c 700)")
+  local port=$((20000 + RANDOM % 20000)) pids=() r p prc=0
   for ((r = 0; r < gpus; r++)); do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=$gpus LOCAL_WORLD_SIZE=$gpus MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      timeout 120 "$BIN/heap_exchange" 256 > "/tmp/example_proc_$r.log" 2>&1 &
+      timeout 180 "$BIN/$name" "$@" > "/tmp/${name}_proc_$r.log" 2>&1 &
     pids+=($!)
   done
-  prc=0; for p in "${pids[@]}"; do wait "$p" || prc=$?; done
-  summary+=("heap_exchange processes: rc $prc | $(cat /tmp/example_proc_*.log | tr '\n' ' ' | tail -c 700)")
-fi
+  for p in "${pids[@]}"; do wait "$p" || prc=$?; done
+  summary+=("$name processes: rc $prc | $(cat /tmp/"${name}"_proc_*.log | tr '\n' ' ' | tail -c 700)")
+  rm -f /tmp/"${name}"_proc_*.log
+}
+run_example heap_exchange 256
+run_example tp_mlp
 for b in message_exchange device_bench; do
   [ -z "${IRIS_SKIP_EXAMPLES:-}" ] && [ -x "$BIN/$b" ] || continue
   timeout 240 "$BIN/$b" > "/tmp/$b.log" 2>&1
