@@ -159,6 +159,8 @@ class Context {
   void* translate_bytes(void* ptr, int to) const;
   void fill_bytes(void* dst, int value, size_t bytes);
   void fill_pattern(void* dst, const void* pattern, size_t pattern_size, size_t count);
+  // This rank's damaged heap guards (restored), and those found at free(); empty when none.
+  std::string heap_guard_report();
 
   std::shared_ptr<Bootstrap> bootstrap_;
   int rank_ = 0;
@@ -172,7 +174,6 @@ class Context {
   std::unique_ptr<HeapAllocator> allocator_;
   DeviceErrorRecord* error_record_ = nullptr;  // pinned, mapped host memory
   DeviceContext device_ctx_{};
-  std::string heap_guard_report();              // this rank's damaged guards (restored), and those found at free()
   std::unique_ptr<detail::HeapGuards> guards_;  // heap guards on
   std::vector<std::string> freed_damage_;       // found at free(), reported at the next check
   bool nvtx_on_ = false;        // IRIS_NVTX_HEAP=1
