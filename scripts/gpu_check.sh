@@ -32,23 +32,9 @@ summary+=("ctest skipped: $skipped")
 grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$LOG_DIR/ctest.log" | head -n 20 > "$LOG_DIR/failed.txt"
 
 # The examples over all GPUs: threads, then one process per GPU (torchrun-style environment).
-run_example() {  # name args...
-  local name=$1 bin="$IRIS_BUILD_DIR/examples/$1"
-  shift
-  [ -x "$bin" ] || return 0
-  timeout 180 "$bin" "$@" > "$LOG_DIR/${name}_threads.log" 2>&1
-  summary+=("$name threads: rc $? | $(tr '\n' ' ' < "$LOG_DIR/${name}_threads.log" | tail -c 600)")
-  local port=$((20000 + RANDOM % 20000)) pids=() r p proc_rc=0
-  for ((r = 0; r < gpus; r++)); do
-    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$gpus LOCAL_WORLD_SIZE=$gpus MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      timeout 180 "$bin" "$@" > "$LOG_DIR/${name}_proc_$r.log" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || proc_rc=$?; done
-  summary+=("$name processes: rc $proc_rc | $(cat "$LOG_DIR/${name}"_proc_*.log | tr '\n' ' ' | tail -c 600)")
-}
-run_example heap_exchange 256
-run_example tp_mlp
+source scripts/examples.sh
+run_example "$IRIS_BUILD_DIR/examples" "$LOG_DIR" heap_exchange 256
+run_example "$IRIS_BUILD_DIR/examples" "$LOG_DIR" tp_mlp
 
 [ -x "$IRIS_BUILD_DIR/bench/device_bench" ] && {
   timeout 300 "$IRIS_BUILD_DIR/bench/device_bench" > "$LOG_DIR/device_bench.log" 2>&1

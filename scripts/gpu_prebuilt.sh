@@ -40,24 +40,11 @@ for g in "${groups[@]}"; do
   while read -r line; do summary+=("    $line"); done < <(grep -E '^\[  FAILED  \] .*\(' "$log" | sort -u | head -n 15)
   while read -r line; do summary+=("      $line"); done < <(grep -A4 -E 'Failure$' "$log" | grep -vE '^--$' | head -n 20 | cut -c1-300)
 done
-run_example() {  # name args...: threads, then one process per GPU (torchrun-style environment)
-  local name=$1
-  shift
-  [ -z "${IRIS_SKIP_EXAMPLES:-}" ] && [ -x "$BIN/$name" ] || return 0
-  timeout 180 "$BIN/$name" "$@" > "/tmp/${name}_threads.log" 2>&1
-  summary+=("$name threads: rc $? | $(tr '\n' ' ' < "/tmp/${name}_threads.log" | tail -c 700)")
-  local port=$((20000 + RANDOM % 20000)) pids=() r p prc=0
-  for ((r = 0; r < gpus; r++)); do
-    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$gpus LOCAL_WORLD_SIZE=$gpus MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      timeout 180 "$BIN/$name" "$@" > "/tmp/${name}_proc_$r.log" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || prc=$?; done
-  summary+=("$name processes: rc $prc | $(cat /tmp/"${name}"_proc_*.log | tr '\n' ' ' | tail -c 700)")
-  rm -f /tmp/"${name}"_proc_*.log
-}
-run_example heap_exchange 256
-run_example tp_mlp
+if [ -z "${IRIS_SKIP_EXAMPLES:-}" ]; then  # logs in /tmp: at most 8 files come back from $OUT
+  source "$(dirname "$0")/examples.sh"
+  run_example "$BIN" /tmp heap_exchange 256
+  run_example "$BIN" /tmp tp_mlp
+fi
 for b in message_exchange device_bench; do
   [ -z "${IRIS_SKIP_EXAMPLES:-}" ] && [ -x "$BIN/$b" ] || continue
   timeout 240 "$BIN/$b" > "/tmp/$b.log" 2>&1
