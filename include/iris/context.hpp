@@ -121,7 +121,7 @@ class Context {
     return p;
   }
   // Uniform random values in [lo, hi) for float/double/int32/uint32/int64/uint64, __half and
-  // __nv_bfloat16 (defined in iris/core/fill.hpp). Deterministic in (seed, index).
+  // __nv_bfloat16 (instantiated in src/runtime/heap_fill.cu). Deterministic in (seed, index).
   template <typename T>
   T* random(size_t count, uint64_t seed, double lo = -1.0, double hi = 1.0);
 
