@@ -2,15 +2,16 @@
 //
 // Push through the receivers' staging (inputs and outputs may be anywhere in device memory, so a peer
 // cannot read our input or write our output directly). One rank's block is cut into chunks
-// (CopyPlan); block b of the grid takes chunks c = b, b + G, ... on every rank and
+// (CopyPlan); block b of the grid takes chunks c = b, b + G, ... on every rank, as a two-stage
+// pipeline (pipelined_chunks: push chunk c_i, then receive chunk c_{i-1}):
 //   1. push     loads chunk c of its input once and stores it into slot [k-1] of rank me+k's staging
 //               for every k = 1..W-1 and into its own output block (unless in place); then bar.sync
 //               and one release per peer (system scope) of flag (k, c) on that peer;
 //   2. receive  for every source me-k: waits for its local flag (k, c) to reach the epoch (acquire,
 //               system scope; only the pusher's store crosses NVLink) and copies the chunk from its
 //               staging into the source's output block.
-// A block pushes everything it has before it waits, and waits only for the same block index of its
-// peers (same chunks), so no block waits for one that cannot run.
+// A receive waits only for the peers' pushes of its chunk, which come after their receives of lower
+// chunks only, so no block waits for one that cannot make progress (pipelined_chunks).
 //
 // Reuse without a barrier (staging and flags come in two parities; call e uses e & 1): a peer s writes
 // our parity-(e & 1) slots again in call e + 2. It starts call e + 2 after finishing call e + 1, which
@@ -38,9 +39,10 @@ __global__ void __launch_bounds__(kThreads) all_gather_kernel(const __grid_const
   };
   const View<U> mine = out_block(me);
 
-  // 1. push my chunk into every peer's staging (destinations 0..W-2) and my own output block (W-1).
+  // 1. push my chunk into every peer's staging (destinations 0..W-2) and my own output block (W-1);
+  // 2. copy what every peer pushed into my staging into its output block (on timeout, just end).
   const int ndst = peers + (a.in_place ? 0 : 1);
-  for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
+  auto push = [&](int64_t c) {
     const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
     block_fanout<U, kVec>(
         [&](int64_t e) { return in.at(base + e); }, ndst,
@@ -52,10 +54,10 @@ __global__ void __launch_bounds__(kThreads) all_gather_kernel(const __grid_const
     block_signal_each(
         ctx, peers, [&](int i) { return stage.flag(i + 1, c); }, [&](int i) { return ring_peer(me, i + 1, world); },
         epoch);
-  }
-
-  // 2. copy what every peer pushed into my staging into its output block (on timeout, just end).
-  (void)receive_pushed_blocks<U, kVec>(a, stage, epoch, out_block, "all_gather");
+  };
+  (void)pipelined_chunks(a.nchunks, push, [&](int64_t c) {
+    return receive_pushed_chunk<U, kVec>(a, stage, epoch, out_block, "all_gather", c);
+  });
   end_call(a.state, epoch);
 }
 

@@ -3,14 +3,14 @@
 //
 // Push through the receivers' staging, like all_gather but with a different block for each peer. One
 // block of rows is cut into chunks (CopyPlan); block b of the grid takes chunks c = b, b + G, ... on
-// every rank and
+// every rank, as a two-stage pipeline (pipelined_chunks: push chunk c_i, then receive chunk c_{i-1}):
 //   1. push     for every k = 1..W-1 copies chunk c of input block me+k into slot [k-1] of rank me+k's
 //               staging, copies chunk c of input block me into output block me; then bar.sync and one
 //               release per peer (system scope) of flag (k, c) on that peer;
 //   2. receive  for every source me-k: waits for its local flag (k, c) to reach the epoch (acquire,
 //               system scope) and copies the chunk from its staging into output block me-k.
-// A block pushes everything it has before it waits, and waits only for the same block index of its
-// peers (same chunks), so no block waits for one that cannot run.
+// A receive waits only for the peers' pushes of its chunk, which come after their receives of lower
+// chunks only, so no block waits for one that cannot make progress (pipelined_chunks).
 //
 // Reuse without a barrier (staging and flags come in two parities; call e uses e & 1): a peer s writes
 // our parity-(e & 1) slots again in call e + 2. It starts call e + 2 after finishing call e + 1, which
@@ -40,8 +40,9 @@ __global__ void __launch_bounds__(kThreads) all_to_all_kernel(const __grid_const
     return View<U>{static_cast<U*>(a.out) + r * a.block_rows * a.out_stride, a.cols, a.out_stride};
   };
 
-  // 1. push block me+k of my input into rank me+k's staging; copy my own block locally.
-  for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
+  // 1. push block me+k of my input into rank me+k's staging; copy my own block locally;
+  // 2. copy what every peer pushed into my staging into its output block (on timeout, just end).
+  auto push = [&](int64_t c) {
     const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
     for (int k = 1; k < world; ++k) {
       const int to = ring_peer(me, k, world);
@@ -56,10 +57,10 @@ __global__ void __launch_bounds__(kThreads) all_to_all_kernel(const __grid_const
     block_signal_each(
         ctx, peers, [&](int i) { return stage.flag(i + 1, c); }, [&](int i) { return ring_peer(me, i + 1, world); },
         epoch);
-  }
-
-  // 2. copy what every peer pushed into my staging into its output block (on timeout, just end).
-  (void)receive_pushed_blocks<U, kVec>(a, stage, epoch, out_block, "all_to_all");
+  };
+  (void)pipelined_chunks(a.nchunks, push, [&](int64_t c) {
+    return receive_pushed_chunk<U, kVec>(a, stage, epoch, out_block, "all_to_all", c);
+  });
   end_call(a.state, epoch);
 }
 

@@ -236,6 +236,39 @@ __device__ __forceinline__ void block_signal(const DeviceContext& ctx, uint64_t*
   if (threadIdx.x == 0) dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, flag, epoch, to);
 }
 
+// After the block's writes: thread i (i < n) stores `epoch` with a release at system scope into the
+// word flag_at(i) of rank rank_at(i); a null flag_at(i) is skipped. bar.sync orders every thread's
+// earlier stores before each releasing thread, and a release is cumulative, so a peer that acquires
+// the word sees them all (DESIGN.md rules 1 and 2). Every thread of the block calls this.
+template <typename FlagAt, typename RankAt>
+__device__ __forceinline__ void block_signal_each(const DeviceContext& ctx, int n, FlagAt flag_at, RankAt rank_at,
+                                                  uint64_t epoch) {
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (uint64_t* flag = flag_at(i); flag != nullptr)
+      dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, flag, epoch, rank_at(i));
+}
+
+// Thread i (i < n) waits until the word at flag_at(i) (local, or a translated peer word) reaches
+// `epoch`, with acquire loads at system scope; a null flag_at(i) is skipped. Then bar.sync, so every
+// thread's later reads see what the signallers published. Returns false on timeout (the kernel must
+// end). Every thread calls this.
+template <typename FlagAt>
+__device__ __forceinline__ bool block_wait_each(const DeviceContext& ctx, int n, FlagAt flag_at, uint64_t epoch,
+                                                const char* op) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (const uint64_t* flag = flag_at(i); flag != nullptr && !dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(
+                                                                  ctx, flag, dev::Cmp::kReached, epoch, op))
+      failed = 1;
+  __syncthreads();
+  const bool ok = failed == 0;
+  __syncthreads();  // `failed` is reset by the next call
+  return ok;
+}
+
 // ---- tiles --------------------------------------------------------------------------------------------
 
 // A block_m x block_n tile of a rows x cols tensor: first row and column, height and width (the edge

@@ -14,8 +14,9 @@
 // broadcast uses one slot and one flag per chunk (see broadcast.cu).
 //
 // Host helpers of these four ops: overlaps, row_block, same_view, vec_ok, dispatch_bits; on the device
-// side block_fanout, block_signal_each, block_wait_each and end_call_published. prepare_everywhere and
-// require_op, shared with all_reduce, are in ccl_host.hpp.
+// side block_fanout, pipelined_chunks and end_call_published (block_signal_each and block_wait_each are
+// in ccl_common.cuh, shared with all_reduce). prepare_everywhere and require_op, shared with all_reduce,
+// are in ccl_host.hpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -324,36 +325,6 @@ __device__ __forceinline__ void block_copy_to(Dst dst_at, Src src_at, int64_t le
       src_at, 1, [&](int, int64_t e) { return dst_at(e); }, len);
 }
 
-// After the block's writes: thread i (i < n) stores `epoch` with a release at system scope into the
-// word flag_at(i) of rank rank_at(i). bar.sync orders every thread's earlier stores before each
-// releasing thread, and a release is cumulative, so a peer that acquires the word sees them all
-// (DESIGN.md rules 1 and 2). Every thread of the block calls this.
-template <typename FlagAt, typename RankAt>
-__device__ __forceinline__ void block_signal_each(const DeviceContext& ctx, int n, FlagAt flag_at, RankAt rank_at,
-                                                  uint64_t epoch) {
-  __syncthreads();
-  for (int i = threadIdx.x; i < n; i += blockDim.x)
-    dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, flag_at(i), epoch, rank_at(i));
-}
-
-// Thread i (i < n) waits until the word at flag_at(i) (local, or a translated peer word) reaches
-// `epoch`, with acquire loads at system scope; then bar.sync, so every thread's later reads see what
-// the signallers published. Returns false on timeout (the kernel must end). Every thread calls this.
-template <typename FlagAt>
-__device__ __forceinline__ bool block_wait_each(const DeviceContext& ctx, int n, FlagAt flag_at, uint64_t epoch,
-                                                const char* op) {
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
-  __syncthreads();
-  for (int i = threadIdx.x; i < n; i += blockDim.x)
-    if (!dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(ctx, flag_at(i), dev::Cmp::kReached, epoch, op))
-      failed = 1;
-  __syncthreads();
-  const bool ok = failed == 0;
-  __syncthreads();  // `failed` is reset by the next call
-  return ok;
-}
-
 // end_call (ccl_common.cuh), with the new epoch stored by a release at system scope, so a peer that
 // reads state[0] >= e with an acquire at system scope knows every block of this rank's call e is done,
 // including all its reads: each block's accesses are ordered before its acq_rel count (bar.sync), the
@@ -368,6 +339,25 @@ __device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epo
       dev::store<dev::Order::kRelease, dev::Scope::kSys>(state, epoch);
     }
   }
+}
+
+// This block's chunks c_0 = blockIdx.x, c_1 = c_0 + G, ... (G = gridDim.x) as a two-stage software
+// pipeline: send(c_i), then take(c_{i-1}); take(c_last) after the loop. send pushes a chunk to peers and
+// never waits; take waits for what the peers sent of that chunk, then does the local pass (a copy or a
+// reduction). Run one after the other, the whole local pass came after the whole
+// transfer; interleaved, blocks that take use HBM while the others keep NVLink busy. Progress: take(c)
+// waits only for the peers' sends of chunk c, and a block sends chunk c after its takes of lower chunks
+// only, so by induction over the chunk index every send is made, whatever grid each rank launched
+// (comm_sms may differ between ranks). False when take fails (a timeout: the kernel must end).
+template <typename Send, typename Take>
+__device__ __forceinline__ bool pipelined_chunks(int64_t nchunks, Send send, Take take) {
+  int64_t prev = -1;
+  for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
+    send(c);
+    if (prev >= 0 && !take(prev)) return false;
+    prev = c;
+  }
+  return prev < 0 || take(prev);
 }
 
 // Rank at distance k after `me` in a ring of `world`.
@@ -392,23 +382,20 @@ struct ExchangeStaging {
   __device__ __forceinline__ uint64_t* flag(int k, int64_t c) const { return flags + (k - 1) * nchunks + c; }
 };
 
-// The receive phase of all_gather and all_to_all: for each of this block's chunks and every source
-// me - k, wait for its flag (k, c) to reach the epoch (acquire, system scope), then copy the chunk from
-// slot k of the staging into that source's output block, out_block(source). False on timeout (the
-// kernel must end).
+// The take of all_gather and all_to_all (pipelined_chunks): for every source me - k, wait for its flag
+// (k, c) to reach the epoch (acquire, system scope), then copy chunk c from slot k of the staging into
+// that source's output block, out_block(source). False on timeout (the kernel must end).
 template <typename U, bool kVec, typename OutBlock>
-__device__ __forceinline__ bool receive_pushed_blocks(const ExchangeArgs& a, const ExchangeStaging<U>& stage,
-                                                      uint64_t epoch, OutBlock out_block, const char* op) {
+__device__ __forceinline__ bool receive_pushed_chunk(const ExchangeArgs& a, const ExchangeStaging<U>& stage,
+                                                     uint64_t epoch, OutBlock out_block, const char* op, int64_t c) {
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size;
-  for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
-    const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
-    for (int k = 1; k < world; ++k) {
-      if (!block_wait_flag(ctx, stage.flag(k, c), epoch, op)) return false;
-      const View<U> dst = out_block(ring_peer(me, world - k, world));
-      const U* src = stage.slot_of(k) + base;
-      block_copy_to<U, kVec>([&](int64_t e) { return dst.at(base + e); }, [&](int64_t e) { return src + e; }, len);
-    }
+  const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
+  for (int k = 1; k < world; ++k) {
+    if (!block_wait_flag(ctx, stage.flag(k, c), epoch, op)) return false;
+    const View<U> dst = out_block(ring_peer(me, world - k, world));
+    const U* src = stage.slot_of(k) + base;
+    block_copy_to<U, kVec>([&](int64_t e) { return dst.at(base + e); }, [&](int64_t e) { return src + e; }, len);
   }
   return true;
 }

@@ -2,14 +2,16 @@
 //
 // The reduce-scatter phase of all_reduce two_shot, with the owner fixed by rows: rank o owns block o.
 // One block of rows is cut into chunks (CopyPlan); block b of the grid takes chunks c = b, b + G, ...
-// on every rank and
+// on every rank, as a two-stage pipeline (pipelined_chunks: push chunk c_i, then reduce chunk c_{i-1},
+// so the reduction, a local pass, overlaps the transfer of later chunks):
 //   1. push    for every k = 1..W-1 copies chunk c of input block me+k into slot [k-1] of rank me+k's
 //              staging; then bar.sync and one release per peer (system scope) of flag (k, c) there;
 //   2. reduce  waits for its W-1 local flags (k, c) (acquire, system scope, one thread per flag), then
 //              reduces the W parts of chunk c in rank order 0..W-1 (its own part read from its input,
 //              float32 accumulation for 16-bit types) into its output.
 // Every element is reduced once, by its owner, in a fixed order: results are deterministic. A block
-// pushes everything it has before it waits, and waits only for the same block index of its peers.
+// waits only for the peers' pushes of its chunk, which come after their reductions of lower chunks only
+// (pipelined_chunks).
 //
 // Reuse without a barrier (staging and flags come in two parities; call e uses e & 1): a peer s writes
 // our parity-(e & 1) slots again in call e + 2. It starts call e + 2 after finishing call e + 1, which
@@ -41,8 +43,9 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(const __grid_c
   const View<T> out{static_cast<T*>(a.out), a.cols, a.out_stride};
   const View<const T> mine = in_block(me);
 
-  // 1. push my part of every peer's block into its staging.
-  for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
+  // 1. push my part of every peer's block into its staging;
+  // 2. reduce my block, chunk by chunk, in rank order. Source s's part is in slot (me - s) mod W.
+  auto push = [&](int64_t c) {
     const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
     for (int k = 1; k < world; ++k) {
       const int to = ring_peer(me, k, world);
@@ -53,15 +56,11 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(const __grid_c
     block_signal_each(
         ctx, peers, [&](int i) { return stage.flag(i + 1, c); }, [&](int i) { return ring_peer(me, i + 1, world); },
         epoch);
-  }
-
-  // 2. reduce my block, chunk by chunk, in rank order. Source s's part is in slot (me - s) mod W.
-  for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
+  };
+  auto reduce = [&](int64_t c) {
     if (!block_wait_each(
-            ctx, peers, [&](int i) { return stage.flag(i + 1, c); }, epoch, "reduce_scatter")) {
-      end_call(a.state, epoch);
-      return;
-    }
+            ctx, peers, [&](int i) { return stage.flag(i + 1, c); }, epoch, "reduce_scatter"))
+      return false;
     const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
     auto part = [&](int s, int64_t e) -> const T* {
       return s == me ? mine.at(base + e) : stage.slot_of(s < me ? me - s : me - s + world) + base + e;
@@ -83,7 +82,9 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(const __grid_c
       for (int s = 0; s < world; ++s) acc = s == 0 ? E::to_acc(*part(s, e)) : combine<kOp>(acc, E::to_acc(*part(s, e)));
       *out.at(base + e) = E::from_acc(acc);
     }
-  }
+    return true;
+  };
+  (void)pipelined_chunks(a.nchunks, push, reduce);  // on timeout, just end
   end_call(a.state, epoch);
 }
 
