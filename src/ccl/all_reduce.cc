@@ -81,7 +81,8 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
       const size_t ag = align256(p.chunks.per_rank * p.chunks.chunk * esz);
       p.needs.staging_bytes = rs + ag;
       p.needs.flags = static_cast<size_t>(p.chunks.per_rank * world + p.chunks.nchunks);
-      const int64_t want = std::max<int64_t>(1, p.chunks.nchunks);
+      // One block per column (all_reduce_two_shot.cu): more would have nothing to do.
+      const int64_t want = std::max<int64_t>(1, p.chunks.per_rank);
       p.blocks = static_cast<int>(std::min<int64_t>(want, config.comm_sms > 0 ? config.comm_sms : sms));
       break;
     }

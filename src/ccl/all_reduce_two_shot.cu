@@ -1,15 +1,22 @@
 // all_reduce, two_shot variant (reduce-scatter, then all-gather), for large tensors.
 //
-// The flat tensor is cut into chunks; chunk c is owned by one rank (ChunkPlan). One kernel, three
-// phases, every block striding over chunks with the same mapping in every phase:
-//   1. push    each rank writes its part of chunk c into owner(c)'s rs_stage slot [c][me] and
-//              signals rs_flags[c][me] on the owner (bar.sync, then a release at system scope);
-//   2. reduce  each owner waits for its chunks' W-1 flags, reduces the W parts in rank order 0..W-1
-//              (float32 accumulation for 16-bit types), writes the result into its output and into
-//              its own ag_stage, and signals ag_flags[c] on every peer;
-//   3. pull    each rank waits for ag_flags[c] of chunks it does not own (a local word: only the
-//              owner's store crosses NVLink) and copies the reduced chunk from the owner's ag_stage.
+// The flat tensor is cut into chunks; chunk c is owned by one rank (ChunkPlan), and is the l-th chunk
+// of its owner (Owner::local). Column l is the chunk of local index l of every owner. One kernel; block b
+// takes columns l = b, b + G, ... on every rank, as a three-stage software pipeline: at step i it pushes
+// column l_i, reduces its own chunk of column l_{i-1} and pulls the rest of column l_{i-2}:
+//   1. push    for every owner o != me, my part of o's chunk of the column goes into o's rs_stage slot
+//              [l][me] and rs_flags[l][me] is signalled on o (bar.sync, then a release at system scope);
+//   2. reduce  the owner waits for the W-1 flags of its chunk, reduces the W parts in rank order
+//              0..W-1 (float32 accumulation for 16-bit types), writes the result into its output and
+//              into its own ag_stage, and signals ag_flags[c] on every peer;
+//   3. pull    for every owner o != me, wait for ag_flags[c] of o's chunk (a local word: only the
+//              owner's store crosses NVLink) and copy the reduced chunk from o's ag_stage.
 // Every rank's result for an element comes from its one owner, so all ranks are bitwise identical.
+// Every step moves one chunk per owner in each direction, so the blocks stay balanced, and the local
+// reduction overlaps the NVLink traffic of the other stages (before, the three phases ran one after
+// the other). A reduce waits only for the peers' pushes of its column, a pull only for the owners'
+// reduces of its column, and a block pushes column l after its reduces and pulls of lower columns only,
+// so by induction over the column index every wait ends, whatever grid each rank launched.
 //
 // Reuse across calls without a barrier: a peer writes our rs_stage for call e + 1 only after it
 // finished call e, which needed our reduced chunks of call e, which we wrote after reading our
@@ -79,26 +86,38 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
   }
   auto length = [&](int64_t c) { return min(chunk, args.numel - c * chunk); };
 
-  // 1. push my part of every chunk I do not own into its owner's rs_stage.
-  for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
-    const int o = owner.of(c);
-    if (o == me) continue;
-    const int64_t l = owner.local(c), base = c * chunk;
-    T* remote = dev::translate(ctx, rs_stage + (l * world + me) * chunk, o);
-    block_copy<T, kVec>([&](int64_t e) { return remote + e; }, [&](int64_t e) { return in.at(base + e); },
-                        length(c));
-    block_signal(ctx, args.rs_flags + l * world + me, epoch, o);
-  }
+  // Owner o's chunk of column l, or -1 past the end (the last column may be short).
+  auto chunk_of = [&](int o, int64_t l) {
+    const int64_t c = owner.chunk(o, l);
+    return c < nchunks ? c : int64_t{-1};
+  };
+  // Peer i = 0..W-2, in ring order from me.
+  auto peer = [&](int i) { return (me + 1 + i) % world; };
 
-  // 2. reduce the chunks I own, in rank order, into out and ag_stage; tell every peer.
-  for (int64_t l = blockIdx.x; l < args.plan.per_rank; l += gridDim.x) {
-    const int64_t c = owner.chunk(me, l);
-    if (c >= nchunks) continue;
-    for (int s = 0; s < world; ++s)
-      if (s != me && !block_wait_flag(ctx, args.rs_flags + l * world + s, epoch, "all_reduce(two_shot) reduce")) {
-        end_call(args.state, epoch);
-        return;
-      }
+  // 1. push my part of every chunk of column l I do not own into its owner's rs_stage; one release
+  // per owner, all at once.
+  auto push = [&](int64_t l) {
+    for (int i = 0; i < world - 1; ++i) {
+      const int o = peer(i);
+      const int64_t c = chunk_of(o, l);
+      if (c < 0) continue;
+      T* remote = dev::translate(ctx, rs_stage + (l * world + me) * chunk, o);
+      block_copy<T, kVec>([&](int64_t e) { return remote + e; }, [&](int64_t e) { return in.at(c * chunk + e); },
+                          length(c));
+    }
+    block_signal_each(
+        ctx, world - 1, [&](int i) { return chunk_of(peer(i), l) < 0 ? nullptr : args.rs_flags + l * world + me; },
+        peer, epoch);
+  };
+
+  // 2. reduce my chunk of column l, in rank order, into out and ag_stage; tell every peer.
+  auto reduce = [&](int64_t l) {
+    const int64_t c = chunk_of(me, l);
+    if (c < 0) return true;
+    if (!block_wait_each(
+            ctx, world - 1, [&](int i) { return args.rs_flags + l * world + peer(i); }, epoch,
+            "all_reduce(two_shot) reduce"))
+      return false;
     const int64_t base = c * chunk, len = length(c);
     const T* parts = rs_stage + l * world * chunk;
     T* staged = ag_stage + l * chunk;
@@ -124,21 +143,43 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
       *out.at(base + e) = E::from_acc(acc);
       if (world > 1) staged[e] = E::from_acc(acc);
     }
-    for (int k = 1; k < world; ++k) block_signal(ctx, args.ag_flags + c, epoch, (me + k) % world);
-  }
+    block_signal_each(
+        ctx, world - 1, [&](int) { return args.ag_flags + c; }, peer, epoch);
+    return true;
+  };
 
-  // 3. pull every chunk I do not own from its owner's ag_stage.
-  for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
-    const int o = owner.of(c);
-    if (o == me) continue;
-    if (!block_wait_flag(ctx, args.ag_flags + c, epoch, "all_reduce(two_shot) gather")) {
-      end_call(args.state, epoch);
+  // 3. pull every chunk of column l I do not own from its owner's ag_stage, once every owner said
+  // its chunk is reduced.
+  auto pull = [&](int64_t l) {
+    if (!block_wait_each(
+            ctx, world - 1,
+            [&](int i) {
+              const int64_t c = chunk_of(peer(i), l);
+              return c < 0 ? nullptr : args.ag_flags + c;
+            },
+            epoch, "all_reduce(two_shot) gather"))
+      return false;
+    for (int i = 0; i < world - 1; ++i) {
+      const int o = peer(i);
+      const int64_t c = chunk_of(o, l);
+      if (c < 0) continue;
+      const int64_t base = c * chunk;
+      const T* remote = dev::translate(ctx, ag_stage + l * chunk, o);
+      block_copy<T, kVec>([&](int64_t e) { return out.at(base + e); }, [&](int64_t e) { return remote + e; },
+                          length(c));
+    }
+    return true;
+  };
+
+  // Step i: push l_i, reduce l_{i-1}, pull l_{i-2} (l_i = b + i G); two more steps drain the pipeline.
+  const int64_t columns = args.plan.per_rank, step = gridDim.x;
+  for (int64_t l = blockIdx.x; l < columns + 2 * step; l += step) {
+    if (l < columns) push(l);
+    const int64_t lr = l - step, lp = l - 2 * step;
+    if ((lr >= 0 && lr < columns && !reduce(lr)) || (lp >= 0 && lp < columns && !pull(lp))) {
+      end_call(args.state, epoch);  // a timeout: end
       return;
     }
-    const int64_t base = c * chunk;
-    const T* remote = dev::translate(ctx, ag_stage + owner.local(c) * chunk, o);
-    block_copy<T, kVec>([&](int64_t e) { return out.at(base + e); }, [&](int64_t e) { return remote + e; },
-                        length(c));
   }
   end_call(args.state, epoch, args.layout_key);
 }
