@@ -540,7 +540,8 @@ void back_to_back(Context& ctx, const char* name, int calls, bool delays, __nv_b
 // odd rank runs each call on one block (comm_sms is not part of the signature) while the others use
 // every SM, so a fast rank finishes call e and pushes call e + 1 while a slow one still reads call e's
 // staging chunk by chunk. Without the staging parities (or broadcast's wait for the peers' previous
-// call) the slow ranks read the next call's data.
+// call) the slow ranks read the next call's data. The grids that differ between ranks also check that
+// the pipelined kernels (pipelined_chunks, two_shot's columns) never wait on the same block index.
 TEST_P(Collective, BackToBackCallsWithSkewedRanksStayCorrect) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
@@ -586,6 +587,26 @@ TEST_P(Collective, BackToBackCallsWithSkewedRanksStayCorrect) {
           ctx, "broadcast", calls, delays, in, n, out, n,
           [&] { ccl::broadcast(ctx, one_out, one_in, root_of(k_root++), c, bc); },
           [&](int k, int64_t i) { return replay_value(root_of(k), k, i); });
+      // all_reduce two_shot over the whole W x n buffer, both chunk distributions; in (b) the even ranks
+      // run distribution 1 on 7 blocks, so both sides of the skew loop over several columns.
+      for (int distribution = 0; distribution < 2; ++distribution) {
+        Config r = c;
+        r.all_reduce_variant = ccl::AllReduceVariant::kTwoShot;
+        r.all_reduce_distribution = distribution;
+        if (skew == 1 && distribution == 1 && me % 2 == 0) r.comm_sms = 7;
+        const Tensor all_io = Tensor::matrix(out, DType::kBFloat16, world * rows, cols);
+        Workspace ar;
+        ccl::all_reduce_preamble(ctx, all_io, all_in, r, ar);
+        back_to_back(
+            ctx, distribution == 0 ? "all_reduce two_shot" : "all_reduce two_shot, distribution 1", calls, delays, in,
+            world * n, out, world * n, [&] { ccl::all_reduce(ctx, all_io, all_in, r, ar); },
+            [&](int k, int64_t i) {
+              float sum = 0;
+              for (int s = 0; s < world; ++s) sum += replay_value(s, k, i);
+              return sum;
+            });
+        release(ctx, ar);
+      }
       for (Workspace* ws : {&ag, &rs, &a2a, &bc}) release(ctx, *ws);
       ctx.free(out);
       ctx.free(in);
