@@ -1,7 +1,7 @@
 // all_reduce, two_shot variant (reduce-scatter, then all-gather), for large tensors.
 //
-// The flat tensor is cut into chunks; chunk c is owned by one rank (ChunkPlan), and is the l-th chunk
-// of its owner (Owner::local). Column l is the chunk of local index l of every owner. One kernel; block b
+// The flat tensor is cut into chunks; each is owned by one rank (ChunkPlan), and Owner::chunk(o, l) is
+// the l-th chunk of owner o. Column l is the l-th chunk of every owner. One kernel; block b
 // takes columns l = b, b + G, ... on every rank, as a three-stage software pipeline: at step i it pushes
 // column l_i, reduces its own chunk of column l_{i-1} and pulls the rest of column l_{i-2}:
 //   1. push    for every owner o != me, my part of o's chunk of the column goes into o's rs_stage slot
@@ -31,15 +31,11 @@
 namespace iris::ccl::detail {
 namespace {
 
+// Chunk l of `owner`: chunks are dealt to the ranks in turn (distribution 0: chunk l W + owner) or in
+// runs of per_rank (distribution 1: chunk owner per_rank + l).
 struct Owner {
   int world;
   ChunkPlan plan;
-  __device__ __forceinline__ int of(int64_t c) const {
-    return plan.distribution == 0 ? static_cast<int>(c % world) : static_cast<int>(c / plan.per_rank);
-  }
-  __device__ __forceinline__ int64_t local(int64_t c) const {
-    return plan.distribution == 0 ? c / world : c % plan.per_rank;
-  }
   __device__ __forceinline__ int64_t chunk(int owner, int64_t l) const {
     return plan.distribution == 0 ? l * world + owner : owner * plan.per_rank + l;
   }
@@ -190,9 +186,13 @@ ChunkPlan plan_chunks(int64_t numel, DType dtype, int world, int distribution, i
   ChunkPlan p;
   const int64_t esz = static_cast<int64_t>(dtype_size(dtype));
   const int64_t vec = 16 / esz;
-  // Aim for about 4 chunks per block per rank, each between 16 KiB and 256 KiB.
+  // Aim for about 4 columns per block (4 chunks per block per rank), each chunk between a floor and
+  // 256 KiB. A block moves a whole column (W chunks) per step, so the floor, 16 KiB at 2 ranks, shrinks
+  // as 32 KiB / W down to 4 KiB: at mid sizes with more ranks the columns then stay about as many as
+  // the chunks were when every chunk had its own block in the push and pull phases.
+  const int64_t floor_bytes = std::max<int64_t>(4 << 10, (32 << 10) / std::max(world, 2));
   const int64_t target = numel / std::max<int64_t>(1, int64_t{4} * blocks * world);
-  int64_t chunk = std::clamp<int64_t>(target, (16 << 10) / esz, (256 << 10) / esz);
+  int64_t chunk = std::clamp<int64_t>(target, floor_bytes / esz, (256 << 10) / esz);
   chunk = (chunk + vec - 1) / vec * vec;
   p.chunk = chunk;
   p.nchunks = std::max<int64_t>(1, (numel + chunk - 1) / chunk);
