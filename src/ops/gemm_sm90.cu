@@ -402,13 +402,15 @@ std::string check_matmul_operands(const char* op, const Tensor& a, const Tensor&
   const int64_t k = a.cols;
   const int64_t b_k = b_is_nk ? b.cols : b.rows;
   const int64_t n = b_is_nk ? b.rows : b.cols;
-  if (k_shards > 1 && b_k != k_shards * k)
-    return str_cat(op, ": A is ", a.rows, "x", k, " (this rank's ", k, " columns of the gathered ", a.rows, "x",
-                   k_shards * k, " A) but B is ", b.rows, "x", b.cols, " (stored ", b_is_nk ? "N x K" : "K x N",
-                   "); B's K must be ", k_shards, " x ", k, " = ", k_shards * k, ".");
-  if (k_shards <= 1 && b_k != k)
-    return str_cat(op, ": A is ", a.rows, "x", k, " but B is ", b.rows, "x", b.cols, " (stored ",
-                   b_is_nk ? "N x K" : "K x N", "); B's K must be ", k, ".");
+  if (b_k != k_shards * k) {
+    const char* stored = b_is_nk ? "N x K" : "K x N";
+    if (k_shards > 1)
+      return str_cat(op, ": A is ", a.rows, "x", k, " (this rank's ", k, " columns of the gathered ", a.rows, "x",
+                     k_shards * k, " A) but B is ", b.rows, "x", b.cols, " (stored ", stored, "); B's K must be ",
+                     k_shards, " x ", k, " = ", k_shards * k, ".");
+    return str_cat(op, ": A is ", a.rows, "x", k, " but B is ", b.rows, "x", b.cols, " (stored ", stored,
+                   "); B's K must be ", k, ".");
+  }
   if (c.cols != n) return str_cat(op, ": C has ", c.cols, " columns but B has N = ", n, ".");
   if (a.rows > INT_MAX || n > INT_MAX || b_k > INT_MAX)
     return str_cat(op, ": ", a.rows, "x", n, "x", b_k, " has a dimension above 2^31 - 1.");
