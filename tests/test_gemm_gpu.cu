@@ -70,6 +70,7 @@ struct GemmCase {
   int sm_count = 0;
   bool stream_k = false;  // GemmArguments::stream_k
   int split_k = 1;        // GemmArguments::split_k
+  int source = 0;         // GemmArguments::source: 0 none, 1 its own buffer, 2 C itself (C += A @ B)
 };
 
 std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
@@ -82,7 +83,10 @@ std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
       (c.alpha != 1.0f ? "_alpha" : "") + (c.stream_k ? "_streamk" : "") +
       (c.split_k == 1   ? ""
        : c.split_k == 0 ? "_splitauto"
-                        : "_split" + std::to_string(c.split_k));
+                        : "_split" + std::to_string(c.split_k)) +
+      (c.source == 1   ? "_source"
+       : c.source == 2 ? "_inplace"
+                       : "");
   return s;
 }
 
@@ -119,16 +123,20 @@ void run_case(const GemmCase& c, bool in_graph) {
   const int64_t ldc = c.n + c.pad;
   const int64_t b_rows = c.b_is_nk ? c.n : c.k;
   const int64_t b_cols = c.b_is_nk ? c.k : c.n;
-  std::vector<double> a, b, bias;
+  std::vector<double> a, b, bias, src;
   const auto a_img = host_matrix(c.in, c.m, c.k, lda, 11, &a);
   const auto b_img = host_matrix(c.in, b_rows, b_cols, ldb, 22, &b);
   const auto bias_img = host_matrix(c.out, 1, c.n, c.n, 33, &bias);
+  const auto src_img = host_matrix(c.out, c.m, c.n, ldc, 44, &src);  // padding 0xFF, as C's
   const size_t esz_out = dtype_size(c.out);
   DeviceBuffer da(a_img.size()), db(b_img.size()), dbias(bias_img.size());
   DeviceBuffer dc(static_cast<size_t>(c.m * ldc) * esz_out);  // starts all 0xFF, guard too
+  DeviceBuffer dsrc(c.source == 1 ? src_img.size() : 0);
   da.upload(a_img);
   db.upload(b_img);
   dbias.upload(bias_img);
+  if (c.source == 1) dsrc.upload(src_img);
+  if (c.source == 2) dc.upload(src_img);  // C += A @ B: C starts as the source (no poison to find)
 
   GemmArguments args;
   args.a = Tensor::matrix(da.ptr, c.in, c.m, c.k, lda);
@@ -141,6 +149,8 @@ void run_case(const GemmCase& c, bool in_graph) {
   args.sm_count = c.sm_count;
   args.stream_k = c.stream_k;
   args.split_k = c.split_k;
+  if (c.source == 1) args.source = Tensor::matrix(dsrc.ptr, c.out, c.m, c.n, ldc);
+  if (c.source == 2) args.source = args.c;
   ASSERT_EQ(can_implement(args), "");
   const size_t ws_bytes = workspace_size(args);
   void* ws = nullptr;
@@ -178,7 +188,7 @@ void run_case(const GemmCase& c, bool in_graph) {
         acc += a[i * c.k + kk] * bv;
         abs_sum += std::fabs(a[i * c.k + kk] * bv);
       }
-      const double ref = c.alpha * acc + (c.bias ? bias[j] : 0.0);
+      const double ref = c.alpha * acc + (c.bias ? bias[j] : 0.0) + (c.source ? src[i * c.n + j] : 0.0);
       const double got = decode(c.out, out.data() + (i * ldc + j) * esz_out);
       if (!std::isfinite(got)) {
         if (not_finite++ == 0 && first_bad.empty())
@@ -305,6 +315,22 @@ const GemmCase kCases[] = {
     {31, 200, 136, kF16, kF32, false, false, kGemmTileRows32, 1.0f, 8},
     {5, 1024, 4096, kF16, kF16, true, true, GemmTile{}, 1.0f, 0, 0, false, 0},
     {24, 520, 2048, kF16, kF32, false, true, GemmTile{}, 1.0f, 16, 0, false, 0},
+    // a source added in the epilogue (C = alpha A @ B + source + bias): every tile that takes one, both
+    // 16-bit types and float32 C, both B layouts, in place (C += A @ B), padded strides, alpha, few SMs,
+    // one tile exactly and edges of no tile; the automatic choice at 20 rows (a swapped tile without a
+    // source, kGemmTileTiny with one) and with split_k = 0 (never split with a source)
+    {128, 256, 64, kBF16, kBF16, true, false, kGemmTileLarge, 1.0f, 0, 0, false, 1, 1},
+    {1000, 520, 200, kF16, kF16, false, true, kGemmTileLarge, 1.0f, 8, 0, false, 1, 2},
+    {300, 400, 264, kBF16, kBF16, false, false, kGemmTileSmall, 0.5f, 0, 0, false, 1, 1},
+    {257, 392, 1032, kF16, kF16, true, true, kGemmTileSmall, 1.0f, 16, 0, false, 1, 2},
+    {130, 392, 520, kBF16, kBF16, true, true, kGemmTileSkinny, 1.0f, 0, 4, false, 1, 1},
+    {200, 136, 72, kF16, kF16, false, false, kGemmTileSkinny, 1.0f, 0, 0, false, 1, 2},
+    {70, 200, 136, kBF16, kBF16, false, true, kGemmTileTiny, 1.0f, 8, 0, false, 1, 2},
+    {333, 520, 200, kF16, kF16, true, false, kGemmTileTiny, 0.5f, 0, 0, false, 1, 1},
+    {520, 1000, 136, kBF16, kF32, false, true, kGemmTileLarge, 1.0f, 0, 0, false, 1, 1},
+    {300, 264, 136, kF16, kF32, true, false, kGemmTileSmall, 1.0f, 8, 0, false, 1, 2},
+    {20, 1000, 2400, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, false, 0, 1},
+    {1000, 1024, 128, kBF16, kBF16, false, false, GemmTile{}, 1.0f, 0, 0, false, 1, 2},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, GemmGpu, ::testing::ValuesIn(kCases), case_name);

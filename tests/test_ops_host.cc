@@ -310,6 +310,59 @@ TEST(OpsGemmArguments, RejectionsNameTheTensorAndTheRule) {
   EXPECT_EQ(error_of([&] { (void)workspace_size(g); }), can_implement(g));
 }
 
+TEST(OpsGemmArguments, SourceIsCsShapeAndTypeAndNeverSplit) {
+  auto g = gemm_args(1000, 520, 200);
+  g.source = mat(4, DType::kBFloat16, 1000, 520);
+  EXPECT_EQ(can_implement(g), "");
+  g.source = g.c;
+  EXPECT_EQ(can_implement(g), "") << "C itself: C += A @ B";
+  g.c = mat(2, DType::kBFloat16, 1000, 520, 528);
+  g.source = mat(2, DType::kBFloat16, 1000, 520, 528);
+  EXPECT_EQ(can_implement(g), "") << "C itself, padded";
+  for (GemmTile tile : {kGemmTileLarge, kGemmTileSmall, kGemmTileSkinny, kGemmTileTiny}) {
+    g.tile = tile;
+    EXPECT_EQ(can_implement(g), "") << tile.m << "x" << tile.n;
+  }
+  g = gemm_args(256, 256, 128);
+  g.source = mat(4, DType::kFloat32, 256, 256);
+  EXPECT_EQ(can_implement(g), "gemm: source is float32 but C is bfloat16; the source must have C's type.");
+  g.source = mat(4, DType::kBFloat16, 256, 128);
+  EXPECT_EQ(can_implement(g), "gemm: source is 256x128 but C is 256x256; the source must have C's shape.");
+  g.source = mat(4, DType::kBFloat16, 256, 256, 260);
+  EXPECT_EQ(can_implement(g),
+            "gemm: source row stride 260 elements (520 bytes) is not a multiple of 16 bytes (TMA reads and writes "
+            "16-byte aligned rows).");
+  g.source = Tensor::matrix(nullptr, DType::kBFloat16, 256, 256);
+  EXPECT_EQ(can_implement(g), "gemm: source is null but has 65536 elements.");
+  g.source = Tensor::matrix(static_cast<char*>(g.c.data) + 512, DType::kBFloat16, 256, 256);
+  EXPECT_EQ(can_implement(g),
+            "gemm: source overlaps C without being C; pass C itself (C += A @ B) or a separate buffer.");
+  g.source = mat(4, DType::kBFloat16, 256, 256);
+  g.split_k = 2;
+  EXPECT_EQ(can_implement(g),
+            "gemm: a source is not supported with split_k > 1 (the partial sums of K would each add it); leave K "
+            "unsplit.");
+  g.split_k = 1;
+  g.stream_k = true;
+  EXPECT_EQ(can_implement(g),
+            "gemm: a source is not supported with stream_k (the partial sums of K would each add it); leave K "
+            "unsplit.");
+  g.stream_k = false;
+  g.tile = kGemmTileRows16;
+  EXPECT_EQ(can_implement(g),
+            "gemm: tile 16x64x128 takes no source (the swapped decode tiles have no C operand); use a 64- or 128-row "
+            "tile or the automatic choice.");
+  // The automatic choice with a source: no swapped tile (kGemmTileTiny instead), no split of K.
+  g = gemm_args(20, 1024, 8192);
+  g.sm_count = 132;
+  g.split_k = 0;
+  EXPECT_EQ(resolved_tile(g), kGemmTileRows32);
+  EXPECT_EQ(resolved_split_k(g), 8);
+  g.source = mat(4, DType::kBFloat16, 20, 1024);
+  EXPECT_EQ(resolved_tile(g), kGemmTileTiny);
+  EXPECT_EQ(resolved_split_k(g), 1);
+}
+
 TEST(OpsGemmAvailability, WithoutCutlassGemmSaysHowToGetIt) {
   if (gemm_available()) GTEST_SKIP() << "this build has the GEMM core (CUTLASS headers found)";
   try {

@@ -82,13 +82,20 @@ struct Choice {
 // data-parallel, beat it wherever it would run: 64x64 against stream-K 128x128 at 128 x 2048 x 8192
 // 1.04 / 1.07 against 0.60 / 0.60, 64 x 4096 x 8192 1.07 / 1.09 against 0.67 / 0.69, 128 x 1024 x 8192
 // 1.07 / 1.07 against 0.44 / 0.43, 64 x 1024 x 8192 1.02 / 1.06 against 0.41 / 0.42.
+bool has_source(const GemmArguments& g) { return g.source.data != nullptr || g.source.numel() > 0; }
+bool is_swapped(const GemmTile& t) { return t == kGemmTileRows16 || t == kGemmTileRows32; }
+
+// With a source (validated: no stream-K, no split, no swapped tile asked for), the automatic choice
+// trades a swapped tile for kGemmTileTiny and never splits K.
 Choice choose(const GemmArguments& g, int sm_count) {
   const int64_t m = g.a.rows, n = g.b_is_nk ? g.b.rows : g.b.cols, k = g.a.cols;
+  const bool source = has_source(g);
   Choice c;
   c.tile = g.tile.is_auto() ? select_gemm_tile(m, n, k, g.b_is_nk, sm_count) : g.tile;
+  if (source && is_swapped(c.tile)) c.tile = kGemmTileTiny;
   c.stream_k = g.stream_k && g.tile == kGemmTileSmall && is_16bit_float(g.c.dtype) && k >= 8192 &&
                2 * ccl::tile_count(m, n, c.tile.m, c.tile.n) <= sm_count;
-  if (!c.stream_k) c.splits = g.split_k == 0 ? select_split_k(m, n, k, c.tile, sm_count) : g.split_k;
+  if (!c.stream_k) c.splits = source ? 1 : g.split_k == 0 ? select_split_k(m, n, k, c.tile, sm_count) : g.split_k;
   return c;
 }
 
@@ -121,21 +128,22 @@ struct Sm90Instance {
   DType out;
   bool b_is_nk;
   int tile;
+  bool source;  // reads GemmProblem::c
   size_t (*workspace_size)(const GemmProblem&);
   void (*run)(const GemmProblem&, void*, cudaStream_t);
 };
 
-template <DType kIn, DType kOut, bool kBIsNK, int kTile>
+template <DType kIn, DType kOut, bool kBIsNK, int kTile, bool kSource = detail::kernel_reads_source(kOut, kTile)>
 constexpr Sm90Instance instance() {
-  using G = Sm90Gemm<kIn, kOut, kBIsNK, kTile>;
-  return {kIn, kOut, kBIsNK, kTile, &G::workspace_size, &G::run};
+  using G = Sm90Gemm<kIn, kOut, kBIsNK, kTile, kSource>;
+  return {kIn, kOut, kBIsNK, kTile, G::kReadsSource, &G::workspace_size, &G::run};
 }
 
 // The complete set: every tile for 16-bit and float32 outputs (gemm_sm90_<in>_<layout>.cu for the
 // large tile and the 128x128 tile's 16-bit output, _m64.cu for the 64-row tiles' 16-bit output, _f32.cu
 // for the float32 outputs of the others, _rows.cu for both outputs of the swapped 16- and 32-row tiles),
-// and the stream-K kernel for 16-bit outputs. About 35 s of compile each on 2 cores, so the set stays
-// small.
+// and the stream-K kernel for 16-bit outputs; then the twins with a source (kernel_reads_source). About
+// 35 s of compile each on 2 cores, so the set stays small.
 constexpr DType kBF16 = DType::kBFloat16;
 constexpr DType kF16 = DType::kFloat16;
 constexpr DType kF32 = DType::kFloat32;
@@ -208,6 +216,16 @@ constexpr Sm90Instance kSm90Instances[] = {
     instance<kF16, kF32, true, kTileRows16>(),
     instance<kF16, kF16, true, kTileRows32>(),
     instance<kF16, kF32, true, kTileRows32>(),
+    // gemm_sm90_<in>_<layout>_src.cu: the 128-row tiles' 16-bit output with a source (after the
+    // source-free kernels, which find_instance takes first for calls without one)
+    instance<kBF16, kBF16, false, kTileLarge, true>(),
+    instance<kBF16, kBF16, false, kTileSmall, true>(),
+    instance<kBF16, kBF16, true, kTileLarge, true>(),
+    instance<kBF16, kBF16, true, kTileSmall, true>(),
+    instance<kF16, kF16, false, kTileLarge, true>(),
+    instance<kF16, kF16, false, kTileSmall, true>(),
+    instance<kF16, kF16, true, kTileLarge, true>(),
+    instance<kF16, kF16, true, kTileSmall, true>(),
 };
 
 int tile_id(const GemmTile& t) {
@@ -216,11 +234,13 @@ int tile_id(const GemmTile& t) {
   throw Error(str_cat("iris internal error: tile ", tile_name(t), " passed validation but is not in kGemmTiles."));
 }
 
-const Sm90Instance& find_instance(DType in, DType out, bool b_is_nk, int tile) {
+// The first kernel of the table for these types and tile that reads a source when one is given.
+const Sm90Instance& find_instance(DType in, DType out, bool b_is_nk, int tile, bool source = false) {
   for (const auto& inst : kSm90Instances)
-    if (inst.in == in && inst.out == out && inst.b_is_nk == b_is_nk && inst.tile == tile) return inst;
+    if (inst.in == in && inst.out == out && inst.b_is_nk == b_is_nk && inst.tile == tile && (inst.source || !source))
+      return inst;
   throw Error(str_cat("iris internal error: no GEMM instantiation for validated arguments (", dtype_name(in), " -> ",
-                      dtype_name(out), ", tile id ", tile, ")."));
+                      dtype_name(out), ", tile id ", tile, source ? ", with a source" : "", ")."));
 }
 
 // The device's Hopper check and SM count (cudaDeviceGetAttribute is a cached lookup, not a driver call).
@@ -243,6 +263,10 @@ GemmProblem make_problem(const GemmArguments& g) {
   p.ldb = row_pitch(g.b);
   p.d = g.c.data;
   p.ldd = row_pitch(g.c);
+  if (has_source(g)) {
+    p.c = g.source.data;
+    p.ldc = row_pitch(g.source);
+  }
   p.bias = g.bias;
   p.alpha = g.alpha;
   // At least one 2-CTA cluster; at most the device.
@@ -268,7 +292,7 @@ Launch plan_launch(const GemmArguments& g) {
   if (c.stream_k) {
     l.inst = &find_instance(g.a.dtype, g.c.dtype, g.b_is_nk, kTileSmallStreamK);
   } else if (c.splits == 1) {
-    l.inst = &find_instance(g.a.dtype, g.c.dtype, g.b_is_nk, tile_id(c.tile));
+    l.inst = &find_instance(g.a.dtype, g.c.dtype, g.b_is_nk, tile_id(c.tile), l.p.c != nullptr);
   } else {
     l.inst = &find_instance(g.a.dtype, DType::kFloat32, g.b_is_nk, tile_id(c.tile));
     l.p.splits = c.splits;
@@ -357,7 +381,7 @@ int select_split_k(int64_t m, int64_t n, int64_t k, GemmTile tile, int sm_count)
   IRIS_CHECK_ARG(std::find(kGemmTiles.begin(), kGemmTiles.end(), tile) != kGemmTiles.end(), "select_split_k: tile ",
                  tile_name(tile), " is not supported; the tiles are ", supported_tiles(), ".");
   const int64_t tiles = ccl::tile_count(m, n, tile.m, tile.n);
-  const bool swapped = tile == kGemmTileRows16 || tile == kGemmTileRows32;
+  const bool swapped = is_swapped(tile);
   const int64_t enough = swapped ? (int64_t{sm_count} + 2) / 3 : (int64_t{sm_count} * 7 + 7) / 8;
   if (tiles == 0 || tiles >= enough) return 1;
   int best = 1;
@@ -461,6 +485,27 @@ std::string can_implement(const GemmArguments& g) {
     if (std::find(kGemmTiles.begin(), kGemmTiles.end(), g.tile) == kGemmTiles.end())
       return str_cat("gemm: tile ", tile_name(g.tile), " is not supported; the tiles are ", supported_tiles(),
                      " (or 0x0x0 for the automatic choice).");
+  }
+  if (has_source(g)) {
+    const Tensor& s = g.source;
+    if (s.dtype != g.c.dtype)
+      return str_cat("gemm: source is ", dtype_name(s.dtype), " but C is ", dtype_name(g.c.dtype),
+                     "; the source must have C's type.");
+    if (auto why = check_view("gemm", "source", s); !why.empty()) return why;
+    if (s.rows != g.c.rows || s.cols != g.c.cols)
+      return str_cat("gemm: source is ", s.rows, "x", s.cols, " but C is ", g.c.rows, "x", g.c.cols,
+                     "; the source must have C's shape.");
+    if (auto why = check_tma("gemm", "source", s); !why.empty()) return why;
+    const bool same = s.data == g.c.data && row_pitch(s) == row_pitch(g.c);
+    if (!same && overlaps(s, g.c))
+      return "gemm: source overlaps C without being C; pass C itself (C += A @ B) or a separate buffer.";
+    if (g.split_k > 1 || g.stream_k)
+      return str_cat("gemm: a source is not supported with ", g.stream_k ? "stream_k" : "split_k > 1",
+                     " (the partial sums of K would each add it); leave K unsplit.");
+    if (is_swapped(g.tile))
+      return str_cat("gemm: tile ", tile_name(g.tile),
+                     " takes no source (the swapped decode tiles have no C operand); use a 64- or 128-row tile or "
+                     "the automatic choice.");
   }
   return "";
 }

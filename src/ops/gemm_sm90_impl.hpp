@@ -5,8 +5,10 @@
 //   mainloop  CollectiveBuilder: TMA loads of A and B tiles into a multi-stage shared-memory pipeline
 //             (as many stages as fit beside the epilogue's storage), wgmma with float32 accumulators,
 //             warp-specialized (a producer warp issues TMA, consumer warpgroups run wgmma)
-//   epilogue  CollectiveBuilder with LinCombPerColBias: D = alpha * acc + bias[n], no C source (its
-//             element type is void, so C is never read); TMA store of D
+//   epilogue  CollectiveBuilder with LinCombPerColBias: D = alpha * acc + beta * C + bias[n], TMA store
+//             of D. In the kernels that read a source (kSource: gemm_sm90_kernel.hpp says which), C
+//             (GemmProblem::c) has D's type and layout, and beta is 1 when a source is given and 0
+//             otherwise (CUTLASS then issues no load of C); in the others C's element type is void.
 //   schedule  the default persistent tile scheduler: a grid of at most sm_count CTAs walks the tiles;
 //             kTileSmallStreamK: CUTLASS's stream-K scheduler (its heuristic splits K across CTAs when
 //             the tiles are too few; partial sums meet in the workspace, reduced in a fixed order)
@@ -90,7 +92,7 @@ struct Sm90TileConfig<kTileSmallStreamK> : Sm90Config<128, 128, 64, 1, 1, false>
 template <int kTile>
 using Sm90Scheduler = std::conditional_t<kTile == kTileSmallStreamK, cutlass::gemm::StreamKScheduler, void>;
 
-template <DType kIn, DType kOut, bool kBIsNK, int kTile>
+template <DType kIn, DType kOut, bool kBIsNK, int kTile, bool kSourceKernel>
 struct Sm90GemmTypes {
   using Config = Sm90TileConfig<kTile>;
   // Swapped (Config::kSwapAB): CUTLASS's problem is C^T (N x M) = B^T A^T; its A operand is our B, its B
@@ -110,16 +112,20 @@ struct Sm90GemmTypes {
   using LayoutD = std::conditional_t<kSwap, ColumnMajor, RowMajor>;
   static constexpr int kAlignmentAB = 16 / sizeof(ElementAB);  // TMA: 16-byte rows
   static constexpr int kAlignmentD = 16 / sizeof(ElementD);
+  // The source C, D's type and layout; void (never read) in the kernels without one.
+  static constexpr bool kSource = kSourceKernel;
+  static_assert(!kSource || !kSwap, "the swapped tiles take no source");
+  using ElementC = std::conditional_t<kSource, ElementD, void>;
 
   using FusionOp = std::conditional_t<
       kSwap,
       cutlass::epilogue::fusion::LinCombPerRowBias<ElementD, ElementCompute, /*ElementBias=*/ElementD,
-                                                   /*ElementSource=*/void, /*ElementScalar=*/float>,
+                                                   /*ElementSource=*/ElementC, /*ElementScalar=*/float>,
       cutlass::epilogue::fusion::LinCombPerColBias<ElementD, ElementCompute, /*ElementBias=*/ElementD,
-                                                   /*ElementSource=*/void, /*ElementScalar=*/float>>;
+                                                   /*ElementSource=*/ElementC, /*ElementScalar=*/float>>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape, typename Config::ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute, /*ElementC=*/void, LayoutD,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute, ElementC, LayoutD,
       kAlignmentD, ElementD, LayoutD, kAlignmentD, typename Config::EpilogueSchedule, FusionOp>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutA, kAlignmentAB, ElementAB, LayoutB,
@@ -169,15 +175,19 @@ struct Sm90GemmTypes {
         static_assert(std::is_same_v<StrideA, RowStride>, "A is row-major");
         static_assert(std::is_same_v<StrideD, RowStride>, "D is row-major");
         const StrideD stride_d{p.ldd, cute::Int<1>{}, p.m * p.ldd};
+        const StrideD stride_c{p.ldc, cute::Int<1>{}, p.m * p.ldc};
+        const ElementC* c = nullptr;
+        if constexpr (kSource) c = static_cast<const ElementC*>(p.c);
         return typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
                                         {p.m, p.n, depth, p.splits},
                                         {a, stride_our_a, b, StrideB(stride_our_b)},
-                                        {{}, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
+                                        {{}, c, p.c ? stride_c : stride_d, static_cast<ElementD*>(p.d), stride_d},
                                         hw};
       }
     }();
     args.epilogue.thread.alpha = p.alpha;
-    args.epilogue.thread.beta = 0.0f;
+    if constexpr (!kSource) IRIS_ASSERT(p.c == nullptr, "a kernel without a source operand was given one");
+    args.epilogue.thread.beta = p.c != nullptr ? 1.0f : 0.0f;
     args.epilogue.thread.bias_ptr = static_cast<const ElementD*>(p.bias);  // null: no bias
     return args;
   }
@@ -193,15 +203,15 @@ inline void check_cutlass(cutlass::Status status, const char* step) {
   }
 }
 
-template <DType kIn, DType kOut, bool kBIsNK, int kTile>
-size_t Sm90Gemm<kIn, kOut, kBIsNK, kTile>::workspace_size(const GemmProblem& p) {
-  using Types = Sm90GemmTypes<kIn, kOut, kBIsNK, kTile>;
+template <DType kIn, DType kOut, bool kBIsNK, int kTile, bool kSource>
+size_t Sm90Gemm<kIn, kOut, kBIsNK, kTile, kSource>::workspace_size(const GemmProblem& p) {
+  using Types = Sm90GemmTypes<kIn, kOut, kBIsNK, kTile, kSource>;
   return Types::Gemm::get_workspace_size(Types::arguments(p));
 }
 
-template <DType kIn, DType kOut, bool kBIsNK, int kTile>
-void Sm90Gemm<kIn, kOut, kBIsNK, kTile>::run(const GemmProblem& p, void* workspace, cudaStream_t stream) {
-  using Types = Sm90GemmTypes<kIn, kOut, kBIsNK, kTile>;
+template <DType kIn, DType kOut, bool kBIsNK, int kTile, bool kSource>
+void Sm90Gemm<kIn, kOut, kBIsNK, kTile, kSource>::run(const GemmProblem& p, void* workspace, cudaStream_t stream) {
+  using Types = Sm90GemmTypes<kIn, kOut, kBIsNK, kTile, kSource>;
   const auto args = Types::arguments(p);
   typename Types::Gemm op;
   check_cutlass(op.can_implement(args), "can_implement");

@@ -15,7 +15,8 @@
 
 namespace iris::ops::detail {
 
-// A validated problem: C (M x N) = alpha * A (M x K) @ B + bias, row strides in elements. With splits = S
+// A validated problem: D (M x N) = alpha * A (M x K) @ B + C + bias, row strides in elements; C (the source,
+// D's type) is optional, and the swapped 16- and 32-row tiles never take one. With splits = S
 // > 1, the batched form of split-K: slice s of K (K / S deep, starting at column s K / S of A and at that
 // row of B) gives D[s] = alpha * A_s @ B_s, the S outputs packed one after the other (ldd = N, no bias).
 struct GemmProblem {
@@ -26,6 +27,8 @@ struct GemmProblem {
   int64_t ldb = 0;
   void* d = nullptr;
   int64_t ldd = 0;
+  const void* c = nullptr;  // the source, or null (no load of C); not with splits > 1
+  int64_t ldc = 0;
   const void* bias = nullptr;
   float alpha = 1.0f;
   int device = 0;
@@ -48,8 +51,21 @@ inline constexpr int kTileRows32 = 5;
 // are too few to fill the device (GemmArguments::stream_k). 16-bit outputs only.
 inline constexpr int kTileSmallStreamK = 6;
 
-template <DType kIn, DType kOut, bool kBIsNK, int kTile>
+// Which instantiations read a source (GemmProblem::c). A kernel with a source operand gives up CUTLASS's
+// delayed TMA store and keeps C's stages in shared memory, which cost the 16-bit output of the 128-row
+// tiles 1.5-3% at large compute-bound shapes on one H200 (8192 x 8192 x 8192 and 16384 x 4096 x 8192,
+// bf16, against cuBLAS in turns: 0.997-1.022x with one, 1.013-1.061x over seven earlier runs without):
+// those keep their source-free kernels and have twins with a source (gemm_sm90_<in>_<layout>_src.cu).
+// The 64-row tiles (bound by reading B; 64 x 4096 x 8192 and 128 x 8192 x 8192 unchanged within 1%) and
+// the float32 outputs take a source in their only kernel; the swapped tiles and stream-K never do.
+constexpr bool kernel_reads_source(DType out, int tile) {
+  if (tile == kTileRows16 || tile == kTileRows32 || tile == kTileSmallStreamK) return false;
+  return out == DType::kFloat32 || tile == kTileSkinny || tile == kTileTiny;
+}
+
+template <DType kIn, DType kOut, bool kBIsNK, int kTile, bool kSource = kernel_reads_source(kOut, kTile)>
 struct Sm90Gemm {
+  static constexpr bool kReadsSource = kSource;
   // Device workspace bytes CUTLASS asks for.
   static size_t workspace_size(const GemmProblem& p);
   // Runs CUTLASS's can_implement, initialize and run; throws iris::Error with CUTLASS's status on failure.

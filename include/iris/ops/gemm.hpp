@@ -107,6 +107,12 @@ struct GemmArguments {
   // order. The automatic choice never needs it: its 64-row tiles are faster wherever it would run. Off:
   // one CTA per tile, no workspace.
   bool stream_k = false;
+  // An optional source added to the product: C = alpha * A @ B + source + bias, read in the epilogue
+  // (CUTLASS's C operand with beta = 1), so a sum of products needs no separate pass. M x N of C's type,
+  // 16-byte aligned rows like C; it may be C itself (C += A @ B) but must not overlap it otherwise. Not
+  // with a split of K (split_k > 1) or stream_k, nor with the 16- and 32-row tiles: the automatic choice
+  // then takes kGemmTileTiny and does not split K. Empty (no data, 0 x 0): no source.
+  Tensor source{};
   // Split of K (parallel split-K), for outputs of too few tiles to fill the SMs with a long K loop
   // (decode; the column-parallel layers of tensor parallelism). 1, the default: no split, one CTA per
   // output tile over the whole K. S > 1: K is cut into S slices of K / S (K must be a multiple of 8 S,

@@ -1,0 +1,11 @@
+// GEMM core instantiations with a source operand (C = A @ B + source) for the 128-row tiles' 16-bit
+// output, beside their source-free kernels (gemm_sm90_kernel.hpp, kernel_reads_source, says why):
+// float16 inputs, B stored N x K (row-major).
+#include "ops/gemm_sm90_impl.hpp"
+
+namespace iris::ops::detail {
+
+template struct Sm90Gemm<DType::kFloat16, DType::kFloat16, true, kTileLarge, true>;
+template struct Sm90Gemm<DType::kFloat16, DType::kFloat16, true, kTileSmall, true>;
+
+}  // namespace iris::ops::detail
