@@ -586,9 +586,14 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   // one_shot: ready by source + data by (source, band of 4); one 512 x 256 slot per rank.
   EXPECT_EQ(mar(AllReduceVariant::kOneShot).flags, 2u + 2 * 4);
   EXPECT_EQ(mar(AllReduceVariant::kOneShot).staging_bytes, 2u * 512 * 256 * 2);
-  // two_shot: ready, data and reduced by source; 2W + 1 bands of 256 x 256.
-  EXPECT_EQ(mar(AllReduceVariant::kTwoShot).flags, 3u * 2);
-  EXPECT_EQ(mar(AllReduceVariant::kTwoShot).staging_bytes, 5u * 256 * 256 * 2);
+  // two_shot: ready by source, data by (ring step, sub-band of 2), gathered by (source, sub-band of 2);
+  // 3W - 2 bands of 256 x 256 (W - 1 sent sums, W - 1 received, W gather slots).
+  EXPECT_EQ(mar(AllReduceVariant::kTwoShot).flags, 2u + 1 * 2 + 2 * 2);
+  EXPECT_EQ(mar(AllReduceVariant::kTwoShot).staging_bytes, 4u * 256 * 256 * 2);
+  const auto two_shot3 =
+      plan_matmul_all_reduce(operands(512, 256, 128, 512), blocks(128, 128, AllReduceVariant::kTwoShot), 3, kSms).needs;
+  EXPECT_EQ(two_shot3.flags, 3u + 2 * 2 + 3 * 2);
+  EXPECT_EQ(two_shot3.staging_bytes, 7u * 171 * 256 * 2) << "bands of ceil(512 / 3) = 171 rows";
   for (auto v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot}) EXPECT_EQ(mar(v).locks, 8u);
   // matmul_reduce_scatter: A 512 x 128 per rank, C 256 x 256 per rank; GEMM tiles over 512 x 256.
   auto p = plan_matmul_reduce_scatter(operands(512, 256, 128, 256), blocks(128, 128), w, kSms);
@@ -596,8 +601,11 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   EXPECT_EQ(p.sig.rows, 512);
   EXPECT_EQ(p.tiles, 8);
   EXPECT_EQ(p.needs.locks, 8u);
-  EXPECT_EQ(p.needs.flags, 2u * 2) << "ready and data by source rank";
-  EXPECT_EQ(p.needs.staging_bytes, 2u * 2 * 256 * 256 * 2) << "W partial bands and W receive slots of 256 x 256";
+  EXPECT_EQ(p.needs.flags, 2u + 1 * 2) << "ready by source rank, data by (ring step, sub-band of 2)";
+  EXPECT_EQ(p.needs.staging_bytes, 2u * 256 * 256 * 2) << "W - 1 sent and W - 1 received sums of 256 x 256";
+  p = plan_matmul_reduce_scatter(operands(768, 256, 128, 256), blocks(128, 128), 3, kSms);
+  EXPECT_EQ(p.needs.flags, 3u + 2 * 2);
+  EXPECT_EQ(p.needs.staging_bytes, 4u * 256 * 256 * 2);
   // all_gather_matmul: A 100 x 64 per rank gathered to 200 x 64, C 200 x 256 fp32; A crosses ranks.
   p = plan_all_gather_matmul(operands(100, 256, 64, 200, DType::kFloat16, DType::kFloat32), blocks(64, 128), w, kSms);
   EXPECT_EQ(p.sig.op, OpKind::kAllGatherMatmul);

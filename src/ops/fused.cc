@@ -29,6 +29,9 @@ constexpr size_t kBlockStateWords = 2;
 // the push of one band overlaps the GEMM of the next.
 constexpr int kOneShotBands = 4;
 constexpr int kAllGatherBands = 4;
+// Sub-bands of each band of the ring reduce-scatter (matmul_reduce_scatter, matmul_all_reduce two_shot):
+// two let a band's first half travel while its second half computes.
+constexpr int kRingSubBands = 2;
 
 const char* preamble_name(OpKind op) {
   switch (op) {
@@ -274,10 +277,9 @@ FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& co
       p.needs.flags = w + w * kOneShotBands;
       p.needs.staging_bytes = w * align256(mn * esz);
       break;
-    case AllReduceVariant::kTwoShot:  // ready, data, reduced by source; M x N partials, W slots, 1 reduced band
-      p.needs.flags = 3 * w;
-      p.needs.staging_bytes =
-          align256(mn * esz) + (w + 1) * align256(static_cast<size_t>(ceil_div(m, world_size) * n) * esz);
+    case AllReduceVariant::kTwoShot:  // the ring's, then gathered by (source, sub-band); W gather slots
+      p.needs.flags = w + (w - 1) * kRingSubBands + w * kRingSubBands;
+      p.needs.staging_bytes = (2 * (w - 1) + w) * align256(static_cast<size_t>(ceil_div(m, world_size) * n) * esz);
       break;
     default:
       IRIS_ASSERT(false, "FusedConfig::validate admits only the fused variants");
@@ -303,10 +305,10 @@ FusedPlan plan_matmul_reduce_scatter(const MatmulOperands& mm, const FusedConfig
   size_tiles(p, m, n);  // each rank's GEMM computes the whole M x N partial product
   p.sig.dtype = mm.c.dtype;
   p.unfused = world_size > 1 && !band_pays(rows, n, p.tile, p.min_band_tiles);
-  // Ready and data by source; the M x N partial product and W receive slots of M/W x N.
-  p.needs.flags = 2 * static_cast<size_t>(world_size);
-  p.needs.staging_bytes = align256(static_cast<size_t>(m * n) * mm.c.element_size()) +
-                          static_cast<size_t>(world_size) * align256(static_cast<size_t>(rows * n) * mm.c.element_size());
+  // Ready, then data by (ring step, sub-band); W - 1 send and W - 1 receive slots of M/W x N.
+  const size_t w = static_cast<size_t>(world_size);
+  p.needs.flags = w + (w - 1) * kRingSubBands;
+  p.needs.staging_bytes = 2 * (w - 1) * align256(static_cast<size_t>(rows * n) * mm.c.element_size());
   finish_plan(p, mm, world_size);
   return p;
 }
@@ -389,11 +391,13 @@ using PlanFn = FusedPlan (*)(const MatmulOperands&, const FusedConfig&, int, int
 
 bool symmetric_view(const Context& ctx, const Tensor& t);
 
-// The plan as this context runs it: matmul_all_gather records whether C is on the symmetric heap.
+// The plan as this context runs it: matmul_all_gather and matmul_all_reduce two_shot record whether C is
+// on the symmetric heap (peers then write their rows straight into it).
 FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm, const FusedConfig& config) {
   FusedPlan p = plan(mm, config, ctx.world_size(), ccl::detail::sm_count(ctx));
   // Contiguous too: peers write with this rank's geometry, and the signature holds no row stride.
-  if (p.sig.op == OpKind::kMatmulAllGather)
+  if (p.sig.op == OpKind::kMatmulAllGather ||
+      (p.sig.op == OpKind::kMatmulAllReduce && p.sig.variant == AllReduceVariant::kTwoShot))
     p.sig.symmetric_output = mm.c.stride == mm.c.cols && symmetric_view(ctx, mm.c);
   return p;
 }
@@ -604,83 +608,107 @@ void run_single_rank(const MatmulOperands& mm, OpKind op, FusedWorkspace& ws, cu
   run_gemm_in(op, single_rank_gemm(mm), ws, stream);
 }
 
-// matmul_reduce_scatter, and the reduce-scatter half of matmul_all_reduce two_shot. Bands of rows are
-// owned by ranks (band t: rows of rank t's output, `band_rows` each). For each peer t in ring order, the
-// GEMM computes band t of this rank's partial product into P, and the side stream pushes it into rank
-// t's receive slot for this rank and signals t; the own band's GEMM writes straight into the own
-// receive slot and overlaps the last push. The owner then waits for its W - 1 partials and reduces the
-// W slots in rank order (deterministic). Bias rides on rank 0's partials, so it is added once.
-// Staging: P (M x N, contiguous), then W receive slots of band_rows x N, each on 256 bytes; C's type.
-// Flags: [0, W) ready, [W, 2W) data by source.
-void reduce_scatter_bands(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int64_t band_rows, int64_t m,
-                          const Tensor& out, void* out2) {
+// matmul_reduce_scatter, and the reduce-scatter half of matmul_all_reduce two_shot: a ring whose
+// additions happen in the GEMM's epilogue (GemmArguments::source), so no pass over the partial
+// products is left after the last GEMM. Band t of the M rows (`band_rows` each) is rank t's. At step
+// j = 0 .. W-1 rank r computes band t = r - 1 - j (mod W): at step 0 its own partial product of the band,
+// at step j > 0 its partial plus the running sum of steps 0 .. j-1 that rank r - 1 pushed into its
+// receive slot j - 1, so that the sum of band t passes ranks t + 1, t + 2, ..., and its last step, on
+// rank t itself, writes the band's total straight into `out`. Each step runs in up to kRingSubBands
+// sub-bands of whole tile rows (pick_bands over a band): sub-band s of step j waits only for sub-band s
+// of the upstream step, which the upstream rank computed a sub-band or more earlier, so the GEMM
+// streams while each finished sub-band travels (copy engines, or copy kernels beside the GEMM).
+// Each band's sum is rounded to C's type once per hop (W - 1 times, as a ring reduce-scatter does) and
+// always in the same order, so results repeat bitwise. The bias is added at step 0, once per band.
+// Staging: W - 1 send slots (this rank's step j result) then W - 1 receive slots (rank r - 1's), each
+// band_rows x N on 256 bytes; C's type. Flags: [0, W) ready, then data of (step j, sub-band s) at
+// W + j * kRingSubBands + s, written by rank r - 1.
+// `finished(s, rows)`, when given, runs after the GEMM of the own band's sub-band s (its rows of `out`).
+int ring_sub_bands(int64_t band_rows, int64_t n, const FusedPlan& plan) {
+  return pick_bands(band_rows, n, kRingSubBands, plan.tile, plan.min_band_tiles);
+}
+template <typename Finished>
+void reduce_scatter_ring(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int64_t band_rows,
+                         const Tensor& out, Finished&& finished) {
   const int me = pl.rank(), w = pl.world();
-  const int64_t n = mm.c.cols;
+  const int64_t m = mm.a.rows, n = mm.c.cols;
   const DType ct = mm.c.dtype;
   const size_t esz = dtype_size(ct);
   const size_t slot_bytes = align256(static_cast<size_t>(band_rows * n) * esz);
-  char* p_base = pl.staging(0);
-  char* recv = pl.staging(align256(static_cast<size_t>(m * n) * esz));
-  auto rows_of_band = [&](int t) {
-    const int64_t r0 = std::min<int64_t>(m, band_rows * t);
-    return Band{r0, std::min<int64_t>(m, r0 + band_rows) - r0};
-  };
-  auto p_band = [&](int t) {
-    const Band b = rows_of_band(t);
-    return Tensor::matrix(p_base + b.row0 * n * static_cast<int64_t>(esz), ct, b.rows, n, n);
-  };
+  const int next = (me + 1) % w;
+  const int subs = ring_sub_bands(band_rows, n, plan);
+  auto slot = [&](bool recv, int j) { return pl.staging((static_cast<size_t>(recv ? w - 1 : 0) + j) * slot_bytes); };
+  auto data_flag = [&](int j, int s) { return w + j * kRingSubBands + s; };
   pl.begin_and_wait_ready();
-  for (int j = 1; j < w; ++j) {
-    const int t = (me + j) % w;
-    const Band b = rows_of_band(t);
-    const Tensor p = p_band(t);
-    pl.gemm(mm, rows_of(mm.a, b.row0, b.rows), p, me == 0, plan.gemm_sms);
-    pl.fork();
-    pl.push(p, pl.on(recv + me * slot_bytes, t), n);
-    pl.signal(pl.side(), w + me, t);
+  for (int j = 0; j < w; ++j) {
+    const int t = ((me - 1 - j) % w + w) % w;
+    const int64_t t0 = std::min<int64_t>(m, band_rows * t);
+    const int64_t t_rows = std::min<int64_t>(m, t0 + band_rows) - t0;
+    for (int s = 0; s < subs; ++s) {
+      const TileRowBand sb = tile_row_band(t_rows, plan.tile.m, subs, s);
+      const int64_t off = sb.row0 * n * static_cast<int64_t>(esz);
+      GemmArguments g = gemm_arguments(mm, rows_of(mm.a, t0 + sb.row0, sb.rows), Tensor{}, j == 0 ? mm.bias : nullptr,
+                                       plan.tile, plan.gemm_sms);
+      g.c = j + 1 < w ? Tensor::matrix(slot(false, j) + off, ct, sb.rows, n, n) : rows_of(out, sb.row0, sb.rows);
+      if (j > 0) {
+        pl.wait(pl.main(), data_flag(j - 1, s), 1, 1, -1, detail::FusedWait::kData);
+        g.source = Tensor::matrix(slot(true, j - 1) + off, ct, sb.rows, n, n);
+      }
+      if (sb.rows > 0) ops::gemm(g, nullptr, pl.main());
+      if (j + 1 < w) {
+        pl.fork();
+        pl.push(g.c, pl.on(slot(true, j) + off, next), n);
+        pl.signal(pl.side(), data_flag(j, s), next);
+      } else {
+        finished(s, sb);
+      }
+    }
   }
-  const Band mine = rows_of_band(me);
-  pl.gemm(mm, rows_of(mm.a, mine.row0, mine.rows), Tensor::matrix(recv + me * slot_bytes, ct, mine.rows, n, n), me == 0,
-          plan.gemm_sms);
-  pl.wait(pl.main(), w, w, 1, me, detail::FusedWait::kData);
-  detail::ReduceSlots r;
-  r.slots = recv;
-  r.slot_elems = static_cast<int64_t>(slot_bytes / esz);
-  r.world = w;
-  r.rows = mine.rows;
-  r.cols = n;
-  r.out = out.data;
-  r.out_stride = out.stride;
-  r.out2 = out2;
-  detail::launch_reduce_slots(r, ct, tail_blocks(plan), pl.main());
-  pl.join();
 }
 
 void run_matmul_reduce_scatter(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
-  const int64_t m = mm.a.rows;
-  reduce_scatter_bands(pl, mm, plan, m / pl.world(), m, mm.c, nullptr);
+  reduce_scatter_ring(pl, mm, plan, mm.a.rows / pl.world(), mm.c, [](int, const TileRowBand&) {});
+  pl.join();
 }
 
-// two_shot: reduce-scatter by bands (above), the owner also keeps its reduced band in staging (`red`)
-// and signals; every rank then pulls each peer's reduced band into its C. Staging: as above (bands of
-// ceil(M/W) rows), then `red`. Flags: [2W, 3W) reduced.
-void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
+// two_shot: the ring reduce-scatter above leaves the own band's total in its rows of C, sub-band by
+// sub-band; each is then pushed from there to every peer (straight into the peers' C when C is on the
+// symmetric heap and contiguous, else into gather slot `rank` of their staging) while the next
+// sub-band computes, and flagged. Every rank waits for the peers' sub-bands and, without a symmetric
+// C, copies them from its gather slots into C. Every rank thus holds the owner's bits. Staging: as
+// above (bands of ceil(M/W) rows), then W gather slots. Flags: as above, then gathered (source r,
+// sub-band s) at W + (W - 1) kRingSubBands + r kRingSubBands + s.
+void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, bool c_symmetric) {
   const int me = pl.rank(), w = pl.world();
   const int64_t m = mm.a.rows, n = mm.c.cols;
   const int64_t band_rows = ceil_div(m, w);
   const size_t esz = mm.c.element_size();
   const size_t slot_bytes = align256(static_cast<size_t>(band_rows * n) * esz);
-  char* red = pl.staging(align256(static_cast<size_t>(m * n) * esz) + static_cast<size_t>(w) * slot_bytes);
+  char* gather = pl.staging(2 * static_cast<size_t>(w - 1) * slot_bytes);
+  auto gathered_flag = [&](int r, int s) { return w + (w - 1) * kRingSubBands + r * kRingSubBands + s; };
   const Band mine = band(m, w, me);
-  reduce_scatter_bands(pl, mm, plan, band_rows, m, rows_of(mm.c, mine.row0, mine.rows), red);
-  pl.signal(pl.main(), 2 * w + me, -1);
+  const Tensor own = rows_of(mm.c, mine.row0, mine.rows);
+  const int subs = ring_sub_bands(band_rows, n, plan);
+  reduce_scatter_ring(pl, mm, plan, band_rows, own, [&](int s, const TileRowBand& sb) {
+    pl.fork();
+    const Tensor part = rows_of(own, sb.row0, sb.rows);
+    for (int j = 1; j < w; ++j) {
+      const int t = (me + j) % w;
+      char* to = c_symmetric ? static_cast<char*>(part.data)
+                             : gather + static_cast<size_t>(me) * slot_bytes + sb.row0 * n * static_cast<int64_t>(esz);
+      pl.push(part, pl.on(to, t), c_symmetric ? mm.c.stride : n);
+      pl.signal(pl.side(), gathered_flag(me, s), t);
+    }
+  });
   for (int j = 1; j < w; ++j) {
-    const int s = (me + j) % w;
-    const Band b = band(m, w, s);
-    pl.wait(pl.main(), 2 * w + s, 1, 1, -1, detail::FusedWait::kReduced);
-    const Tensor from = Tensor::matrix(pl.on(red, s), mm.c.dtype, b.rows, n, n);
+    const int r = (me - j + w) % w;  // rank r's sub-bands reach us in its ring order
+    pl.wait(pl.main(), gathered_flag(r, 0), subs, 1, -1, detail::FusedWait::kData);
+    if (c_symmetric) continue;
+    const Band b = band(m, w, r);
+    const Tensor from = Tensor::matrix(gather + static_cast<size_t>(r) * slot_bytes, mm.c.dtype, b.rows, n, n);
     pl.copy(pl.main(), from, rows_of(mm.c, b.row0, b.rows).data, mm.c.stride, tail_blocks(plan));
   }
+  pl.join();
 }
 
 // one_shot: the GEMM computes the whole partial product into this rank's receive slot, in up to
@@ -1005,7 +1033,7 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
           run_matmul_all_reduce_one_shot(pl, mm, p);
           break;
         case AllReduceVariant::kTwoShot:
-          run_matmul_all_reduce_two_shot(pl, mm, p);
+          run_matmul_all_reduce_two_shot(pl, mm, p, p.sig.symmetric_output);
           break;
         default:  // atomic, spinlock (FusedConfig::validate admits nothing else)
           run_matmul_all_reduce_tiles(pl, mm, p, config.all_reduce_variant == AllReduceVariant::kSpinlock);

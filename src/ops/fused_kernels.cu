@@ -104,7 +104,6 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_slots_kernel(const __gr
   };
   const T* slots = static_cast<const T*>(r.slots);
   T* out = static_cast<T*>(r.out);
-  T* out2 = static_cast<T*>(r.out2);
   const int64_t per_row = r.cols / kN;
   const int64_t total = r.rows * per_row;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -122,7 +121,6 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_slots_kernel(const __gr
 #pragma unroll
     for (int k = 0; k < kN; ++k) o.v[k] = Acc<T>::out(acc[k]);
     *reinterpret_cast<Vec*>(out + row * r.out_stride + col) = o;
-    if (out2 != nullptr) *reinterpret_cast<Vec*>(out2 + at) = o;
   }
 }
 
@@ -327,8 +325,8 @@ __global__ void __launch_bounds__(kReduceThreads) tile_finish_kernel(const __gri
 template <typename T>
 void reduce_typed(const ReduceSlots& r, int blocks, cudaStream_t stream) {
   constexpr int kN = 16 / sizeof(T);
-  const bool vec = r.cols % kN == 0 && r.out_stride % kN == 0 && r.slot_elems % kN == 0 && aligned16(r.slots) &&
-                   aligned16(r.out) && (r.out2 == nullptr || aligned16(r.out2));
+  const bool vec =
+      r.cols % kN == 0 && r.out_stride % kN == 0 && r.slot_elems % kN == 0 && aligned16(r.slots) && aligned16(r.out);
   if (vec)
     reduce_slots_kernel<T, kN><<<blocks, kReduceThreads, 0, stream>>>(r);
   else

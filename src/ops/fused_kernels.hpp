@@ -51,8 +51,7 @@ struct Copy2D {
 void launch_copy_2d(const Copy2D& c, int blocks, cudaStream_t stream);
 
 // out (rows x cols, row stride out_stride elements) = sum over s = 0..world-1, in that order, of the
-// contiguous rows x cols block at slots + s * slot_elems; float accumulation for 16-bit types. When out2
-// is non-null the result is also written there (contiguous rows x cols).
+// contiguous rows x cols block at slots + s * slot_elems; float accumulation for 16-bit types.
 struct ReduceSlots {
   const void* slots = nullptr;
   int64_t slot_elems = 0;
@@ -61,7 +60,6 @@ struct ReduceSlots {
   int64_t cols = 0;
   void* out = nullptr;
   int64_t out_stride = 0;
-  void* out2 = nullptr;
 };
 void launch_reduce_slots(const ReduceSlots& r, DType dtype, int blocks, cudaStream_t stream);
 

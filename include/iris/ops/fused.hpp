@@ -20,8 +20,11 @@
 //   matmul_all_reduce one_shot   GEMM in up to 4 bands of whole tile rows; each band pushed to every
 //                                peer; each rank reduces the W partial products in rank order
 //                                (bitwise-identical results).
-//   matmul_all_reduce two_shot   reduce-scatter by rank bands (as below), then every rank copies the
-//                                owners' reduced bands.
+//   matmul_all_reduce two_shot   the ring reduce-scatter of matmul_reduce_scatter over bands of
+//                                ceil(M/W) rows; each sub-band of the own band's total is pushed to
+//                                every peer (straight into the peers' C when C is on the symmetric
+//                                heap and contiguous) while the next computes. Every rank holds the
+//                                owners' bits.
 //   matmul_all_reduce atomic     GEMM into C in up to 4 bands of tile rows; after each band, comm_sms
 //                                blocks beside the GEMM add its tiles into their owners' (rank t % W)
 //                                float32 accumulators with 16-byte remote reductions; each owner then
@@ -32,8 +35,12 @@
 //                                (first writer of the call) or adds into the accumulator with plain
 //                                accesses. For both, every rank gets the owner's bits (identical across
 //                                ranks); with W > 2 peers' partials reach an accumulator in varying order.
-//   matmul_reduce_scatter        GEMM of each peer's band, pushed to it while the next band computes;
-//                                the own band last; the owner reduces the W partials in rank order.
+//   matmul_reduce_scatter        a ring over the W bands whose additions run in the GEMM's epilogue
+//                                (GemmArguments::source): at step j rank r computes band r - 1 - j, adds
+//                                the running sum rank r - 1 pushed, and pushes the result on to r + 1,
+//                                in two sub-bands so one travels while the next computes; the last
+//                                step is the own band, whose total the GEMM writes straight into C.
+//                                The sum is rounded to C's type once per hop, in a fixed order.
 //   all_gather_matmul            A pushed to every peer while the GEMM computes the local rows; then
 //                                the GEMM of each peer's rows as they arrive.
 //   matmul_all_gather            GEMM in up to 4 bands of whole tile rows; each band copied into C and
@@ -76,11 +83,13 @@
 // two block-state words per block (gemm_sms + comm_sms; word 0 holds the call's epoch). Flags (64-bit,
 // epoch-valued) and staging:
 //   matmul_all_reduce one_shot           flags W + 4W (ready; data by source and band)  staging W slots of M x N
-//   matmul_all_reduce two_shot           flags 3W (ready, data, reduced)  staging M x N + W + 1 bands of ceil(M/W) x N
+//   matmul_all_reduce two_shot           flags W + 2(W-1) + 2W (ready; data by ring step and sub-band;
+//                                        gathered by source and sub-band)  staging 3W - 2 bands of ceil(M/W) x N
 //   matmul_all_reduce atomic             flags W + W*T + T (ready; arrivals by tile and source; done)
 //                                        staging ceil(T/W) tiles float32 + ceil(T/W) tiles of C's type
 //   matmul_all_reduce spinlock           as atomic, flags + T (the first writer's mark by tile)
-//   matmul_reduce_scatter                flags 2W (ready, data)           staging M x N + W bands of M/W x N
+//   matmul_reduce_scatter                flags W + 2(W-1) (ready; data by ring step and sub-band)
+//                                        staging 2(W-1) bands of M/W x N (sent and received sums)
 //   all_gather_matmul                    flags 2W (ready, data)           staging M x K of A's type (W slots)
 //   matmul_all_gather                    flags 5W (ready; data by band)   staging W slots of M_rank x N
 //   all_gather_matmul_k_sharded          flags 5W (ready; data by band)   staging M x W K_r of A's type (the
