@@ -608,6 +608,11 @@ void run_single_rank(const MatmulOperands& mm, OpKind op, FusedWorkspace& ws, cu
   run_gemm_in(op, single_rank_gemm(mm), ws, stream);
 }
 
+// The sub-bands of each band of the ring below: the same count for every band, on every rank.
+int ring_sub_bands(int64_t band_rows, int64_t n, const FusedPlan& plan) {
+  return pick_bands(band_rows, n, kRingSubBands, plan.tile, plan.min_band_tiles);
+}
+
 // matmul_reduce_scatter, and the reduce-scatter half of matmul_all_reduce two_shot: a ring whose
 // additions happen in the GEMM's epilogue (GemmArguments::source), so no pass over the partial
 // products is left after the last GEMM. Band t of the M rows (`band_rows` each) is rank t's. At step
@@ -623,10 +628,7 @@ void run_single_rank(const MatmulOperands& mm, OpKind op, FusedWorkspace& ws, cu
 // Staging: W - 1 send slots (this rank's step j result) then W - 1 receive slots (rank r - 1's), each
 // band_rows x N on 256 bytes; C's type. Flags: [0, W) ready, then data of (step j, sub-band s) at
 // W + j * kRingSubBands + s, written by rank r - 1.
-// `finished(s, rows)`, when given, runs after the GEMM of the own band's sub-band s (its rows of `out`).
-int ring_sub_bands(int64_t band_rows, int64_t n, const FusedPlan& plan) {
-  return pick_bands(band_rows, n, kRingSubBands, plan.tile, plan.min_band_tiles);
-}
+// `finished(s, sub_band)` runs after the GEMM of the own band's sub-band s (its rows of `out`).
 template <typename Finished>
 void reduce_scatter_ring(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, int64_t band_rows,
                          const Tensor& out, Finished&& finished) {
@@ -702,7 +704,7 @@ void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, cons
   });
   for (int j = 1; j < w; ++j) {
     const int r = (me - j + w) % w;  // rank r's sub-bands reach us in its ring order
-    pl.wait(pl.main(), gathered_flag(r, 0), subs, 1, -1, detail::FusedWait::kData);
+    pl.wait(pl.main(), gathered_flag(r, 0), subs, 1, -1, detail::FusedWait::kReduced);
     if (c_symmetric) continue;
     const Band b = band(m, w, r);
     const Tensor from = Tensor::matrix(gather + static_cast<size_t>(r) * slot_bytes, mm.c.dtype, b.rows, n, n);
