@@ -338,8 +338,7 @@ Comparison compare(const std::vector<char>& host, DType dt, int64_t rows, int64_
       }
       err2 += (got - want) * (got - want);
       ref2 += want * want;
-      if (std::fabs(got - want) > allowed_error(dt, ref.magnitude[i * n + j]) && cmp.wrong++ == 0 &&
-          cmp.first.empty())
+      if (std::fabs(got - want) > allowed_error(dt, ref.magnitude[i * n + j]) && cmp.wrong++ == 0 && cmp.first.empty())
         cmp.first = where + " = " + std::to_string(got) + " but the reference is " + std::to_string(want);
     }
   cmp.ratio = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
