@@ -16,7 +16,7 @@
 namespace iris::ops::detail {
 
 // A validated problem: D (M x N) = alpha * A (M x K) @ B + C + bias, row strides in elements; C (the source,
-// D's type) is optional, and the swapped 16- and 32-row tiles never take one. With splits = S
+// D's type) is optional: only the kernels kernel_reads_source names, and the _src twins, take one. With splits = S
 // > 1, the batched form of split-K: slice s of K (K / S deep, starting at column s K / S of A and at that
 // row of B) gives D[s] = alpha * A_s @ B_s, the S outputs packed one after the other (ldd = N, no bias).
 struct GemmProblem {
