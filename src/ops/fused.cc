@@ -438,9 +438,11 @@ GemmArguments gemm_arguments(const MatmulOperands& mm, const Tensor& a, const Te
 }
 
 void run_gemm(const MatmulOperands& mm, const Tensor& a, const Tensor& c, const void* bias, GemmTile tile, int sms,
-              cudaStream_t stream) {
+              const Tensor& source, cudaStream_t stream) {
   if (a.rows == 0) return;
-  ops::gemm(gemm_arguments(mm, a, c, bias, tile, sms), nullptr, stream);
+  GemmArguments g = gemm_arguments(mm, a, c, bias, tile, sms);
+  g.source = source;
+  ops::gemm(g, nullptr, stream);
 }
 
 class Pipeline {
@@ -501,9 +503,11 @@ class Pipeline {
   void fork() { order(main_, side_); }
   void join() { order(side_, main_); }
 
-  // C rows = A rows @ B (+ bias) on the caller's stream.
-  void gemm(const MatmulOperands& mm, const Tensor& a, const Tensor& c, bool with_bias, int sms) {
-    run_gemm(mm, a, c, with_bias ? mm.bias : nullptr, plan_.tile, sms, main_);
+  // C rows = A rows @ B (+ source) (+ bias) on the caller's stream; source (GemmArguments::source), when
+  // given, has C's shape and type.
+  void gemm(const MatmulOperands& mm, const Tensor& a, const Tensor& c, bool with_bias, int sms,
+            const Tensor& source = {}) {
+    run_gemm(mm, a, c, with_bias ? mm.bias : nullptr, plan_.tile, sms, source, main_);
   }
   // A band to a peer (or to C) from the side stream: the copy engines, or copy kernels of comm_sms
   // blocks beside the GEMM (FusedConfig::copy_engine).
@@ -649,17 +653,17 @@ void reduce_scatter_ring(Pipeline& pl, const MatmulOperands& mm, const FusedPlan
     for (int s = 0; s < subs; ++s) {
       const TileRowBand sb = tile_row_band(t_rows, plan.tile.m, subs, s);
       const int64_t off = sb.row0 * n * static_cast<int64_t>(esz);
-      GemmArguments g = gemm_arguments(mm, rows_of(mm.a, t0 + sb.row0, sb.rows), Tensor{}, j == 0 ? mm.bias : nullptr,
-                                       plan.tile, plan.gemm_sms);
-      g.c = j + 1 < w ? Tensor::matrix(slot(false, j) + off, ct, sb.rows, n, n) : rows_of(out, sb.row0, sb.rows);
+      const Tensor c =
+          j + 1 < w ? Tensor::matrix(slot(false, j) + off, ct, sb.rows, n, n) : rows_of(out, sb.row0, sb.rows);
+      Tensor upstream;
       if (j > 0) {
         pl.wait(pl.main(), data_flag(j - 1, s), 1, 1, -1, detail::FusedWait::kData);
-        g.source = Tensor::matrix(slot(true, j - 1) + off, ct, sb.rows, n, n);
+        upstream = Tensor::matrix(slot(true, j - 1) + off, ct, sb.rows, n, n);
       }
-      if (sb.rows > 0) ops::gemm(g, nullptr, pl.main());
+      pl.gemm(mm, rows_of(mm.a, t0 + sb.row0, sb.rows), c, j == 0, plan.gemm_sms, upstream);
       if (j + 1 < w) {
         pl.fork();
-        pl.push(g.c, pl.on(slot(true, j) + off, next), n);
+        pl.push(c, pl.on(slot(true, j) + off, next), n);
         pl.signal(pl.side(), data_flag(j, s), next);
       } else {
         finished(s, sb);
