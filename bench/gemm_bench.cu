@@ -21,8 +21,16 @@
 //
 // --shape MxNxK (repeatable) times those shapes instead of the list above.
 //
-//   gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--splits S1,S2,...] [--shape MxNxK ...] [--eager]
-//              [--json FILE]
+// --bands B1,B2,... adds, for each B, the GEMM as the fused ops' band pipelines run it (src/ops/fused.cc):
+// B GEMMs one after the other, each over whole tile rows of the 128x256 tile (FusedConfig's default) and
+// of the 128x128 tile ("128x256 x4", to compare with the "128x256" row), and the
+// same with a source operand added in every band's epilogue ("128x256 x4+src", as the ring of
+// matmul_reduce_scatter reads its upstream's partial sums; the source is zeros here, so the sanity check
+// against cuBLAS still holds: the tests check the sum). What one GPU can show of a band pipeline: what
+// cutting the GEMM costs, before any transfer overlaps it.
+//
+//   gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--splits S1,S2,...] [--bands B1,B2,...]
+//              [--shape MxNxK ...] [--eager] [--json FILE]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -40,6 +48,7 @@
 
 #include "iris/core/cuda_check.hpp"
 #include "iris/ops/gemm.hpp"
+#include "iris_bench_clocks.hpp"
 #include "iris_bench_util.hpp"
 
 namespace {
@@ -88,8 +97,10 @@ __global__ void max_abs_diff(const T* a, const T* b, size_t n, float* out) {
 // the run falls on all of them alike rather than on whichever was timed first. By default each batch is
 // one CUDA graph of `iters` launches (the GPU's time, as decode loops replay them); with eager, the
 // launches are direct (and the host's cost per call shows wherever it exceeds the GPU's).
+// With `clocks`, also the median SM clock during each one's batches into *mhz (NaN where too short).
 std::vector<double> time_us_interleaved(const std::vector<std::function<void()>>& launches, int iters, int repeats,
-                                        cudaStream_t stream, bool eager) {
+                                        cudaStream_t stream, bool eager, iris_bench::ClockSampler* clocks,
+                                        std::vector<double>* mhz) {
   std::vector<std::unique_ptr<iris_bench::Graph>> graphs;
   std::vector<iris_bench::Turn> turns;
   for (const auto& launch : launches) {
@@ -101,11 +112,26 @@ std::vector<double> time_us_interleaved(const std::vector<std::function<void()>>
     graphs.back()->capture(stream, iters, launch);
     turns.push_back(graphs.back()->turn(stream));
   }
+  std::vector<iris_bench::ClockStats> clock;
   const auto times = iris_bench::time_in_turns(stream, turns, /*warmup=*/1, repeats, /*timeout_s=*/120, /*rank=*/0,
-                                               "gemm_bench's timed launches");
+                                               "gemm_bench's timed launches", clocks, &clock);
   std::vector<double> median;
-  for (const auto& t : times) median.push_back(iris_bench::median(t));
+  mhz->assign(launches.size(), std::nan(""));
+  for (size_t i = 0; i < times.size(); ++i) {
+    median.push_back(iris_bench::median(times[i]));
+    if (i < clock.size()) (*mhz)[i] = clock[i].sm_mhz;
+  }
   return median;
+}
+
+// One timed launch of a row: its GEMM, or its band GEMMs one after the other (--bands).
+void run_row(const iris::ops::GemmArguments& args, const std::vector<iris::ops::GemmArguments>& bands, void* ws,
+             cudaStream_t stream) {
+  if (bands.empty()) {
+    iris::ops::gemm(args, ws, stream);
+    return;
+  }
+  for (const auto& g : bands) iris::ops::gemm(g, nullptr, stream);
 }
 
 }  // namespace
@@ -114,7 +140,7 @@ int main(int argc, char** argv) try {
   int repeats = 5, iters = 10;
   bool out_f32 = false, eager = false;
   std::string json;
-  std::vector<int> splits;
+  std::vector<int> splits, bands;
   std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -123,9 +149,16 @@ int main(int argc, char** argv) try {
     else if (a == "--json" && i + 1 < argc) json = argv[++i];
     else if (a == "--eager")
       eager = true;
-    else if (a == "--splits" && i + 1 < argc) {
+    else if ((a == "--splits" || a == "--bands") && i + 1 < argc) {
       std::stringstream list(argv[++i]);
-      for (std::string item; std::getline(list, item, ',');) splits.push_back(std::atoi(item.c_str()));
+      for (std::string item; std::getline(list, item, ',');) {
+        const int v = std::atoi(item.c_str());
+        if (v < 1) {
+          std::fprintf(stderr, "gemm_bench: %s takes positive integers, e.g. 2,4; got '%s'\n", a.c_str(), argv[i]);
+          return 2;
+        }
+        (a == "--splits" ? splits : bands).push_back(v);
+      }
     } else if (a == "--shape" && i + 1 < argc) {
       long long m = 0, n = 0, k = 0;
       char tail = 0;
@@ -141,7 +174,7 @@ int main(int argc, char** argv) try {
     else {
       std::fprintf(stderr,
                    "usage: gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--splits S1,S2,...] "
-                   "[--shape MxNxK ...] [--eager] [--json FILE]\n");
+                   "[--bands B1,B2,...] [--shape MxNxK ...] [--eager] [--json FILE]\n");
       return 2;
     }
   }
@@ -174,6 +207,10 @@ int main(int argc, char** argv) try {
   // allocating one.
   cudaStream_t stream;
   IRIS_CUDA_CHECK(cudaStreamCreate(&stream));
+  iris_bench::ClockSampler clocks(0);
+  std::printf(
+      "# SM MHz: median SM clock (NVML, every ms) during iris's / cuBLAS's batches; %s\n",
+      clocks.available() ? "'-' where the batches are too short to sample" : ("not sampled: " + clocks.why()).c_str());
   CUBLAS_OK(cublasSetStream(handle, stream));
   void* blas_ws = nullptr;
   constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
@@ -186,13 +223,17 @@ int main(int argc, char** argv) try {
     max_c = std::max<size_t>(max_c, s.m * s.n);
   }
   __nv_bfloat16 *a, *b;
-  void *c_iris, *c_ref;
+  void *c_iris, *c_ref, *c_src = nullptr;
   float* diff;
   IRIS_CUDA_CHECK(cudaMalloc(&a, max_a * 2));
   IRIS_CUDA_CHECK(cudaMalloc(&b, max_b * 2));
   IRIS_CUDA_CHECK(cudaMalloc(&c_iris, max_c * c_size));
   IRIS_CUDA_CHECK(cudaMalloc(&c_ref, max_c * c_size));
   IRIS_CUDA_CHECK(cudaMalloc(&diff, sizeof(float)));
+  if (!bands.empty()) {
+    IRIS_CUDA_CHECK(cudaMalloc(&c_src, max_c * c_size));
+    IRIS_CUDA_CHECK(cudaMemset(c_src, 0, max_c * c_size));  // zeros: see --bands
+  }
   fill_bf16<<<1024, 256>>>(a, max_a, 1);
   fill_bf16<<<1024, 256>>>(b, max_b, 2);
   IRIS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -211,6 +252,7 @@ int main(int argc, char** argv) try {
         iris::ops::GemmArguments args;
         std::string name;
         void* ws = nullptr;
+        std::vector<iris::ops::GemmArguments> bands;  // --bands: these one after the other instead of args
       };
       std::vector<Row> rows;
       // Each row: a tile (auto: {}), stream_k, split_k.
@@ -255,9 +297,49 @@ int main(int argc, char** argv) try {
         row.name = tname;
         rows.push_back(row);
       }
+      // --bands: the two large tiles, without a split of K (the fused pipelines never split), over B
+      // bands of whole tile rows: tile rows [T b / B, T (b + 1) / B) of the T = ceil(M / tile_m), as fused.cc
+      // cuts them.
+      for (iris::ops::GemmTile band_tile : {iris::ops::kGemmTileLarge, iris::ops::kGemmTileSmall})
+        for (int nb : bands) {
+          for (bool with_source : {false, true}) {
+            Row row;
+            iris::ops::GemmArguments whole;
+            whole.a = iris::Tensor::matrix(a, iris::DType::kBFloat16, s.m, s.k);
+            whole.b = nk ? iris::Tensor::matrix(b, iris::DType::kBFloat16, s.n, s.k)
+                         : iris::Tensor::matrix(b, iris::DType::kBFloat16, s.k, s.n);
+            whole.b_is_nk = nk;
+            whole.c = iris::Tensor::matrix(c_iris, c_dtype, s.m, s.n);
+            whole.tile = band_tile;
+            const int64_t tiles_m = (s.m + whole.tile.m - 1) / whole.tile.m;
+            if (nb > tiles_m) break;
+            for (int bi = 0; bi < nb; ++bi) {
+              const int64_t r0 = tiles_m * bi / nb * whole.tile.m;
+              const int64_t r1 = std::min<int64_t>(s.m, tiles_m * (bi + 1) / nb * whole.tile.m);
+              iris::ops::GemmArguments g = whole;
+              g.a = iris::Tensor::matrix(a + r0 * s.k, iris::DType::kBFloat16, r1 - r0, s.k);
+              g.c = iris::Tensor::matrix(static_cast<char*>(c_iris) + r0 * s.n * c_size, c_dtype, r1 - r0, s.n);
+              if (with_source)
+                g.source = iris::Tensor::matrix(static_cast<char*>(c_src) + r0 * s.n * c_size, c_dtype, r1 - r0, s.n);
+              if (!iris::ops::can_implement(g).empty() || iris::ops::workspace_size(g) != 0) {
+                row.bands.clear();
+                break;
+              }
+              row.bands.push_back(g);
+            }
+            if (row.bands.empty()) continue;
+            row.args = whole;
+            row.name = std::to_string(whole.tile.m) + "x" + std::to_string(whole.tile.n) + " x" + std::to_string(nb) +
+                       (with_source ? "+src" : "");
+            rows.push_back(row);
+          }
+        }
       std::vector<std::function<void()>> launches{cublas};
-      for (const Row& row : rows) launches.push_back([&row, stream] { iris::ops::gemm(row.args, row.ws, stream); });
-      const std::vector<double> t_us = time_us_interleaved(launches, iters, repeats, stream, eager);
+      for (const Row& row : rows) launches.push_back([&row, stream] { run_row(row.args, row.bands, row.ws, stream); });
+      std::vector<double> mhz;
+      const std::vector<double> t_us = time_us_interleaved(launches, iters, repeats, stream, eager, &clocks, &mhz);
+      auto mhz_text = [&](size_t i) { return std::isfinite(mhz[i]) ? std::to_string(std::lround(mhz[i])) : "-"; };
+      auto mhz_json = [&](size_t i) { return std::isfinite(mhz[i]) ? std::to_string(std::lround(mhz[i])) : "null"; };
       const double t_ref = t_us[0] * 1e-3;  // ms
       for (size_t ri = 0; ri < rows.size(); ++ri) {
         const Row& row = rows[ri];
@@ -265,7 +347,7 @@ int main(int argc, char** argv) try {
         // The difference from cuBLAS's output (c_ref holds the last cuBLAS launch's result), on a
         // poisoned output.
         IRIS_CUDA_CHECK(cudaMemset(c_iris, 0xff, s.m * s.n * c_size));
-        iris::ops::gemm(row.args, row.ws, stream);
+        run_row(row.args, row.bands, row.ws, stream);
         IRIS_CUDA_CHECK(cudaStreamSynchronize(stream));
         IRIS_CUDA_CHECK(cudaMemset(diff, 0, sizeof(float)));
         if (out_f32)
@@ -279,16 +361,17 @@ int main(int argc, char** argv) try {
         const double flop = 2.0 * s.m * s.n * s.k;
         const double tf_iris = flop / (t_iris * 1e-3) / 1e12, tf_ref = flop / (t_ref * 1e-3) / 1e12;
         const char* tname = row.name.c_str();
-        std::printf("%7lld %6lld %6lld %3s %-16s %9.1f %9.1f %9.1f %7.3f %10.4f   (cuBLAS %.1f TF)\n",
-                    (long long)s.m, (long long)s.n, (long long)s.k, nk ? "NK" : "KN", tname, t_iris * 1e3,
-                    t_ref * 1e3, tf_iris, tf_iris / tf_ref, d, tf_ref);
-        char line[512];
+        std::printf("%7lld %6lld %6lld %3s %-16s %9.1f %9.1f %9.1f %7.3f %10.4f   (cuBLAS %.1f TF; SM MHz %s/%s)\n",
+                    (long long)s.m, (long long)s.n, (long long)s.k, nk ? "NK" : "KN", tname, t_iris * 1e3, t_ref * 1e3,
+                    tf_iris, tf_iris / tf_ref, d, tf_ref, mhz_text(ri + 1).c_str(), mhz_text(0).c_str());
+        char line[640];
         std::snprintf(line, sizeof line,
                       "%s  {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"b\": \"%s\", \"tile\": \"%s\", \"iris_us\": %.2f, "
                       "\"cublas_us\": %.2f, \"iris_tflops\": %.1f, \"cublas_tflops\": %.1f, \"ratio\": %.3f, "
-                      "\"max_abs_diff\": %.5f}",
+                      "\"max_abs_diff\": %.5f, \"iris_sm_mhz\": %s, \"cublas_sm_mhz\": %s}",
                       first ? "" : ",\n", (long long)s.m, (long long)s.n, (long long)s.k, nk ? "nk" : "kn", tname,
-                      t_iris * 1e3, t_ref * 1e3, tf_iris, tf_ref, tf_iris / tf_ref, d);
+                      t_iris * 1e3, t_ref * 1e3, tf_iris, tf_ref, tf_iris / tf_ref, d, mhz_json(ri + 1).c_str(),
+                      mhz_json(0).c_str());
         out += line;
         first = false;
       }
@@ -305,6 +388,7 @@ int main(int argc, char** argv) try {
     }
   }
   cublasDestroy(handle);
+  if (c_src != nullptr) cudaFree(c_src);
   cudaFree(blas_ws);
   cudaStreamDestroy(stream);
   return 0;

@@ -273,6 +273,8 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
         continue;
       }
       c.time_us = times[j].us;
+      c.sm_mhz = times[j].sm_mhz;
+      c.power_capped = times[j].power_capped;
       check_replay(ctx, o, e, *subjects[j], c);
     }
     // Collective free of the workspace's arrays, in the same order on every rank.

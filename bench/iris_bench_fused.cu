@@ -299,10 +299,13 @@ void check_cublas(cublasStatus_t status, const char* call) {
 // A column from what time_together measured.
 void record_time(const TurnTime& t, Column& c) {
   c.ran = true;
-  if (t.error.empty())
+  if (t.error.empty()) {
     c.time_us = t.us;
-  else
+    c.sm_mhz = t.sm_mhz;
+    c.power_capped = t.power_capped;
+  } else {
     c.error = t.error;
+  }
 }
 
 std::string shape_name(const FusedShape& s) {

@@ -270,6 +270,10 @@ void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) 
       "untimed), the three in turns, max over ranks\n",
       o.repeats, o.iters, o.warmup);
   std::printf("# TF = TFLOP/s per GPU = 2*M*N*K / W / time; speedup = seq_us / fused_us (>1: fused faster)\n");
+  std::printf(
+      "# SM_MHz: median SM clock (NVML, sampled every ms) while each path was timed, slowest rank; '-' where not "
+      "sampled (no NVML, or turns too short). A GPU at its power limit lowers it: a speedup with unequal clocks "
+      "is partly the power budget's\n");
   if (o.check) {
     std::printf(
         "# rel_diff = max over ranks of max |fused - seq| / max |seq| (the eager call and a replay after the timing); "
@@ -290,10 +294,10 @@ void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) 
 void print_fused_table_header(FusedOp op, const Options& o, const MachineInfo& m) {
   (void)o;
   std::printf("\n# %s, bf16, %d rank%s: %s\n", fused_op_name(op), m.world, m.world == 1 ? "" : "s", fused_op_rule(op));
-  std::printf("#%6s %6s %6s  %-26s %9s %9s %9s %9s %9s %7s %9s %6s\n", "M", "N", "K", "op/variant", "fused_us",
-              "seq_us", "gemm_us", "fused_TF", "seq_TF", "speedup", "rel_diff", "#wrong");
-  std::printf("#%6s %6s %6s  %-26s %9s %9s %9s %9s %9s\n", "", "", "", "", "(us)", "(us)", "(us)", "(per GPU)",
-              "(per GPU)");
+  std::printf("#%6s %6s %6s  %-26s %9s %9s %9s %9s %9s %7s %9s %6s %15s\n", "M", "N", "K", "op/variant", "fused_us",
+              "seq_us", "gemm_us", "fused_TF", "seq_TF", "speedup", "rel_diff", "#wrong", "SM_MHz");
+  std::printf("#%6s %6s %6s  %-26s %9s %9s %9s %9s %9s %7s %9s %6s %15s\n", "", "", "", "", "(us)", "(us)", "(us)",
+              "(per GPU)", "(per GPU)", "", "", "", "fused/seq/gemm");
   std::fflush(stdout);
 }
 
@@ -306,12 +310,14 @@ void print_fused_row(const FusedRecord& r, std::set<std::string>& printed_errors
     rel = fmt("%.2e", r.rel_diff);
   else if (r.fused.ran && !r.fused.error.empty())
     rel = "err";
-  std::printf("%7lld %6lld %6lld  %-26s %9s %9s %9s %9s %9s %7s %9s %6s\n", static_cast<long long>(r.shape.m),
+  auto mhz = [](const Column& c) { return std::isfinite(c.sm_mhz) ? fmt("%.0f", c.sm_mhz) : std::string("-"); };
+  const std::string clocks = mhz(r.fused) + "/" + mhz(r.seq) + "/" + mhz(r.gemm);
+  std::printf("%7lld %6lld %6lld  %-26s %9s %9s %9s %9s %9s %7s %9s %6s %15s\n", static_cast<long long>(r.shape.m),
               static_cast<long long>(r.shape.n), static_cast<long long>(r.shape.k), label.c_str(), fused_time.c_str(),
               cell(r.seq, r.seq.time_us, "%.1f").c_str(), cell(r.gemm, r.gemm.time_us, "%.1f").c_str(),
               cell(r.fused, r.tflops(r.fused), "%.1f").c_str(), cell(r.seq, r.tflops(r.seq), "%.1f").c_str(),
               std::isfinite(r.speedup()) ? fmt("%.2f", r.speedup()).c_str() : "n/a", rel.c_str(),
-              wrong_cell(r.fused).c_str());
+              wrong_cell(r.fused).c_str(), clocks.c_str());
   struct Named {
     const char* name;
     const Column* c;
@@ -378,7 +384,14 @@ std::string json_number(double v) {
   return buf;
 }
 
+// The SM clock while a column was timed.
+void json_clock(std::ostream& os, const char* prefix, const Column& c) {
+  os << ", \"" << prefix << "_sm_mhz\": " << json_number(c.sm_mhz) << ", \"" << prefix
+     << "_power_capped\": " << json_number(c.power_capped);
+}
+
 void json_column(std::ostream& os, const char* prefix, const Record& r, const Column& c) {
+  json_clock(os, prefix, c);
   os << ", \"" << prefix << "_time_us\": " << json_number(c.time_us) << ", \"" << prefix
      << "_algbw_gbps\": " << json_number(r.algbw(c)) << ", \"" << prefix << "_busbw_gbps\": " << json_number(r.busbw(c))
      << ", \"" << prefix << "_wrong\": " << (c.wrong >= 0 ? std::to_string(c.wrong) : "null") << ", \"" << prefix
@@ -387,6 +400,7 @@ void json_column(std::ostream& os, const char* prefix, const Record& r, const Co
 
 // A fused table's column: time, per-GPU TFLOP/s and error.
 void json_fused_column(std::ostream& os, const char* prefix, const FusedRecord& r, const Column& c) {
+  json_clock(os, prefix, c);
   os << ", \"" << prefix << "_time_us\": " << json_number(c.time_us) << ", \"" << prefix
      << "_tflops_per_gpu\": " << json_number(r.tflops(c)) << ", \"" << prefix
      << "_error\": " << (c.error.empty() ? (c.ran ? "null" : json_string("not run")) : json_string(c.error));

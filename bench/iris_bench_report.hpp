@@ -18,6 +18,8 @@ struct Column {
   int64_t wrong = -1;             // elements that differ from the reference, summed over ranks; -1: not checked
   std::string error;              // why it was not measured ("" when measured)
   std::string note;               // extra information (e.g. "wrong after replays")
+  double sm_mhz = std::nan("");   // SM clock while timed (TurnTime::sm_mhz); NaN: not sampled
+  double power_capped = std::nan("");  // share of those samples limited by the power cap
 
   bool measured() const { return std::isfinite(time_us) && time_us > 0; }
 };

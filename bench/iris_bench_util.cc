@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -142,8 +143,11 @@ Turn direct_turn(int iters, const std::function<void()>& call) {
 }
 
 std::vector<std::vector<double>> time_in_turns(cudaStream_t stream, const std::vector<Turn>& turns, int warmup,
-                                               int repeats, double timeout_s, int rank, const std::string& what) {
+                                               int repeats, double timeout_s, int rank, const std::string& what,
+                                               ClockSampler* clocks, std::vector<ClockStats>* clock_out) {
   const size_t n = turns.size();
+  const bool sampling = clocks != nullptr && clocks->available();
+  if (sampling) clocks->start();
   for (int i = 0; i < warmup; ++i)
     for (const Turn& t : turns) t.launch();
   Events ev(static_cast<size_t>(repeats) * n + 1);
@@ -152,13 +156,40 @@ std::vector<std::vector<double>> time_in_turns(cudaStream_t stream, const std::v
     turns[(e - 1) % n].launch();
     IRIS_CUDA_CHECK(cudaEventRecord(ev.events[e], stream));
   }
+  // The host time at which the last event completed, to within the poll (see iris_bench_clocks.hpp); a
+  // wait that does not end here is wait_stream's to report.
+  double t_end = std::nan("");
+  if (sampling) {
+    const double give_up = ClockSampler::now_s() + timeout_s;
+    while (ClockSampler::now_s() < give_up) {
+      const cudaError_t q = cudaEventQuery(ev.events.back());
+      if (q == cudaSuccess) {
+        t_end = ClockSampler::now_s();
+        break;
+      }
+      if (q != cudaErrorNotReady) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
   wait_stream(stream, what, timeout_s, rank);
+  const std::vector<ClockSampler::Sample> samples = sampling ? clocks->stop() : std::vector<ClockSampler::Sample>{};
   std::vector<std::vector<double>> us(n, std::vector<double>(static_cast<size_t>(repeats)));
+  std::vector<std::vector<std::pair<double, double>>> intervals(n);
   for (size_t e = 1; e < ev.events.size(); ++e) {
-    float ms = 0;
+    float ms = 0, begin_to_last = 0, end_to_last = 0;
     IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.events[e - 1], ev.events[e]));
     const size_t t = (e - 1) % n;
     us[t][(e - 1) / n] = 1000.0 * ms / turns[t].calls;
+    if (std::isfinite(t_end)) {
+      IRIS_CUDA_CHECK(cudaEventElapsedTime(&begin_to_last, ev.events[e - 1], ev.events.back()));
+      IRIS_CUDA_CHECK(cudaEventElapsedTime(&end_to_last, ev.events[e], ev.events.back()));
+      intervals[t].emplace_back(t_end - 1e-3 * begin_to_last, t_end - 1e-3 * end_to_last);
+    }
+  }
+  if (clock_out != nullptr) {
+    clock_out->assign(n, ClockStats{std::nan(""), std::nan("")});
+    for (size_t t = 0; t < n; ++t)
+      if (!intervals[t].empty()) (*clock_out)[t] = clock_stats(samples, intervals[t]);
   }
   return us;
 }
@@ -206,11 +237,15 @@ std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const 
         (what.empty() ? "" : ", ") + paths[i]->what + (paths[i]->direct ? " (direct launches)" : " (graph replays)");
   }
   if (turns.empty()) return out;
+  int device = 0;
+  IRIS_CUDA_CHECK(cudaGetDevice(&device));
+  ClockSampler clocks(device);
+  std::vector<ClockStats> clock;
   ctx.barrier();  // every rank starts together (collective; throws on every rank)
   std::vector<std::vector<double>> times;
   const std::string err = agree(ctx, try_step([&] {
                                   times = time_in_turns(stream, turns, warmup, repeats, timeout_s, ctx.rank(),
-                                                        "the timed turns of " + what);
+                                                        "the timed turns of " + what, &clocks, &clock);
                                   for (size_t i : index)
                                     if (paths[i]->after_drain) paths[i]->after_drain();
                                 }));
@@ -222,6 +257,13 @@ std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const 
     }
     // The same number of collective calls on every rank: err was agreed.
     for (double x : allgather_double(ctx, median(times[t]))) r.us = std::max(r.us, x);
+    // The slowest clock over the ranks, and the largest share of power-capped samples (NaN: a rank
+    // without samples; every rank makes the same calls).
+    const ClockStats mine = t < clock.size() ? clock[t] : ClockStats{std::nan(""), std::nan("")};
+    for (double x : allgather_double(ctx, mine.sm_mhz))
+      if (std::isfinite(x)) r.sm_mhz = std::isfinite(r.sm_mhz) ? std::min(r.sm_mhz, x) : x;
+    for (double x : allgather_double(ctx, mine.power_capped))
+      if (std::isfinite(x)) r.power_capped = std::isfinite(r.power_capped) ? std::max(r.power_capped, x) : x;
   }
   return out;
 }

@@ -5,11 +5,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "iris/context.hpp"
+#include "iris_bench_clocks.hpp"
 
 namespace iris_bench {
 
@@ -77,8 +79,13 @@ struct Turn {
 // launch; waits (bounded, see wait_stream) and returns, per turn, the time of each timed round divided by
 // its `calls`, in us. The host stays ahead of the GPU, so each interval between two events is one launch
 // (the ranks' start skew lands in the warm-up, or at worst in the first interval).
+// With `clocks` (available), also samples the SM clock meanwhile and fills clock_out, per turn, with the
+// median over the samples that fall inside its timed rounds (iris_bench_clocks.hpp; NaN for turns too
+// short to hold kMinClockSamples).
 std::vector<std::vector<double>> time_in_turns(cudaStream_t stream, const std::vector<Turn>& turns, int warmup,
-                                               int repeats, double timeout_s, int rank, const std::string& what);
+                                               int repeats, double timeout_s, int rank, const std::string& what,
+                                               ClockSampler* clocks = nullptr,
+                                               std::vector<ClockStats>* clock_out = nullptr);
 
 // `iters` calls captured into one executable CUDA graph (instantiated with flags 0).
 class Graph {
@@ -130,6 +137,10 @@ void prepare_timed(iris::Context& ctx, Timed& t, int iters, double timeout_s, bo
 struct TurnTime {
   double us = 0;      // median per call over the timed rounds on each rank, then the maximum over ranks
   std::string error;  // why not measured ("" when measured)
+  // The SM clock meanwhile: median MHz on each rank, then the minimum over ranks; and the largest share
+  // over ranks of samples limited by the power cap. NaN where not sampled (iris_bench_clocks.hpp).
+  double sm_mhz = std::nan("");
+  double power_capped = std::nan("");
 };
 
 // Collective. After a barrier, times the ready entries of `paths` in turns (time_in_turns) on every rank,
