@@ -320,10 +320,15 @@ Launch plan_launch(const GemmArguments& g) {
 
 // The automatic tile. Measured on one H200 (bf16, iris / cuBLAS, B as K x N / N x K, CUDA-graph replays
 // timed in turns; bench/results/2026-12-01-h200-gemm-*.txt): from 2048 rows up the choice is 1.01-1.04 /
-// 1.02-1.03; 128 x 8192 x 8192: 64x128 (128 tiles) 0.94 / 0.98 against 0.87 / 0.86 (64x64), 0.67 / 0.74
-// (128x128); 128 x 8192 x 4096: 64x128 0.95 / 0.95 against 0.90 / 0.91, 0.77 / 0.79; 128 x 4096 x 8192:
-// 64x64 (128 tiles) 1.09 / 1.13 against 0.99 / 1.04 (64x128), 0.59 / 0.64; 64 x 8192 x 8192: 64x64 0.99 /
-// 1.07 against 0.96 / 1.07, 0.64 / 0.72; at 256 x 8192 x 8192 (the configuration sweep) 128x128 (128
+// 1.02-1.03. Large outputs of N < 8192 take 128x128 whatever B's layout: with B as N x K the rule of
+// 2026-11-29 took 128x256, and 128x128 was as fast or faster in every run since (us, 128x256 -> 128x128,
+// bench/results/2026-12-02-h200-gemm-bf16-tiles-n4096.txt and -bands.txt, two leases): 16384 x 4096 x 4096
+// 901 -> 860 and 836 -> 806, 8192 x 4096 x 8192 873 -> 853 and 813 -> 805, 16384 x 4096 x 8192 1713 ->
+// 1654 (float32 out 1681 -> 1627); in the eight 12-01/12-02 runs of 16384 x 4096 x 8192 before, faster by
+// 0.3-2% in six and within 0.1% in two. Outputs of few rows: 128 x 8192 x 8192: 64x128 (128 tiles) 0.94 /
+// 0.98 against 0.87 / 0.86 (64x64), 0.67 / 0.74 (128x128); 128 x 8192 x 4096: 64x128 0.95 / 0.95 against 0.90 / 0.91,
+// 0.77 / 0.79; 128 x 4096 x 8192: 64x64 (128 tiles) 1.09 / 1.13 against 0.99 / 1.04 (64x128), 0.59 / 0.64; 64 x 8192 x
+// 8192: 64x64 0.99 / 1.07 against 0.96 / 1.07, 0.64 / 0.72; at 256 x 8192 x 8192 (the configuration sweep) 128x128 (128
 // tiles) 1.00-1.02 against 0.99 (64x128).
 // Outputs of at most 32 rows (decode) take the swapped tiles: a 64-row tile there spends three quarters
 // of its MMA and of every pipeline stage's A panel on rows that do not exist, so fewer stages of B are in
@@ -344,7 +349,8 @@ GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_
   IRIS_CHECK_ARG(m >= 0 && n >= 0 && k >= 0, "select_gemm_tile: M x N x K = ", m, " x ", n, " x ", k,
                  " has a negative size.");
   IRIS_CHECK_ARG(sm_count > 0, "select_gemm_tile: sm_count must be positive, got ", sm_count, ".");
-  if (m * n > (int64_t{1} << 25)) return b_is_nk || n >= 8192 ? kGemmTileLarge : kGemmTileSmall;
+  (void)b_is_nk;
+  if (m * n > (int64_t{1} << 25)) return n >= 8192 ? kGemmTileLarge : kGemmTileSmall;
   if (m <= kGemmTileRows16.m) return kGemmTileRows16;
   if (m <= kGemmTileRows32.m) return kGemmTileRows32;
   const int64_t full_wave = (int64_t{sm_count} * 7 + 7) / 8;
