@@ -84,12 +84,15 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   EXPECT_EQ(kGemmTiles[4], (GemmTile{16, 64, 128}));
   EXPECT_EQ(kGemmTiles[5], (GemmTile{32, 64, 128}));
   EXPECT_TRUE(GemmTile{}.is_auto());
-  // gemm_bench on one H200 (132 SMs): above 2^25 output elements, cooperative 128x256 except for
-  // 16384 x 4096 with B as K x N.
-  EXPECT_EQ(select_gemm_tile(8192, 8192, 4096), kGemmTileLarge);
-  EXPECT_EQ(select_gemm_tile(8192, 8192, 4096, /*b_is_nk=*/true), kGemmTileLarge);
-  EXPECT_EQ(select_gemm_tile(16384, 4096, 4096), kGemmTileSmall);
-  EXPECT_EQ(select_gemm_tile(16384, 4096, 4096, /*b_is_nk=*/true), kGemmTileSmall);  // measured 2026-12-02
+  // gemm_bench on one H200 (132 SMs, 2026-12-02): above 2^25 output elements, 128x256 only where N and K
+  // are both at least 8192, for either layout of B; 128x128 elsewhere.
+  EXPECT_EQ(select_gemm_tile(8192, 8192, 8192), kGemmTileLarge);
+  EXPECT_EQ(select_gemm_tile(16384, 8192, 8192, /*b_is_nk=*/true), kGemmTileLarge);
+  EXPECT_EQ(select_gemm_tile(8192, 8192, 4096), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(8192, 16384, 4096, /*b_is_nk=*/true), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(8192, 8192, 8191), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(16384, 4096, 8192), kGemmTileSmall);
+  EXPECT_EQ(select_gemm_tile(16384, 4096, 4096, /*b_is_nk=*/true), kGemmTileSmall);
   // Up to there, the largest tile whose output still fills 7/8 of the SMs (116 of 132 tiles).
   EXPECT_EQ(select_gemm_tile(4096, 8192, 4096), kGemmTileSmall);
   EXPECT_EQ(select_gemm_tile(2048, 8192, 4096), kGemmTileSmall);
@@ -119,7 +122,8 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   // The same choice for every output type.
   EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64)), kGemmTileTiny);
   EXPECT_EQ(resolved_tile(gemm_args(128, 256, 64, DType::kBFloat16, DType::kFloat32)), kGemmTileTiny);
-  EXPECT_EQ(resolved_tile(gemm_args(8192, 8192, 64, DType::kFloat16, DType::kFloat32)), kGemmTileLarge);
+  EXPECT_EQ(resolved_tile(gemm_args(8192, 8192, 8192, DType::kFloat16, DType::kFloat32)), kGemmTileLarge);
+  EXPECT_EQ(resolved_tile(gemm_args(8192, 8192, 64, DType::kFloat16, DType::kFloat32)), kGemmTileSmall);
   auto g = gemm_args(128, 256, 64);
   g.tile = kGemmTileLarge;
   EXPECT_EQ(resolved_tile(g), kGemmTileLarge);

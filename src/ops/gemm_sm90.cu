@@ -320,8 +320,14 @@ Launch plan_launch(const GemmArguments& g) {
 
 // The automatic tile. Measured on one H200 (bf16, iris / cuBLAS, B as K x N / N x K, CUDA-graph replays
 // timed in turns; bench/results/2026-12-01-h200-gemm-*.txt): from 2048 rows up the choice is 1.01-1.04 /
-// 1.02-1.03. Large outputs of N < 8192 take 128x128 whatever B's layout: with B as N x K the rule of
-// 2026-11-29 took 128x256, and 128x128 was as fast or faster in every run since (us, 128x256 -> 128x128,
+// 1.02-1.03. Large outputs take 128x256 only where both N and K are at least 8192, whatever B's layout. At
+// K <= 4096, 128x128 was faster at every large output in two invocations on one lease, both layouts (us,
+// 128x256 -> 128x128, bench/results/2026-12-02-h200-gemm-bf16-tile-k-sweep.txt): 8192 x 8192 x 4096
+// 852 -> 827, 857 -> 841; 16384 x 8192 x 4096 1696 -> 1661, 1733 -> 1685; 8192 x 16384 x 4096 1739 ->
+// 1695, 1748 -> 1704; 8192 x 8192 x 2048 444 -> 409, 439 -> 409 (K x N, N x K; the second invocation
+// agrees within 2%); at K = 8192 128x256 won: 8192^3 1673 -> 1726, 1669 -> 1781; 16384 x 8192 x 8192
+// 3396 -> 3799, 3404 -> 3900. K between 4096 and 8192 is not measured. With N < 8192 the rule of
+// 2026-11-29 gave B as N x K 128x256, and 128x128 was as fast or faster in every run since (us, 128x256 -> 128x128,
 // bench/results/2026-12-02-h200-gemm-bf16-tiles-n4096.txt and -bands.txt, two leases): 16384 x 4096 x 4096
 // 901 -> 860 and 836 -> 806, 8192 x 4096 x 8192 873 -> 853 and 813 -> 805, 16384 x 4096 x 8192 1713 ->
 // 1654 (float32 out 1681 -> 1627); in the eight 12-01/12-02 runs of 16384 x 4096 x 8192 before, faster by
@@ -350,7 +356,7 @@ GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_
                  " has a negative size.");
   IRIS_CHECK_ARG(sm_count > 0, "select_gemm_tile: sm_count must be positive, got ", sm_count, ".");
   (void)b_is_nk;
-  if (m * n > (int64_t{1} << 25)) return n >= 8192 ? kGemmTileLarge : kGemmTileSmall;
+  if (m * n > (int64_t{1} << 25)) return n >= 8192 && k >= 8192 ? kGemmTileLarge : kGemmTileSmall;
   if (m <= kGemmTileRows16.m) return kGemmTileRows16;
   if (m <= kGemmTileRows32.m) return kGemmTileRows32;
   const int64_t full_wave = (int64_t{sm_count} * 7 + 7) / 8;

@@ -70,8 +70,8 @@ inline constexpr int kGemmDefaultSmCount = 132;
 // The tile an automatic choice (GemmArguments::tile left at {0, 0, 0}) takes for an M x N x K problem on
 // `sm_count` SMs, whatever the output type and B's layout (b_is_nk stays in the signature for a rule that
 // would need it; none does since the 2026-12-02 measurements). Above 2^25 output elements (4096 x 8192):
-// kGemmTileLarge when N >= 8192, else kGemmTileSmall. Up to there, kGemmTileRows16 for at most 16 rows and
-// kGemmTileRows32 for at most 32 (decode); above 32 rows, the largest of kGemmTileSmall, kGemmTileSkinny,
+// kGemmTileLarge when N and K are both at least 8192, else kGemmTileSmall. Up to there, kGemmTileRows16 for at most 16
+// rows and kGemmTileRows32 for at most 32 (decode); above 32 rows, the largest of kGemmTileSmall, kGemmTileSkinny,
 // kGemmTileTiny whose output has at least 7/8 of sm_count tiles (a full wave), else kGemmTileTiny (the most
 // tiles). Outputs of fewer tiles than a wave with a long K leave SMs idle whatever the tile; there
 // GemmArguments::split_k = 0 splits K (select_split_k). The measurements behind the rule are in
