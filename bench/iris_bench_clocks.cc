@@ -3,10 +3,12 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
+#include <utility>
+
+#include "iris_bench_util.hpp"  // median
 
 namespace iris_bench {
 namespace {
@@ -133,10 +135,8 @@ ClockStats clock_stats(const std::vector<ClockSampler::Sample>& samples,
         break;
       }
   if (static_cast<int>(mhz.size()) < kMinClockSamples) return {std::nan(""), std::nan("")};
-  std::sort(mhz.begin(), mhz.end());
-  const size_t h = mhz.size() / 2;
-  const double median = mhz.size() % 2 ? mhz[h] : 0.5 * (mhz[h - 1] + mhz[h]);
-  return {median, static_cast<double>(capped) / static_cast<double>(mhz.size())};
+  const double share = static_cast<double>(capped) / static_cast<double>(mhz.size());
+  return {median(std::move(mhz)), share};
 }
 
 }  // namespace iris_bench

@@ -12,9 +12,9 @@
 #pragma once
 
 #include <atomic>
-#include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace iris_bench {
