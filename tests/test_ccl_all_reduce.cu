@@ -19,6 +19,7 @@ namespace {
 
 using ccl::AllReduceVariant;
 using ccl::Config;
+using ccl::OneShotProtocol;
 using ccl::ReduceOp;
 using ccl::Workspace;
 using test::RankSetup;
@@ -99,61 +100,73 @@ void check_once(Context& ctx, const Config& cfg, Workspace& ws, DType dt, Reduce
 
 class AllReduce : public ::testing::TestWithParam<RankSetup> {};
 
-void run_variant(const RankSetup& setup, AllReduceVariant variant) {
-  test::run_ranks(setup, [variant](Context& ctx) {
-    uint64_t seed = 1;
-    const bool sum_only = variant == AllReduceVariant::kAtomic;
-    for (DType dt : kDtypes) {
-      for (const Shape& s : kIrisShapes) {
-        Config cfg;
-        cfg.all_reduce_variant = variant;
-        cfg.block_size_m = s.bm;
-        cfg.block_size_n = s.bn;
-        Workspace ws;
-        std::string what = std::string(test::short_name(dt)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) +
-                           " blocks " + std::to_string(s.bm) + "x" + std::to_string(s.bn);
-        check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, false, true, seed++, what + " sum heap");
-        check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, false, false, seed++, what + " sum cudaMalloc");
-        ccl::ContextWorkspaceHost host(ctx);
-        ws.release(host);
-      }
-      for (const Shape& s : kAwkward) {
-        Config cfg;
-        cfg.all_reduce_variant = variant;
-        Workspace ws;
-        std::string what = std::string(test::short_name(dt)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n);
-        check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, false, true, seed++, what + " sum");
-        if (!sum_only) {
-          check_once(ctx, cfg, ws, dt, ReduceOp::kMax, s.m, s.n, s.n, false, true, seed++, what + " max");
-          check_once(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, s.n, false, false, seed++, what + " min");
+void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtocol protocol = OneShotProtocol::kAuto) {
+  test::run_ranks(
+      setup,
+      [variant, protocol](Context& ctx) {
+        uint64_t seed = 1;
+        const bool sum_only = variant == AllReduceVariant::kAtomic;
+        for (DType dt : kDtypes) {
+          for (const Shape& s : kIrisShapes) {
+            Config cfg;
+            cfg.all_reduce_variant = variant;
+            cfg.all_reduce_one_shot_protocol = protocol;
+            cfg.block_size_m = s.bm;
+            cfg.block_size_n = s.bn;
+            Workspace ws;
+            std::string what = std::string(test::short_name(dt)) + " " + std::to_string(s.m) + "x" +
+                               std::to_string(s.n) + " blocks " + std::to_string(s.bm) + "x" + std::to_string(s.bn);
+            check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, false, true, seed++, what + " sum heap");
+            check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, false, false, seed++, what + " sum cudaMalloc");
+            ccl::ContextWorkspaceHost host(ctx);
+            ws.release(host);
+          }
+          for (const Shape& s : kAwkward) {
+            Config cfg;
+            cfg.all_reduce_variant = variant;
+            cfg.all_reduce_one_shot_protocol = protocol;
+            Workspace ws;
+            std::string what =
+                std::string(test::short_name(dt)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n);
+            check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, false, true, seed++, what + " sum");
+            if (!sum_only) {
+              check_once(ctx, cfg, ws, dt, ReduceOp::kMax, s.m, s.n, s.n, false, true, seed++, what + " max");
+              check_once(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, s.n, false, false, seed++, what + " min");
+            }
+            // Row stride larger than the row, and in place.
+            check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n + 5, false, false, seed++, what + " strided");
+            check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, true, true, seed++, what + " in place");
+            ccl::ContextWorkspaceHost host(ctx);
+            ws.release(host);
+          }
         }
-        // Row stride larger than the row, and in place.
-        check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n + 5, false, false, seed++, what + " strided");
-        check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, true, true, seed++, what + " in place");
+        // Many tiles: 8192 x 8192 (bf16 only, to keep the host reference affordable).
+        Config cfg;
+        cfg.all_reduce_variant = variant;
+        cfg.all_reduce_one_shot_protocol = protocol;
+        cfg.block_size_m = kLarge.bm;
+        cfg.block_size_n = kLarge.bn;
+        Workspace ws;
+        check_once(ctx, cfg, ws, DType::kBFloat16, ReduceOp::kSum, kLarge.m, kLarge.n, kLarge.n, false, true, seed++,
+                   "bf16 8192x8192");
         ccl::ContextWorkspaceHost host(ctx);
         ws.release(host);
-      }
-    }
-    // Many tiles: 8192 x 8192 (bf16 only, to keep the host reference affordable).
-    Config cfg;
-    cfg.all_reduce_variant = variant;
-    cfg.block_size_m = kLarge.bm;
-    cfg.block_size_n = kLarge.bn;
-    Workspace ws;
-    check_once(ctx, cfg, ws, DType::kBFloat16, ReduceOp::kSum, kLarge.m, kLarge.n, kLarge.n, false, true, seed++,
-               "bf16 8192x8192");
-    ccl::ContextWorkspaceHost host(ctx);
-    ws.release(host);
-  }, big_heap(setup.world));
+      },
+      big_heap(setup.world));
 }
 
 TEST_P(AllReduce, AutoMatchesFp64Reference) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   run_variant(GetParam(), AllReduceVariant::kAuto);
 }
-TEST_P(AllReduce, OneShotMatchesFp64Reference) {
+// one_shot in both protocols over every shape (`auto` alone would pick LL for all but the 8192 x 8192 one).
+TEST_P(AllReduce, OneShotLLMatchesFp64Reference) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
-  run_variant(GetParam(), AllReduceVariant::kOneShot);
+  run_variant(GetParam(), AllReduceVariant::kOneShot, OneShotProtocol::kLL);
+}
+TEST_P(AllReduce, OneShotSimpleMatchesFp64Reference) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  run_variant(GetParam(), AllReduceVariant::kOneShot, OneShotProtocol::kSimple);
 }
 TEST_P(AllReduce, TwoShotMatchesFp64Reference) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
@@ -225,117 +238,159 @@ __global__ void fill_replay_input(__nv_bfloat16* p, int64_t n, int rank, const i
 // 1,000 replays of a graph holding one input refresh and one all_reduce; every replay checked.
 TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
-  test::run_ranks(GetParam(), [](Context& ctx) {
-    for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing}) {
-      const int64_t n = v == AllReduceVariant::kTwoShot ? 300001 : 4096;
-      const int replays = v == AllReduceVariant::kRing ? 200 : 1000;
-      Config cfg;
-      cfg.all_reduce_variant = v;
-      Workspace ws;
-      auto* in = ctx.empty<__nv_bfloat16>(n);
-      auto* out = ctx.empty<__nv_bfloat16>(n);
-      int* k = ctx.zeros<int>(1);
-      Tensor tin = Tensor::vector(in, DType::kBFloat16, n), tout = Tensor::vector(out, DType::kBFloat16, n);
-      ccl::all_reduce_preamble(ctx, tout, tin, cfg, ws);
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-      fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, n, ctx.rank(), k);
-      ccl::all_reduce(ctx, tout, tin, cfg, ws);
-      IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
-      IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const int world = ctx.world_size();
-      std::vector<__nv_bfloat16> host(n);
-      int bad_replays = 0;
-      for (int rep = 0; rep < replays; ++rep) {
-        IRIS_CUDA_CHECK(cudaMemcpyAsync(k, &rep, sizeof(int), cudaMemcpyHostToDevice, ctx.stream()));
-        IRIS_CUDA_CHECK(cudaMemsetAsync(out, 0xFF, n * 2, ctx.stream()));  // poison between replays
-        IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-        IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), out, n * 2, cudaMemcpyDeviceToHost, ctx.stream()));
-        ctx.synchronize();
-        int64_t wrong = 0;
-        for (int64_t i = 0; i < n; i += (i < 4096 ? 1 : 13)) {
-          int want = 0;
-          for (int r = 0; r < world; ++r) want += replay_value(i, rep, r);
-          wrong += __bfloat162float(host[i]) != static_cast<float>(want);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        struct Case {
+          AllReduceVariant v;
+          OneShotProtocol protocol;
+          int64_t n;
+          int replays;
+        };
+        // one_shot simple over 300001 elements: 37 segments, so several per block and both parities.
+        for (const Case& c : {Case{AllReduceVariant::kOneShot, OneShotProtocol::kLL, 4096, 1000},
+                              Case{AllReduceVariant::kOneShot, OneShotProtocol::kSimple, 300001, 1000},
+                              Case{AllReduceVariant::kTwoShot, OneShotProtocol::kAuto, 300001, 1000},
+                              Case{AllReduceVariant::kRing, OneShotProtocol::kAuto, 4096, 200}}) {
+          const AllReduceVariant v = c.v;
+          const int64_t n = c.n;
+          const int replays = c.replays;
+          const std::string name =
+              std::string(ccl::variant_name(v)) +
+              (c.protocol == OneShotProtocol::kAuto ? "" : std::string(" ") + ccl::protocol_name(c.protocol));
+          Config cfg;
+          cfg.all_reduce_variant = v;
+          cfg.all_reduce_one_shot_protocol = c.protocol;
+          Workspace ws;
+          auto* in = ctx.empty<__nv_bfloat16>(n);
+          auto* out = ctx.empty<__nv_bfloat16>(n);
+          int* k = ctx.zeros<int>(1);
+          Tensor tin = Tensor::vector(in, DType::kBFloat16, n), tout = Tensor::vector(out, DType::kBFloat16, n);
+          ccl::all_reduce_preamble(ctx, tout, tin, cfg, ws);
+          cudaGraph_t graph;
+          cudaGraphExec_t exec;
+          IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+          fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, n, ctx.rank(), k);
+          ccl::all_reduce(ctx, tout, tin, cfg, ws);
+          IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+          IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+          const int world = ctx.world_size();
+          std::vector<__nv_bfloat16> host(n);
+          int bad_replays = 0;
+          for (int rep = 0; rep < replays; ++rep) {
+            IRIS_CUDA_CHECK(cudaMemcpyAsync(k, &rep, sizeof(int), cudaMemcpyHostToDevice, ctx.stream()));
+            IRIS_CUDA_CHECK(cudaMemsetAsync(out, 0xFF, n * 2, ctx.stream()));  // poison between replays
+            IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+            IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), out, n * 2, cudaMemcpyDeviceToHost, ctx.stream()));
+            ctx.synchronize();
+            int64_t wrong = 0;
+            for (int64_t i = 0; i < n; i += (i < 4096 ? 1 : 13)) {
+              int want = 0;
+              for (int r = 0; r < world; ++r) want += replay_value(i, rep, r);
+              wrong += __bfloat162float(host[i]) != static_cast<float>(want);
+            }
+            if (wrong && bad_replays++ < 3)
+              ADD_FAILURE() << name << " replay " << rep << ": " << wrong << " wrong elements";
+          }
+          EXPECT_EQ(bad_replays, 0) << name;
+          EXPECT_EQ(ws.calls(), 1u) << "captured once";
+          IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+          IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+          ctx.barrier();
+          ccl::ContextWorkspaceHost host_ws(ctx);
+          ws.release(host_ws);
+          ctx.free(k);
+          ctx.free(out);
+          ctx.free(in);
         }
-        if (wrong && bad_replays++ < 3)
-          ADD_FAILURE() << ccl::variant_name(v) << " replay " << rep << ": " << wrong << " wrong elements";
-      }
-      EXPECT_EQ(bad_replays, 0) << ccl::variant_name(v);
-      EXPECT_EQ(ws.calls(), 1u) << "captured once";
-      IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
-      ctx.barrier();
-      ccl::ContextWorkspaceHost host_ws(ctx);
-      ws.release(host_ws);
-      ctx.free(k);
-      ctx.free(out);
-      ctx.free(in);
-    }
-  }, big_heap(GetParam().world));
+      },
+      big_heap(GetParam().world));
 }
 
 // 100 calls with one workspace: the arrays are not reallocated and every result is right.
 TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
-  test::run_ranks(GetParam(), [](Context& ctx) {
-    for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kSpinlock}) {
-      Config cfg;
-      cfg.all_reduce_variant = v;
-      Workspace ws;
-      auto in = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
-      auto out = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
-      ccl::all_reduce_preamble(ctx, out.view, in.view, cfg, ws);
-      const void* staging = ws.staging();
-      const uint64_t heap_ops = ctx.allocation_count();
-      for (int call = 0; call < 100; ++call) {
-        in.upload(ctx.stream(), test::make_input(DType::kFloat32, 64, 1000, 1000, 1000 + call, ctx.rank()));
-        ccl::all_reduce(ctx, out.view, in.view, cfg, ws);
-        auto host = out.download(ctx.stream());
-        int64_t wrong = 0;
-        for (int64_t i = 0; i < 64000; i += 7) {
-          double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, 1000 + call, ctx.world_size(), i);
-          wrong += !(std::fabs(test::decode(DType::kFloat32, host.data() + i * 4) - want) <=
-                     test::tolerance(DType::kFloat32, want, ctx.world_size()));
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        for (int k = 0; k < 4; ++k) {
+          const AllReduceVariant v = k < 2    ? AllReduceVariant::kOneShot
+                                     : k == 2 ? AllReduceVariant::kTwoShot
+                                              : AllReduceVariant::kSpinlock;
+          Config cfg;
+          cfg.all_reduce_variant = v;
+          cfg.all_reduce_one_shot_protocol = k == 1 ? OneShotProtocol::kSimple : OneShotProtocol::kAuto;
+          Workspace ws;
+          auto in = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
+          auto out = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
+          ccl::all_reduce_preamble(ctx, out.view, in.view, cfg, ws);
+          const void* staging = ws.staging();
+          const uint64_t heap_ops = ctx.allocation_count();
+          for (int call = 0; call < 100; ++call) {
+            in.upload(ctx.stream(), test::make_input(DType::kFloat32, 64, 1000, 1000, 1000 + call, ctx.rank()));
+            ccl::all_reduce(ctx, out.view, in.view, cfg, ws);
+            auto host = out.download(ctx.stream());
+            int64_t wrong = 0;
+            for (int64_t i = 0; i < 64000; i += 7) {
+              double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, 1000 + call, ctx.world_size(), i);
+              wrong += !(std::fabs(test::decode(DType::kFloat32, host.data() + i * 4) - want) <=
+                         test::tolerance(DType::kFloat32, want, ctx.world_size()));
+            }
+            ASSERT_EQ(wrong, 0) << ccl::variant_name(v) << (k == 1 ? " simple" : "") << " call " << call;
+          }
+          ctx.synchronize();
+          EXPECT_EQ(ws.staging(), staging);
+          EXPECT_EQ(ctx.allocation_count(), heap_ops) << "all_reduce allocated on the heap";
+          ctx.barrier();
+          ccl::ContextWorkspaceHost host_ws(ctx);
+          ws.release(host_ws);
+          out.release();
+          in.release();
         }
-        ASSERT_EQ(wrong, 0) << ccl::variant_name(v) << " call " << call;
-      }
-      ctx.synchronize();
-      EXPECT_EQ(ws.staging(), staging);
-      EXPECT_EQ(ctx.allocation_count(), heap_ops) << "all_reduce allocated on the heap";
-      ctx.barrier();
-      ccl::ContextWorkspaceHost host_ws(ctx);
-      ws.release(host_ws);
-      out.release();
-      in.release();
-    }
-  }, big_heap(GetParam().world));
+      },
+      big_heap(GetParam().world));
 }
 
-// One workspace serving one_shot and two_shot calls of four shapes, enqueued back to back with no
-// host synchronization in between: one_shot's LL lines and two_shot's slots overlap in the staging,
-// so a rank running ahead into a call of the other layout would overwrite what a peer still reads
-// unless the call fences first (layout_fence). Every output is checked afterwards.
+// One workspace serving one_shot (LL and simple) and two_shot calls of six shapes, enqueued back to back
+// with no host synchronization in between: one_shot's LL lines and slots and two_shot's slots overlap in
+// the staging, so a rank running ahead into a call of another layout would overwrite what a peer still
+// reads unless the call fences first (layout_fence). Every output is checked afterwards.
 TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     struct Call {
       AllReduceVariant variant;
       int64_t rows, cols;
+      OneShotProtocol protocol = OneShotProtocol::kAuto;
     };
     const Call calls[] = {{AllReduceVariant::kOneShot, 32, 1000},
+                          {AllReduceVariant::kOneShot, 1024, 1000, OneShotProtocol::kSimple},
                           {AllReduceVariant::kTwoShot, 1024, 1000},
                           {AllReduceVariant::kOneShot, 1, 777},
+                          {AllReduceVariant::kOneShot, 1000, 333, OneShotProtocol::kSimple},
                           {AllReduceVariant::kTwoShot, 17, 1000}};
     constexpr int kRounds = 8;
     const DType dt = DType::kFloat32;
     Workspace ws;
-    {  // the largest staging first (one_shot of the largest shape), then every call's own preamble
+    // A workspace keeps the arrays its first preamble that needed them allocated: the largest staging
+    // first (one_shot LL of the largest shape), then the call needing the most flags (which one depends
+    // on the world size), then every call's own preamble.
+    auto config_of = [](const Call& c) {
       Config cfg;
-      cfg.all_reduce_variant = AllReduceVariant::kOneShot;
-      auto in = TestTensor::make(ctx, dt, 1024, 1000, 1000, true);
-      ccl::all_reduce_preamble(ctx, in.view, in.view, cfg, ws);
+      cfg.all_reduce_variant = c.variant;
+      cfg.all_reduce_one_shot_protocol = c.protocol;
+      return cfg;
+    };
+    const Call* most_flags = &calls[0];
+    auto flags_of = [&](const Call& c) {
+      const Tensor t = Tensor::matrix(nullptr, dt, c.rows, c.cols);
+      return ccl::all_reduce_needs(t, t, config_of(c), ctx.world_size()).flags;
+    };
+    for (const Call& c : calls)
+      if (flags_of(c) > flags_of(*most_flags)) most_flags = &c;
+    for (const Call& c : {Call{AllReduceVariant::kOneShot, 1024, 1000, OneShotProtocol::kLL}, *most_flags}) {
+      auto in = TestTensor::make(ctx, dt, c.rows, c.cols, c.cols, true);
+      ccl::all_reduce_preamble(ctx, in.view, in.view, config_of(c), ws);
       in.release();
     }
     std::vector<TestTensor> ins, outs;
@@ -348,17 +403,14 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
         ins.back().upload(ctx.stream(), test::make_input(dt, c.rows, c.cols, c.cols, seed, ctx.rank()));
         outs.back().poison(ctx.stream());
         seeds.push_back(seed);
-        Config cfg;
-        cfg.all_reduce_variant = c.variant;
+        const Config cfg = config_of(c);
         if (round == 0) ccl::all_reduce_preamble(ctx, outs.back().view, ins.back().view, cfg, ws);
       }
     ctx.barrier();  // every rank's inputs are in place; from here on nothing waits on the host
     size_t k = 0;
     for (int round = 0; round < kRounds; ++round)
       for (const Call& c : calls) {
-        Config cfg;
-        cfg.all_reduce_variant = c.variant;
-        ccl::all_reduce(ctx, outs[k].view, ins[k].view, cfg, ws);
+        ccl::all_reduce(ctx, outs[k].view, ins[k].view, config_of(c), ws);
         ++k;
       }
     ctx.synchronize();
@@ -372,8 +424,9 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
           if (!(std::fabs(test::decode(dt, host.data() + i * 4) - want) <= test::tolerance(dt, want, ctx.world_size())))
             if (wrong++ == 0) first = i;
         }
-        EXPECT_EQ(wrong, 0) << "round " << round << ", " << ccl::variant_name(c.variant) << " " << c.rows << "x"
-                            << c.cols << ": first wrong element " << first;
+        EXPECT_EQ(wrong, 0) << "round " << round << ", " << ccl::variant_name(c.variant) << " "
+                            << ccl::protocol_name(c.protocol) << " " << c.rows << "x" << c.cols
+                            << ": first wrong element " << first;
         ++k;
       }
     ctx.barrier();

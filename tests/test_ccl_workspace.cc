@@ -110,6 +110,13 @@ TEST(CclConfig, DefaultsAreValidAndBadFieldsAreNamed) {
   expect_msg(c, 0, "world_size must be at least 1, got 0");
   EXPECT_EQ(parse_all_reduce_variant("two_shot"), AllReduceVariant::kTwoShot);
   EXPECT_THROW(parse_all_reduce_variant("three_shot"), std::invalid_argument);
+  bad = c;
+  bad.all_reduce_one_shot_protocol = static_cast<OneShotProtocol>(7);
+  expect_msg(bad, 2, "all_reduce_one_shot_protocol has an unknown value 7");
+  EXPECT_EQ(parse_one_shot_protocol("simple"), OneShotProtocol::kSimple);
+  EXPECT_EQ(parse_one_shot_protocol("ll"), OneShotProtocol::kLL);
+  EXPECT_EQ(test::error_text<std::invalid_argument>([] { parse_one_shot_protocol("ll128"); }),
+            "all_reduce_one_shot_protocol must be one of: 'auto', 'll', 'simple', got 'll128'");
 }
 
 TEST(CclWorkspace, MatchesComparesEveryFieldIncludingBlockSizes) {
@@ -137,6 +144,9 @@ TEST(CclWorkspace, MatchesComparesEveryFieldIncludingBlockSizes) {
   other = sig;
   other.variant = AllReduceVariant::kRing;
   EXPECT_FALSE(ws.matches(other));
+  other = sig;
+  other.protocol = OneShotProtocol::kSimple;
+  EXPECT_FALSE(ws.matches(other)) << "the one_shot protocol alone differs";
   other = sig;
   other.op = OpKind::kReduceScatter;
   EXPECT_FALSE(ws.matches(other));
@@ -311,6 +321,58 @@ TEST(CclNeeds, AutoSizesTheVariantItPicks) {
   EXPECT_GE(one_shot.staging_bytes, 2u * 4 * 4096 * 2 * 2);
   EXPECT_GT(one_shot.staging_bytes, all_reduce_needs(small, small, Config{}, 2).staging_bytes)
       << "a slot per rank: more ranks, more staging";
+}
+
+// one_shot's protocol under `auto`: LL up to 1 MiB, simple above; a protocol in the config wins. Simple's
+// workspace: two parities of one slot per rank, cut in segments of 8 to 64 KiB, one flag per rank and
+// segment; the protocol is part of the signature every rank compares.
+TEST(CclNeeds, OneShotProtocolBySizeAndItsNeeds) {
+  const size_t mib = size_t{1} << 20;
+  EXPECT_EQ(resolve_one_shot_protocol(Config{}, mib), OneShotProtocol::kLL);
+  EXPECT_EQ(resolve_one_shot_protocol(Config{}, mib + 2), OneShotProtocol::kSimple);
+  Config ll = variant(AllReduceVariant::kOneShot), simple = ll;
+  ll.all_reduce_one_shot_protocol = OneShotProtocol::kLL;
+  simple.all_reduce_one_shot_protocol = OneShotProtocol::kSimple;
+  EXPECT_EQ(resolve_one_shot_protocol(ll, 64 * mib), OneShotProtocol::kLL);
+  EXPECT_EQ(resolve_one_shot_protocol(simple, 16), OneShotProtocol::kSimple);
+
+  // 4 MiB of bf16: segments of 16 KiB (8192 elements), 256 of them.
+  const Tensor big = shape(DType::kBFloat16, 1, int64_t{1} << 21);
+  for (int w : {2, 8}) {
+    const WorkspaceNeeds n = all_reduce_needs(big, big, variant(AllReduceVariant::kOneShot), w);
+    EXPECT_EQ(n.flags, static_cast<size_t>(w) * 256);
+    EXPECT_EQ(n.staging_bytes, 2 * static_cast<size_t>(w) * 4 * mib);
+    EXPECT_EQ(n.locks, 0u);
+    const WorkspaceNeeds as_ll = all_reduce_needs(big, big, ll, w);
+    EXPECT_EQ(as_ll.staging_bytes, 2 * n.staging_bytes) << "LL carries 4 data bytes in 8";
+    EXPECT_EQ(as_ll.flags, 0u);
+  }
+  // 1 x 7 float32: one segment of the 8 KiB floor; 100 MiB of float32: 64 KiB segments.
+  const WorkspaceNeeds tiny = all_reduce_needs(shape(DType::kFloat32, 1, 7), shape(DType::kFloat32, 1, 7), simple, 2);
+  EXPECT_EQ(tiny.flags, 2u);
+  EXPECT_EQ(tiny.staging_bytes, 2u * 2 * 8192);
+  const Tensor huge = shape(DType::kFloat32, 100, int64_t{1} << 18);
+  EXPECT_EQ(all_reduce_needs(huge, huge, simple, 2).flags, 2u * 1600);
+
+  FakeHost host;
+  Workspace ws;
+  OpSignature sig;
+  sig.op = OpKind::kAllReduce;
+  sig.rows = 1;
+  sig.cols = int64_t{1} << 21;
+  sig.dtype = DType::kBFloat16;
+  sig.world_size = 2;
+  sig.variant = AllReduceVariant::kOneShot;
+  sig.protocol = OneShotProtocol::kSimple;
+  sig.block_size_m = 32;
+  sig.block_size_n = 64;
+  EXPECT_EQ(sig.describe(),
+            "all_reduce 1x2097152 bfloat16 world 2 variant one_shot protocol simple blocks 32x64 op sum");
+  ws.prepare(host, sig, all_reduce_needs(big, big, simple, 2));
+  OpSignature as_ll = sig;
+  as_ll.protocol = OneShotProtocol::kLL;
+  EXPECT_FALSE(ws.matches(as_ll));
+  ws.release(host);
 }
 
 // Every op sizes from views without data; the exchanges' staging grows with the world past the LL sizes.

@@ -26,17 +26,25 @@ constexpr int kPlanBlocks = 128;
 // the doubled traffic costs more than two_shot's second flag round trip. Not yet re-measured for more
 // than 2 ranks.
 constexpr size_t kOneShotMaxBytes = size_t{1} << 20;
+// one_shot's protocol under `auto`: LL up to this size, simple above. LL was the only protocol when the
+// sizes above were measured, and `auto` picks one_shot only up to kOneShotMaxBytes, so this keeps what
+// `auto` does; a one_shot asked for above 1 MiB gets simple, which moves half the bytes (at 4 MiB on
+// 2 x H200, LL took 31.1 us against 22.9 for two_shot). Where simple overtakes LL, and whether `auto`
+// should pick one_shot simple over two_shot at mid sizes, is for a 2-GPU measurement to say.
+constexpr size_t kLLMaxBytes = kOneShotMaxBytes;
 // Bytes of one accumulator (Elem<T>::Acc: float, or int32 for int32) in atomic/spinlock accumulators
 // and ring slots.
 constexpr size_t kAccBytes = 4;
 
 struct Plan {
   AllReduceVariant variant;
+  OneShotProtocol protocol = OneShotProtocol::kAuto;  // one_shot: LL or simple
   OpSignature sig;
   WorkspaceNeeds needs;
   int blocks = 1;
   detail::ChunkPlan chunks;  // two_shot
-  int64_t words = 0;         // one_shot
+  int64_t words = 0;         // one_shot LL
+  detail::SegmentPlan segs;  // one_shot simple
   int64_t tiles = 0, tiles_per_rank = 0;
   int slices = 1;
 };
@@ -63,16 +71,33 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   IRIS_CHECK_ARG(p.variant != AllReduceVariant::kAtomic || rop == ReduceOp::kSum,
                  "all_reduce variant 'atomic' supports only sum; use one_shot, two_shot, ring or spinlock for ",
                  reduce_op_name(rop), ".");
-  p.sig = OpSignature{OpKind::kAllReduce, in.rows, in.cols, in.dtype, world, p.variant,
-                      config.block_size_m, config.block_size_n, -1, rop};
+  if (p.variant == AllReduceVariant::kOneShot) p.protocol = resolve_one_shot_protocol(config, bytes);
+  p.sig.op = OpKind::kAllReduce;
+  p.sig.rows = in.rows;
+  p.sig.cols = in.cols;
+  p.sig.dtype = in.dtype;
+  p.sig.world_size = world;
+  p.sig.variant = p.variant;
+  p.sig.protocol = p.protocol;
+  p.sig.block_size_m = config.block_size_m;
+  p.sig.block_size_n = config.block_size_n;
+  p.sig.reduce_op = rop;
   p.needs.block_state = static_cast<size_t>(state_words(world));
   const int sms = s.sms;
   const size_t esz = in.element_size();
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
-      p.words = detail::ll_words(in.numel(), in.dtype);
-      p.needs.staging_bytes = detail::ll_staging_bytes(in.numel(), in.dtype, world);
-      p.blocks = detail::ll_blocks(p.words, config.comm_sms > 0 ? config.comm_sms : sms);
+      if (p.protocol == OneShotProtocol::kLL) {
+        p.words = detail::ll_words(in.numel(), in.dtype);
+        p.needs.staging_bytes = detail::ll_staging_bytes(in.numel(), in.dtype, world);
+        p.blocks = detail::ll_blocks(p.words, config.comm_sms > 0 ? config.comm_sms : sms);
+      } else {
+        // Two parities of one slot per source (all_reduce_one_shot.cu), one flag per source and segment.
+        p.segs = detail::plan_segments(in.numel(), in.dtype);
+        p.needs.staging_bytes = align256(2 * static_cast<size_t>(world) * p.segs.slot * esz);
+        p.needs.flags = static_cast<size_t>(world) * p.segs.nsegs;
+        p.blocks = detail::segment_blocks(p.segs, config.comm_sms > 0 ? config.comm_sms : sms);
+      }
       break;
     }
     case AllReduceVariant::kTwoShot: {
@@ -114,7 +139,8 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
 
 // What places data in the staging and flags: calls with equal keys have the same layout, and a call
 // whose key differs from the previous call's on the workspace fences first (layout_fence). one_shot
-// finds its parity at half the staging's capacity whatever the shape, so its key is the variant alone.
+// LL finds its parity at half the staging's capacity whatever the shape, so its key is the variant and
+// protocol alone.
 uint64_t layout_key(const Plan& p, size_t esz) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over 64-bit fields
   auto mix = [&h](uint64_t v) {
@@ -122,10 +148,11 @@ uint64_t layout_key(const Plan& p, size_t esz) {
     h *= 1099511628211ull;
   };
   mix(static_cast<uint64_t>(p.variant) + 1);
-  if (p.variant != AllReduceVariant::kOneShot) {
-    for (int64_t v : {p.chunks.chunk, p.chunks.nchunks, p.chunks.per_rank, int64_t{p.chunks.distribution}, p.tiles,
-                      p.tiles_per_rank, int64_t{p.slices}, int64_t{p.sig.block_size_m}, int64_t{p.sig.block_size_n},
-                      static_cast<int64_t>(esz)})
+  mix(static_cast<uint64_t>(p.protocol));
+  if (p.protocol != OneShotProtocol::kLL) {
+    for (int64_t v : {p.segs.seg, p.segs.nsegs, p.chunks.chunk, p.chunks.nchunks, p.chunks.per_rank,
+                      int64_t{p.chunks.distribution}, p.tiles, p.tiles_per_rank, int64_t{p.slices},
+                      int64_t{p.sig.block_size_m}, int64_t{p.sig.block_size_n}, static_cast<int64_t>(esz)})
       mix(static_cast<uint64_t>(v));
   }
   return h | 1;  // 0 means "no fence"
@@ -141,6 +168,11 @@ AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size
   // One rank: the call is a copy (single_rank_copy); the plan and workspace stay two_shot's.
   if (world_size == 1) return AllReduceVariant::kTwoShot;
   return bytes <= kOneShotMaxBytes ? AllReduceVariant::kOneShot : AllReduceVariant::kTwoShot;
+}
+
+OneShotProtocol resolve_one_shot_protocol(const Config& config, size_t bytes) {
+  if (config.all_reduce_one_shot_protocol != OneShotProtocol::kAuto) return config.all_reduce_one_shot_protocol;
+  return bytes <= kLLMaxBytes ? OneShotProtocol::kLL : OneShotProtocol::kSimple;
 }
 
 void all_reduce_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
@@ -165,9 +197,27 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   const uint64_t key = layout_key(p, in.element_size());
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
-      detail::LLArgs a = detail::ll_args(ctx, in, out, in.rows, p.words, ws);
-      a.layout_key = key;
-      detail::launch_ll(a, detail::LLMode::kAllReduce, in.dtype, op, p.blocks, stream);
+      if (p.protocol == OneShotProtocol::kLL) {
+        detail::LLArgs a = detail::ll_args(ctx, in, out, in.rows, p.words, ws);
+        a.layout_key = key;
+        detail::launch_ll(a, detail::LLMode::kAllReduce, in.dtype, op, p.blocks, stream);
+      } else {
+        detail::OneShotArgs a{};
+        a.ctx = dctx;
+        a.in = in.data;
+        a.out = out.data;
+        a.numel = in.numel();
+        a.cols = in.cols;
+        a.in_stride = in.stride;
+        a.out_stride = out.stride;
+        a.plan = p.segs;
+        a.staging = ws.staging();
+        a.flags = ws.flags();
+        a.state = ws.block_state();
+        a.vec = detail::vec16(in) && detail::vec16(out);
+        a.layout_key = key;
+        detail::launch_one_shot_simple(a, in.dtype, op, p.blocks, stream);
+      }
       break;
     }
     case AllReduceVariant::kTwoShot: {

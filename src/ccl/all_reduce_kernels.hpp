@@ -117,6 +117,35 @@ struct TwoShotArgs {
 };
 void launch_two_shot(const TwoShotArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 
+// ---- one_shot, simple protocol (all_reduce_one_shot.cu) ----------------------------------------------
+// The flat tensor is cut into `nsegs` segments of `seg` elements (the last may be shorter), fixed by
+// the size alone, so every rank cuts it the same way whatever grid it launches.
+struct SegmentPlan {
+  int64_t seg = 0;    // elements per segment, a whole number of 16-byte packs
+  int64_t nsegs = 0;  // at least 1
+  int64_t slot = 0;   // elements of one source's slot: nsegs * seg
+};
+SegmentPlan plan_segments(int64_t numel, DType dtype);
+// Blocks of a launch over the plan: about two segments each, at most `limit`.
+int segment_blocks(const SegmentPlan& plan, int limit);
+
+struct OneShotArgs {
+  DeviceContext ctx;
+  const void* in;
+  void* out;
+  int64_t numel;
+  int64_t cols;
+  int64_t in_stride;
+  int64_t out_stride;
+  SegmentPlan plan;
+  void* staging;    // this rank's: [2 parities][W sources][slot] elements, slot s written by rank s
+  uint64_t* flags;  // this rank's: [W sources][nsegs], flags[s][g] = the epoch whose segment g s wrote
+  uint64_t* state;
+  bool vec;             // 16-byte accesses on in/out
+  uint64_t layout_key;  // layout_fence (ccl_common.cuh)
+};
+void launch_one_shot_simple(const OneShotArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+
 // ---- tile schedules (atomic, spinlock, ring): 2-D tiles of block_m x block_n -------------------
 struct TileArgs {
   DeviceContext ctx;

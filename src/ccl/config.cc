@@ -33,6 +33,24 @@ AllReduceVariant parse_all_reduce_variant(const std::string& name) {
                         "'ring', got '" + name + "'");
 }
 
+const char* protocol_name(OneShotProtocol p) {
+  switch (p) {
+    case OneShotProtocol::kAuto:
+      return "auto";
+    case OneShotProtocol::kLL:
+      return "ll";
+    case OneShotProtocol::kSimple:
+      return "simple";
+  }
+  return "unknown";
+}
+
+OneShotProtocol parse_one_shot_protocol(const std::string& name) {
+  for (auto p : {OneShotProtocol::kAuto, OneShotProtocol::kLL, OneShotProtocol::kSimple})
+    if (name == protocol_name(p)) return p;
+  throw InvalidArgument("all_reduce_one_shot_protocol must be one of: 'auto', 'll', 'simple', got '" + name + "'");
+}
+
 void Config::validate(int world_size) const {
   auto positive = [](const char* field, int v) {
     IRIS_CHECK_ARG(v > 0, field, " must be positive, got ", v);
@@ -49,6 +67,8 @@ void Config::validate(int world_size) const {
   IRIS_CHECK_ARG(comm_sms <= 65535, "comm_sms must be at most 65535, got ", comm_sms);
   IRIS_CHECK_ARG(static_cast<int>(all_reduce_variant) <= static_cast<int>(AllReduceVariant::kRing),
                  "all_reduce_variant has an unknown value ", static_cast<int>(all_reduce_variant));
+  IRIS_CHECK_ARG(static_cast<int>(all_reduce_one_shot_protocol) <= static_cast<int>(OneShotProtocol::kSimple),
+                 "all_reduce_one_shot_protocol has an unknown value ", static_cast<int>(all_reduce_one_shot_protocol));
   IRIS_CHECK_ARG(all_reduce_distribution == 0 || all_reduce_distribution == 1,
                  "all_reduce_distribution must be 0 (striding) or 1 (block), got ", all_reduce_distribution);
   positive("all_reduce_num_rings", all_reduce_num_rings);

@@ -68,17 +68,16 @@ void check_block_state_capacity(size_t have, size_t need) {
 }
 
 std::string OpSignature::describe() const {
-  return detail::str_cat(op_name(op), " ", rows, "x", cols, depth > 0 ? detail::str_cat(" k ", depth) : std::string(),
-                         " ", dtype_name(dtype), " world ", world_size,
-                         op == OpKind::kAllReduce || op == OpKind::kMatmulAllReduce
-                             ? std::string(" variant ") + variant_name(variant)
-                             : std::string(),
-                         " blocks ", block_size_m, "x", block_size_n,
-                         root >= 0 ? detail::str_cat(" root ", root) : std::string(),
-                         op == OpKind::kAllReduce || op == OpKind::kReduceScatter
-                             ? std::string(" op ") + reduce_op_name(reduce_op)
-                             : std::string(),
-                         symmetric_output ? " C on the symmetric heap" : "");
+  return detail::str_cat(
+      op_name(op), " ", rows, "x", cols, depth > 0 ? detail::str_cat(" k ", depth) : std::string(), " ",
+      dtype_name(dtype), " world ", world_size,
+      op == OpKind::kAllReduce || op == OpKind::kMatmulAllReduce ? std::string(" variant ") + variant_name(variant)
+                                                                 : std::string(),
+      protocol != OneShotProtocol::kAuto ? std::string(" protocol ") + protocol_name(protocol) : std::string(),
+      " blocks ", block_size_m, "x", block_size_n, root >= 0 ? detail::str_cat(" root ", root) : std::string(),
+      op == OpKind::kAllReduce || op == OpKind::kReduceScatter ? std::string(" op ") + reduce_op_name(reduce_op)
+                                                               : std::string(),
+      symmetric_output ? " C on the symmetric heap" : "");
 }
 
 Workspace::Workspace(Workspace&& other) noexcept { *this = std::move(other); }

@@ -44,6 +44,9 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
 // The variant `auto` resolves to for this size, world and dtype (the measured rule).
 AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size, size_t bytes, DType dtype,
                                             int64_t rows);
+// The protocol one_shot uses for a tensor of `bytes` bytes: the config's, or for `auto` LL up to
+// 1 MiB (where `auto` picks one_shot at all) and simple above.
+OneShotProtocol resolve_one_shot_protocol(const Config& config, size_t bytes);
 
 // ---- all_gather: out (W*m x n) = rows of every rank's in (m x n), rank r's block at rows [r*m, (r+1)*m). ----
 void all_gather_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws);

@@ -9,11 +9,18 @@ namespace iris::ccl {
 
 enum class AllReduceVariant : uint8_t { kAuto = 0, kAtomic, kSpinlock, kOneShot, kTwoShot, kRing };
 enum class ReduceOp : uint8_t { kSum = 0, kMax, kMin };
+// How all_reduce one_shot moves data. kLL: every 8-byte word carries 4 data bytes and the call's
+// epoch, so no flag and no fence, at twice the traffic. kSimple: 16-byte stores of data, then one
+// flag per segment released at system scope. kAuto picks by size (resolve_one_shot_protocol).
+enum class OneShotProtocol : uint8_t { kAuto = 0, kLL, kSimple };
 
 const char* variant_name(AllReduceVariant v);
 const char* reduce_op_name(ReduceOp op);
 // "auto", "atomic", "spinlock", "one_shot", "two_shot", "ring" (throws InvalidArgument otherwise).
 AllReduceVariant parse_all_reduce_variant(const std::string& name);
+const char* protocol_name(OneShotProtocol p);
+// "auto", "ll", "simple" (throws InvalidArgument otherwise).
+OneShotProtocol parse_one_shot_protocol(const std::string& name);
 
 struct Config {
   // Tile of the 2-D tensor that one block handles at a time; edges (sizes that are not multiples)
@@ -31,6 +38,8 @@ struct Config {
   int all_reduce_num_rings = 1;
   // ring: columns per pipelined slice of a tile; 0 = block_size_n. A power of two dividing block_size_n.
   int all_reduce_ring_slice_n = 0;
+  // one_shot: the protocol (OneShotProtocol above); auto = LL for small tensors, simple above.
+  OneShotProtocol all_reduce_one_shot_protocol = OneShotProtocol::kAuto;
 
   // Throws InvalidArgument naming the field, its value and what is allowed.
   void validate(int world_size) const;

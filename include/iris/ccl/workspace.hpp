@@ -90,6 +90,8 @@ struct OpSignature {
   DType dtype = DType::kFloat32;
   int world_size = 0;
   AllReduceVariant variant = AllReduceVariant::kAuto;  // the resolved variant (never kAuto once prepared)
+  // all_reduce one_shot: the resolved protocol (kAuto for every other call).
+  OneShotProtocol protocol = OneShotProtocol::kAuto;
   int block_size_m = 0;
   int block_size_n = 0;
   int root = -1;  // broadcast
