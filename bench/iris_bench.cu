@@ -162,7 +162,7 @@ uint64_t seed_for(const Problem& p, uint64_t run) {
 std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem& p, NcclComm* nccl, uint64_t run) {
   std::vector<std::string> variants;
   if (p.op == Op::kAllReduce) {
-    for (auto v : o.variants) variants.push_back(iris::ccl::variant_name(v));
+    for (const AllReduceRow& v : o.variants) variants.push_back(v.name());
   } else {
     variants.push_back("-");
   }
@@ -236,14 +236,16 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
     Record& r = rows[i];
     iris::ccl::Config cfg;
     if (p.op == Op::kAllReduce) {
-      cfg.all_reduce_variant = o.variants[i];
-      if (o.variants[i] == iris::ccl::AllReduceVariant::kAuto) {
-        try {
-          r.resolved = iris::ccl::variant_name(
-              iris::ccl::resolve_all_reduce_variant(cfg, p.world, p.size_bytes(), p.dtype, /*rows=*/1));
-        } catch (const std::exception&) {
-          r.resolved.clear();
-        }
+      o.variants[i].apply(cfg);
+      // What `auto` (variant or protocol) resolved to, e.g. auto(one_shot/ll).
+      try {
+        AllReduceRow resolved = o.variants[i];
+        resolved.variant = iris::ccl::resolve_all_reduce_variant(cfg, p.world, p.size_bytes(), p.dtype, /*rows=*/1);
+        if (resolved.variant == iris::ccl::AllReduceVariant::kOneShot && p.world > 1)
+          resolved.protocol = iris::ccl::resolve_one_shot_protocol(cfg, p.size_bytes());
+        r.resolved = resolved == o.variants[i] ? std::string() : resolved.name();
+      } catch (const std::exception&) {
+        r.resolved.clear();
       }
     }
     iris::ccl::Workspace ws;
@@ -417,12 +419,10 @@ size_t collective_heap_bytes(const Options& o, int world) {
         auto block = [](size_t n) { return std::max<size_t>(256, (n + 255) / 256 * 256); };
         const size_t buffers = block(p.in_bytes()) + block(p.out_bytes());
         const iris::Tensor tin = input_tensor(p, nullptr), tout = output_tensor(p, nullptr);
-        const std::vector<iris::ccl::AllReduceVariant> variants =
-            op == Op::kAllReduce ? o.variants
-                                 : std::vector<iris::ccl::AllReduceVariant>{iris::ccl::AllReduceVariant::kAuto};
-        for (iris::ccl::AllReduceVariant v : variants) {
+        const std::vector<AllReduceRow> variants = op == Op::kAllReduce ? o.variants : std::vector<AllReduceRow>{{}};
+        for (const AllReduceRow& v : variants) {
           iris::ccl::Config cfg;
-          cfg.all_reduce_variant = v;
+          v.apply(cfg);
           try {
             most = std::max(most, buffers + iris::ccl::heap_bytes(iris_needs(p, tout, tin, cfg)));
           } catch (const std::exception&) {

@@ -97,6 +97,12 @@ Problem make_problem(Op op, iris::DType dtype, size_t bytes, int world, int root
   return p;
 }
 
+std::string AllReduceRow::name() const {
+  std::string n = iris::ccl::variant_name(variant);
+  if (protocol != iris::ccl::OneShotProtocol::kAuto) n += std::string("/") + iris::ccl::protocol_name(protocol);
+  return n;
+}
+
 namespace {
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -185,7 +191,8 @@ after the other on the same buffers.
   -o, --op LIST             all_reduce, all_gather, reduce_scatter, all_to_all,
                             broadcast, or all                                     [all]
   -v, --variants LIST       all_reduce variants: auto, one_shot, two_shot, ring,
-                            atomic, spinlock, or all                  [auto,one_shot,two_shot]
+                            atomic, spinlock, or all; one_shot/ll and one_shot/simple
+                            fix one_shot's protocol   [auto,one_shot/ll,one_shot/simple,two_shot]
   -g, --gpus N              number of GPUs (ranks)                                [all local]
       --processes           one process per rank, started by iris-bench with torchrun's
                             environment, instead of one thread per GPU. Started by torchrun,
@@ -344,13 +351,22 @@ Options parse_options(int argc, char** argv, bool* help) {
           if (s == "all") {
             using V = iris::ccl::AllReduceVariant;
             for (V v : {V::kAuto, V::kAtomic, V::kSpinlock, V::kOneShot, V::kTwoShot, V::kRing})
-              push_unique(o.variants, v);
+              push_unique(o.variants, AllReduceRow{v});
             continue;
           }
           try {
-            push_unique(o.variants, iris::ccl::parse_all_reduce_variant(s));
+            AllReduceRow row;
+            const size_t slash = s.find('/');
+            row.variant = iris::ccl::parse_all_reduce_variant(s.substr(0, slash));
+            if (slash != std::string::npos) {
+              if (row.variant != iris::ccl::AllReduceVariant::kOneShot) throw iris::InvalidArgument("protocol");
+              row.protocol = iris::ccl::parse_one_shot_protocol(s.substr(slash + 1));
+            }
+            push_unique(o.variants, row);
           } catch (const iris::InvalidArgument&) {
-            bad("-v/--variants", s, "auto, one_shot, two_shot, ring, atomic, spinlock or all (comma-separated)");
+            bad("-v/--variants", s,
+                "auto, one_shot, one_shot/ll, one_shot/simple, two_shot, ring, atomic, spinlock or all "
+                "(comma-separated)");
           }
         }
         if (o.variants.empty()) bad("-v/--variants", arg, "at least one variant");

@@ -71,6 +71,20 @@ struct Problem {
 // all_to_all: to a multiple of world). count == 0 when the size is too small.
 Problem make_problem(Op op, iris::DType dtype, size_t bytes, int world, int root);
 
+// One all_reduce row: a variant, and for one_shot a protocol (auto: the library's choice by size).
+struct AllReduceRow {
+  iris::ccl::AllReduceVariant variant = iris::ccl::AllReduceVariant::kAuto;
+  iris::ccl::OneShotProtocol protocol = iris::ccl::OneShotProtocol::kAuto;
+  bool operator==(const AllReduceRow&) const = default;
+  // "two_shot", "one_shot" (protocol auto), "one_shot/simple".
+  std::string name() const;
+  // Config with this row's variant and protocol.
+  void apply(iris::ccl::Config& cfg) const {
+    cfg.all_reduce_variant = variant;
+    cfg.all_reduce_one_shot_protocol = protocol;
+  }
+};
+
 struct Options {
   size_t min_bytes = size_t{8} << 10;
   size_t max_bytes = size_t{256} << 20;
@@ -81,8 +95,11 @@ struct Options {
   bool check = true;
   std::vector<iris::DType> dtypes{iris::DType::kBFloat16};
   std::vector<Op> ops{std::begin(kAllOps), std::end(kAllOps)};
-  std::vector<iris::ccl::AllReduceVariant> variants{
-      iris::ccl::AllReduceVariant::kAuto, iris::ccl::AllReduceVariant::kOneShot, iris::ccl::AllReduceVariant::kTwoShot};
+  // all_reduce rows: one_shot in both protocols, so one run shows where simple overtakes LL.
+  std::vector<AllReduceRow> variants{{iris::ccl::AllReduceVariant::kAuto},
+                                     {iris::ccl::AllReduceVariant::kOneShot, iris::ccl::OneShotProtocol::kLL},
+                                     {iris::ccl::AllReduceVariant::kOneShot, iris::ccl::OneShotProtocol::kSimple},
+                                     {iris::ccl::AllReduceVariant::kTwoShot}};
   int gpus = 0;  // 0: every local GPU
   bool processes = false;  // one process per rank, started by iris-bench (--processes)
   int ranks_per_gpu = 1;   // processes: how many ranks may share one GPU (--ranks-per-gpu)
