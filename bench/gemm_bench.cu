@@ -22,12 +22,12 @@
 // --shape MxNxK (repeatable) times those shapes instead of the list above.
 //
 // --bands B1,B2,... adds, for each B, the GEMM as the fused ops' band pipelines run it (src/ops/fused.cc):
-// B GEMMs one after the other, each over whole tile rows, with the 128x256 tile (FusedConfig's default)
-// and with the 128x128 tile ("128x256 x4", to compare with the "128x256" row); and the same with a source
-// operand added in every band's epilogue ("128x256 x4+src", as the ring of matmul_reduce_scatter adds its
-// upstream's partial sums; the source is zeros here, so the sanity check against cuBLAS still holds: the
-// tests check the sum). What one GPU can show of a band pipeline: what cutting the GEMM costs, before any
-// transfer overlaps it.
+// B GEMMs one after the other, each over whole tile rows, with the 128x256 tile (FusedConfig's default
+// until 2026-12-02, when the default became the tile select_fused_tile picks) and with the 128x128 tile ("128x256 x4",
+// to compare with the "128x256" row); and the same with a source operand added in every band's epilogue ("128x256
+// x4+src", as the ring of matmul_reduce_scatter adds its upstream's partial sums; the source is zeros here, so the
+// sanity check against cuBLAS still holds: the tests check the sum). What one GPU can show of a band pipeline: what
+// cutting the GEMM costs, before any transfer overlaps it.
 //
 //   gemm_bench [--repeats N] [--iters N] [--out bf16|f32] [--splits S1,S2,...] [--bands B1,B2,...]
 //              [--shape MxNxK ...] [--eager] [--json FILE]

@@ -138,8 +138,8 @@ struct Variant {
 // the others once with the default config.
 // With --fused-copy both, each of those twice: copy engines, then copy kernels beside the GEMM ("+sm").
 // Every row runs the tile the GEMM core advises for this rank's GEMM among the fused tiles
-// (select_fused_tile), as a user following that advice would; FusedConfig's default is the large tile,
-// which is 2-3x slower than the 64-row ones at 128 rows.
+// (select_fused_tile), which is what FusedConfig's default (block sizes 0) resolves to; set here so the
+// row can print it.
 std::vector<Variant> variants_for(FusedOp op, const Options& o, const Layout& l, int device_sms) {
   const iris::ops::GemmTile tile = iris::ops::select_fused_tile(l.gemm_m, l.gemm_n, l.gemm_k, o.fused_b_nk, device_sms);
   std::vector<Variant> base;

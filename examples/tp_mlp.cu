@@ -113,17 +113,6 @@ struct Block {
   size_t bytes_z() const { return static_cast<size_t>(tokens() * d.h) * sizeof(Bf16); }
 };
 
-// The fused config of a rank's M x N x K GEMM (B stored N x K): the GEMM core's advice among the fused
-// tiles. Both GEMMs have T rows: the gathered tokens (up), every token's partial sums (down).
-iris::ops::FusedConfig config_for(int64_t m, int64_t n, int64_t k, int sms) {
-  const iris::ops::GemmTile t = iris::ops::select_fused_tile(m, n, k, /*b_is_nk=*/true, sms);
-  iris::ops::FusedConfig c;
-  c.block_size_m = t.m;
-  c.block_size_n = t.n;
-  c.block_size_k = t.k;
-  return c;
-}
-
 // Heap bytes for both ops' workspaces, from their plans over stand-in addresses (the plans read shapes,
 // types and alignment only).
 size_t heap_for(const Dims& d, int world, int sms) {
@@ -138,9 +127,9 @@ size_t heap_for(const Dims& d, int world, int sms) {
   b.z = reinterpret_cast<Bf16*>(base + (size_t{4} << 34));
   b.make_operands();
   const size_t up =
-      iris::ops::heap_bytes(iris::ops::plan_all_gather_matmul(b.up, config_for(d.t, b.shard(), d.h, sms), world, sms));
-  const size_t down = iris::ops::heap_bytes(
-      iris::ops::plan_matmul_reduce_scatter(b.down, config_for(d.t, d.h, b.shard(), sms), world, sms));
+      iris::ops::heap_bytes(iris::ops::plan_all_gather_matmul(b.up, iris::ops::FusedConfig{}, world, sms));
+  const size_t down =
+      iris::ops::heap_bytes(iris::ops::plan_matmul_reduce_scatter(b.down, iris::ops::FusedConfig{}, world, sms));
   return up + down + (size_t{64} << 20);  // and room for the VMM granularity
 }
 
@@ -164,10 +153,8 @@ int run_block(iris::Context& ctx, const Dims& d) {
   IRIS_CUDA_CHECK_LAUNCH();
   IRIS_CUDA_CHECK(cudaMemsetAsync(b.z, 0xFF, b.bytes_z(), s));  // NaN until written
   b.make_operands();
-  int sms = 0;
-  IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
-  const iris::ops::FusedConfig up_config = config_for(d.t, b.shard(), d.h, sms);
-  const iris::ops::FusedConfig down_config = config_for(d.t, d.h, b.shard(), sms);
+  // The default config: each op runs the tile the GEMM core advises for its rank's GEMM.
+  const iris::ops::FusedConfig up_config, down_config;
 
   // Once: the workspaces (collective).
   iris::ops::FusedWorkspace up_ws, down_ws;

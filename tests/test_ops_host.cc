@@ -50,6 +50,7 @@ FusedConfig blocks(int bm, int bn, AllReduceVariant v = AllReduceVariant::kTwoSh
   FusedConfig c;
   c.block_size_m = bm;
   c.block_size_n = bn;
+  c.block_size_k = 64;
   c.all_reduce_variant = v;
   return c;
 }
@@ -383,9 +384,11 @@ TEST(OpsGemmAvailability, WithoutCutlassGemmSaysHowToGetIt) {
 
 // ---- FusedConfig -----------------------------------------------------------------------------------
 
-TEST(OpsFusedConfig, DefaultsAreTheLargeGemmTileAndValid) {
+TEST(OpsFusedConfig, DefaultsLeaveTheTileToThePlanAndAreValid) {
   FusedConfig c;
-  EXPECT_EQ(c.tile(), kGemmTileLarge);
+  EXPECT_TRUE(c.auto_tile());
+  EXPECT_EQ(c.tile(), (GemmTile{0, 0, 0}));
+  EXPECT_FALSE(blocks(128, 256).auto_tile());
   EXPECT_EQ(c.all_reduce_variant, AllReduceVariant::kTwoShot);
   EXPECT_NO_THROW(c.validate(1));
   EXPECT_NO_THROW(c.validate(8));
@@ -418,17 +421,22 @@ TEST(OpsFusedConfig, BadFieldsAreNamed) {
   auto expect_msg = [](FusedConfig cfg, int world, const std::string& msg) {
     EXPECT_EQ(error_of([&] { cfg.validate(world); }), msg);
   };
-  FusedConfig c;
+  const std::string all_zero =
+      " (or leave block_size_m, block_size_n and block_size_k all 0 for the tile chosen by shape)";
+  const FusedConfig c = blocks(128, 256);
   expect_msg(c, 0, "world_size must be at least 1, got 0");
   FusedConfig bad = c;
   bad.block_size_m = 0;
-  expect_msg(bad, 2, "block_size_m must be positive, got 0");
+  expect_msg(bad, 2, "block_size_m must be positive, got 0" + all_zero);
   bad = c;
   bad.block_size_n = -4;
-  expect_msg(bad, 2, "block_size_n must be positive, got -4");
+  expect_msg(bad, 2, "block_size_n must be positive, got -4" + all_zero);
   bad = c;
   bad.block_size_k = 0;
-  expect_msg(bad, 2, "block_size_k must be positive, got 0");
+  expect_msg(bad, 2, "block_size_k must be positive, got 0" + all_zero);
+  bad = FusedConfig{};
+  bad.block_size_n = 128;  // one block size set, the others left 0
+  expect_msg(bad, 2, "block_size_m must be positive, got 0" + all_zero);
   bad = c;
   bad.block_size_m = 96;
   expect_msg(bad, 2, "block_size_m must be 64, 128 or 256 (a Hopper wgmma tile), got 96");
@@ -464,9 +472,16 @@ TEST(OpsFusedPlan, TileMathCountsEdgeTiles) {
   p = plan_matmul_all_reduce(operands(512, 512, 256, 512), blocks(64, 64), 1, kSms);
   EXPECT_EQ(p.tiles, 64);
   // 1000 x 520: ceil(1000/128) = 8 by ceil(520/256) = 3.
-  p = plan_matmul_all_reduce(operands(1000, 520, 200, 1000), FusedConfig{}, 1, kSms);
+  p = plan_matmul_all_reduce(operands(1000, 520, 200, 1000), blocks(128, 256), 1, kSms);
   EXPECT_EQ(p.tiles, 24);
   EXPECT_EQ(p.needs.locks, 24u);
+  // The default config leaves the tile to the plan: 128x128 would give 40 tiles, short of a wave on
+  // 132 SMs, so 64x64: 16 by 9.
+  p = plan_matmul_all_reduce(operands(1000, 520, 200, 1000), FusedConfig{}, 1, kSms);
+  EXPECT_EQ(p.tile, kGemmTileTiny);
+  EXPECT_EQ(p.tiles, 144);
+  EXPECT_EQ(p.sig.block_size_m, 64);
+  EXPECT_EQ(p.sig.block_size_n, 64);
   p = plan_matmul_all_reduce(operands(1, 8, 8, 1), FusedConfig{}, 1, kSms);
   EXPECT_EQ(p.tiles, 1);
   p = plan_matmul_all_reduce(operands(0, 8, 8, 0), FusedConfig{}, 1, kSms);
@@ -756,7 +771,48 @@ TEST(OpsFusedPlan, OpShapesAreChecked) {
             "all_gather_matmul: A is float32; the GEMM core takes bfloat16 or float16 inputs.");
   // The config first.
   EXPECT_EQ(error_of([&] { plan_matmul_all_gather(operands(100, 256, 64, 100), blocks(0, 128), 2, kSms); }),
-            "block_size_m must be positive, got 0");
+            "block_size_m must be positive, got 0 (or leave block_size_m, block_size_n and block_size_k all 0 for the "
+            "tile chosen by shape)");
+}
+
+// With the default config each op runs the tile select_fused_tile advises for its rank's GEMM, whose M
+// and K depend on the op: all_gather_matmul's GEMM has the gathered rows (W times A's), matmul_all_gather's
+// A's own rows, all_gather_matmul_k_sharded's the gathered K (W times A's columns).
+TEST(OpsFusedPlan, DefaultTileIsTheFusedTileOfEachRanksGemm) {
+  const int w = 2;
+  struct Case {
+    const char* op;
+    FusedPlan plan;
+    int64_t m, n, k;
+  };
+  const Case cases[] = {
+      {"matmul_all_reduce", plan_matmul_all_reduce(operands(8192, 8192, 4096, 8192), FusedConfig{}, w, kSms), 8192,
+       8192, 4096},
+      {"matmul_reduce_scatter", plan_matmul_reduce_scatter(operands(8192, 8192, 4096, 4096), FusedConfig{}, w, kSms),
+       8192, 8192, 4096},
+      {"all_gather_matmul", plan_all_gather_matmul(operands(4096, 8192, 8192, 8192), FusedConfig{}, w, kSms), 8192,
+       8192, 8192},
+      {"matmul_all_gather", plan_matmul_all_gather(operands(4096, 8192, 8192, 8192), FusedConfig{}, w, kSms), 4096,
+       8192, 8192},
+      {"all_gather_matmul_k_sharded",
+       plan_all_gather_matmul_k_sharded(
+           operands(8192, 8192, 4096, 8192, DType::kBFloat16, DType::kBFloat16, false, 8192), FusedConfig{}, w, kSms),
+       8192, 8192, 8192},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op);
+    EXPECT_EQ(c.plan.tile, select_fused_tile(c.m, c.n, c.k, false, kSms));
+    EXPECT_EQ(c.plan.sig.block_size_m, c.plan.tile.m);
+    EXPECT_EQ(c.plan.sig.block_size_n, c.plan.tile.n);
+  }
+  // K = 4096: 128x128 for matmul_all_reduce and matmul_reduce_scatter; all_gather_matmul's gathered
+  // 8192 x 8192 x 8192: 128x256; matmul_all_gather's 4096 x 8192 output (2^25 elements, not above): the
+  // wave rule's 128x128; all_gather_matmul_k_sharded's gathered K = 8192: 128x256.
+  EXPECT_EQ(cases[0].plan.tile, kGemmTileSmall);
+  EXPECT_EQ(cases[1].plan.tile, kGemmTileSmall);
+  EXPECT_EQ(cases[2].plan.tile, kGemmTileLarge);
+  EXPECT_EQ(cases[3].plan.tile, kGemmTileSmall);
+  EXPECT_EQ(cases[4].plan.tile, kGemmTileLarge);
 }
 
 // ---- workspaces: the founding regressions ---------------------------------------------------------

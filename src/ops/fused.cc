@@ -110,10 +110,12 @@ bool adds_on_sms(OpKind op, const FusedConfig& config) {
 }
 bool comm_on_sms(OpKind op, const FusedConfig& config) { return !config.copy_engine || adds_on_sms(op, config); }
 
-// The SM split and the signature fields every op fills alike.
-FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms) {
+// The SM split, the tile and the signature fields every op fills alike. m x n x k: this rank's GEMM (for
+// the tile the GEMM core advises when the config leaves it to the plan).
+FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms,
+                     int64_t m, int64_t n, int64_t k) {
   FusedPlan p;
-  p.tile = config.tile();
+  p.tile = config.auto_tile() ? select_fused_tile(m, n, k, mm.b_is_nk, device_sms) : config.tile();
   p.device_sms = device_sms;
   // atomic and spinlock push float32 tiles from SMs, twice the bytes of the 16-bit copies: twice the
   // default blocks (FusedConfig::comm_sms says what was measured).
@@ -133,8 +135,8 @@ FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& con
   }
   p.sig.op = op;
   p.sig.world_size = world_size;
-  p.sig.block_size_m = config.block_size_m;
-  p.sig.block_size_n = config.block_size_n;
+  p.sig.block_size_m = p.tile.m;
+  p.sig.block_size_n = p.tile.n;
   p.sig.depth = mm.a.cols;
   p.needs.block_state = kBlockStateWords * static_cast<size_t>(p.gemm_sms + p.comm_sms);
   p.min_band_tiles = resolve_min_band_tiles(config, device_sms);
@@ -216,15 +218,21 @@ GemmTile select_fused_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm
 
 void FusedConfig::validate(int world_size) const {
   IRIS_CHECK_ARG(world_size >= 1, "world_size must be at least 1, got ", world_size);
-  IRIS_CHECK_ARG(block_size_m > 0, "block_size_m must be positive, got ", block_size_m);
-  IRIS_CHECK_ARG(block_size_n > 0, "block_size_n must be positive, got ", block_size_n);
-  IRIS_CHECK_ARG(block_size_k > 0, "block_size_k must be positive, got ", block_size_k);
-  IRIS_CHECK_ARG(block_size_m == 64 || block_size_m == 128 || block_size_m == 256,
-                 "block_size_m must be 64, 128 or 256 (a Hopper wgmma tile), got ", block_size_m);
-  IRIS_CHECK_ARG(block_size_n % 16 == 0 && block_size_n <= 256,
-                 "block_size_n must be a multiple of 16 up to 256 (a Hopper wgmma tile), got ", block_size_n);
-  IRIS_CHECK_ARG(block_size_k % 16 == 0 && block_size_k <= 256,
-                 "block_size_k must be a multiple of 16 up to 256 (a Hopper wgmma tile), got ", block_size_k);
+  if (!auto_tile()) {  // a tile set by hand: every block size, whole
+    auto positive = [](const char* field, int v) {
+      IRIS_CHECK_ARG(v > 0, field, " must be positive, got ", v,
+                     " (or leave block_size_m, block_size_n and block_size_k all 0 for the tile chosen by shape)");
+    };
+    positive("block_size_m", block_size_m);
+    positive("block_size_n", block_size_n);
+    positive("block_size_k", block_size_k);
+    IRIS_CHECK_ARG(block_size_m == 64 || block_size_m == 128 || block_size_m == 256,
+                   "block_size_m must be 64, 128 or 256 (a Hopper wgmma tile), got ", block_size_m);
+    IRIS_CHECK_ARG(block_size_n % 16 == 0 && block_size_n <= 256,
+                   "block_size_n must be a multiple of 16 up to 256 (a Hopper wgmma tile), got ", block_size_n);
+    IRIS_CHECK_ARG(block_size_k % 16 == 0 && block_size_k <= 256,
+                   "block_size_k must be a multiple of 16 up to 256 (a Hopper wgmma tile), got ", block_size_k);
+  }
   IRIS_CHECK_ARG(gemm_sms >= 0, "gemm_sms must be 0 (automatic) or positive, got ", gemm_sms);
   IRIS_CHECK_ARG(comm_sms >= 0, "comm_sms must be 0 (automatic) or positive, got ", comm_sms);
   IRIS_CHECK_ARG(min_band_tiles >= 0, "min_band_tiles must be 0 (automatic) or positive, got ", min_band_tiles);
@@ -242,7 +250,7 @@ FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& co
   const int64_t m = mm.a.rows;
   const int64_t n = gemm_n(mm);
   check_c_rows(name, mm, m, "M x N, M = the rows of A");
-  FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
+  FusedPlan p = start_plan(op, mm, config, world_size, device_sms, m, n, mm.a.cols);
   size_tiles(p, m, n);
   p.sig.dtype = mm.c.dtype;  // the partial products cross ranks in C's type
   p.sig.variant = config.all_reduce_variant;
@@ -268,7 +276,7 @@ FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& co
       // marks by tile; the owned tiles' float32 accumulators, then their results in C's type.
       const bool spin = config.all_reduce_variant == AllReduceVariant::kSpinlock;
       const size_t owned = static_cast<size_t>(ceil_div(p.tiles, world_size));
-      const size_t tile_elems = static_cast<size_t>(config.block_size_m) * static_cast<size_t>(config.block_size_n);
+      const size_t tile_elems = static_cast<size_t>(p.tile.m) * static_cast<size_t>(p.tile.n);
       p.needs.flags = w + w * t + t + (spin ? t : 0);
       p.needs.staging_bytes = align256(owned * tile_elems * sizeof(float)) + align256(owned * tile_elems * esz);
       break;
@@ -301,7 +309,7 @@ FusedPlan plan_matmul_reduce_scatter(const MatmulOperands& mm, const FusedConfig
   check_c_rows(name, mm, rows,
                str_cat("M / world_size x N: rank r receives rows [r*", rows, ", (r+1)*", rows, ") of the ", m, "x", n,
                        " product"));
-  FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
+  FusedPlan p = start_plan(op, mm, config, world_size, device_sms, m, n, mm.a.cols);
   size_tiles(p, m, n);  // each rank's GEMM computes the whole M x N partial product
   p.sig.dtype = mm.c.dtype;
   p.unfused = world_size > 1 && !band_pays(rows, n, p.tile, p.min_band_tiles);
@@ -322,7 +330,7 @@ FusedPlan plan_all_gather_matmul(const MatmulOperands& mm, const FusedConfig& co
   const int64_t k = mm.a.cols;
   const int64_t n = gemm_n(mm);
   check_c_rows(name, mm, m, str_cat("world_size * M_rank x N: the gathered rows of every rank's ", m_rank, "-row A"));
-  FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
+  FusedPlan p = start_plan(op, mm, config, world_size, device_sms, m, n, k);
   size_tiles(p, m, n);
   p.sig.dtype = mm.a.dtype;  // A crosses ranks
   p.unfused = world_size > 1 && !band_pays(m_rank, n, p.tile, p.min_band_tiles);
@@ -342,7 +350,7 @@ FusedPlan plan_all_gather_matmul_k_sharded(const MatmulOperands& mm, const Fused
   const int64_t k = mm.a.cols * world_size;
   const int64_t n = gemm_n(mm);
   check_c_rows(name, mm, m, "M x N, M = the rows of A");
-  FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
+  FusedPlan p = start_plan(op, mm, config, world_size, device_sms, m, n, k);
   size_tiles(p, m, n);
   p.sig.dtype = mm.a.dtype;  // A crosses ranks
   // No iris::ccl collective gathers columns: below the threshold the pipeline runs one band (the whole
@@ -363,7 +371,7 @@ FusedPlan plan_matmul_all_gather(const MatmulOperands& mm, const FusedConfig& co
   const int64_t m = m_rank * world_size;
   const int64_t n = gemm_n(mm);
   check_c_rows(name, mm, m, str_cat("world_size * M_rank x N: every rank's ", m_rank, " rows of A @ B, by rank"));
-  FusedPlan p = start_plan(op, mm, config, world_size, device_sms);
+  FusedPlan p = start_plan(op, mm, config, world_size, device_sms, m_rank, n, mm.a.cols);
   size_tiles(p, m_rank, n);  // each rank's GEMM computes its own M/W x N block
   p.sig.rows = m;            // the signature names the gathered output
   p.sig.dtype = mm.c.dtype;

@@ -78,10 +78,11 @@
 //
 // Workspace (an iris::ccl::Workspace: see iris/ccl/workspace.hpp for prepare, matches and the
 // capacity errors). T = ceil(rows / block_size_m) * ceil(cols / block_size_n) over the output tile
-// grid each rank's GEMM computes: M x N (matmul_all_reduce, matmul_reduce_scatter, all_gather_matmul,
-// all_gather_matmul_k_sharded) or M/W x N (matmul_all_gather). Every op has one lock word per tile and
-// two block-state words per block (gemm_sms + comm_sms; word 0 holds the call's epoch). Flags (64-bit,
-// epoch-valued) and staging:
+// grid each rank's GEMM computes, with the plan's tile (FusedPlan::tile: the config's, or by default
+// select_fused_tile's for the GEMM, so shapes that pick different tiles need different arrays): M x N
+// (matmul_all_reduce, matmul_reduce_scatter, all_gather_matmul, all_gather_matmul_k_sharded) or M/W x N
+// (matmul_all_gather). Every op has one lock word per tile and two block-state words per block (gemm_sms + comm_sms;
+// word 0 holds the call's epoch). Flags (64-bit, epoch-valued) and staging:
 //   matmul_all_reduce one_shot           flags W + 4W (ready; data by source and band)  staging W slots of M x N
 //   matmul_all_reduce two_shot           flags W + 2(W-1) + 2W (ready; data by ring step and sub-band;
 //                                        gathered by source and sub-band)  staging 3W - 2 bands of ceil(M/W) x N
@@ -122,7 +123,8 @@ namespace iris::ops {
 // runs its GEMM with the GEMM core's automatic tile, which takes them where they fit.
 inline constexpr std::array<GemmTile, 4> kFusedTiles{kGemmTileLarge, kGemmTileSmall, kGemmTileSkinny, kGemmTileTiny};
 
-// The block sizes to give a fused op for a rank's M x N x K GEMM: the GEMM core's choice
+// The tile a fused op runs for a rank's M x N x K GEMM when FusedConfig leaves the block sizes 0 (the
+// default), and the block sizes to set by hand for the same choice: the GEMM core's choice
 // (select_gemm_tile) when the fused kernels run it; for outputs of at most 32 rows, where that choice is
 // a swapped 16- or 32-row decode tile, kGemmTileTiny (64x64: of the fused tiles, the one that wastes the
 // fewest rows and gives the most tiles). Always one of kFusedTiles. Throws std::invalid_argument as
@@ -170,11 +172,13 @@ int default_comm_sms(int device_sms);
 struct FusedConfig {
   // The GEMM tile (block_size_m x block_size_n outputs, block_size_k deep per stage); also the tile
   // of communication, so locks and flags are sized by the tile count. Hopper wgmma tiles: block_size_m
-  // 64, 128 or 256; block_size_n and block_size_k multiples of 16 up to 256. The defaults are the GEMM
-  // core's large tile (kGemmTileLarge).
-  int block_size_m = kGemmTileLarge.m;
-  int block_size_n = kGemmTileLarge.n;
-  int block_size_k = kGemmTileLarge.k;
+  // 64, 128 or 256; block_size_n and block_size_k multiples of 16 up to 256. All three 0 (the default):
+  // the tile select_fused_tile advises for this rank's GEMM, resolved in the plan (FusedPlan::tile), so
+  // the preamble and the call of one shape agree. On one H200 the large tile (128x256) is 2-8% slower
+  // than 128x128 at K <= 4096 and 2-3x slower than the 64-row tiles at 128 rows (gemm_bench).
+  int block_size_m = 0;
+  int block_size_n = 0;
+  int block_size_k = 0;
   // Moves each finished band to peers with the copy engines (cudaMemcpy2DAsync over NVLink, 397 GB/s
   // one way on 2 x H200 in BASELINES.md) instead of copy kernels: the GEMM keeps every SM. When false,
   // copy kernels of comm_sms blocks run beside a GEMM on gemm_sms SMs.
@@ -199,6 +203,9 @@ struct FusedConfig {
 
   // Throws InvalidArgument naming the field, its value and what is allowed.
   void validate(int world_size) const;
+  // True when the plan picks the tile (all three block sizes 0).
+  bool auto_tile() const { return block_size_m == 0 && block_size_n == 0 && block_size_k == 0; }
+  // The tile set here (all zero when auto_tile()).
   GemmTile tile() const { return GemmTile{block_size_m, block_size_n, block_size_k}; }
 };
 
@@ -219,7 +226,7 @@ struct MatmulOperands {
 struct FusedPlan {
   ccl::OpSignature sig;
   ccl::WorkspaceNeeds needs;
-  GemmTile tile;           // the GEMM tile (config.tile())
+  GemmTile tile;           // the GEMM tile: config.tile(), or select_fused_tile's when config.auto_tile()
   int64_t tiles = 0;       // T above
   int gemm_sms = 0;        // resolved
   int comm_sms = 0;        // resolved
