@@ -106,11 +106,12 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtoc
       [variant, protocol](Context& ctx) {
         uint64_t seed = 1;
         const bool sum_only = variant == AllReduceVariant::kAtomic;
+        Config base;
+        base.all_reduce_variant = variant;
+        base.all_reduce_one_shot_protocol = protocol;
         for (DType dt : kDtypes) {
           for (const Shape& s : kIrisShapes) {
-            Config cfg;
-            cfg.all_reduce_variant = variant;
-            cfg.all_reduce_one_shot_protocol = protocol;
+            Config cfg = base;
             cfg.block_size_m = s.bm;
             cfg.block_size_n = s.bn;
             Workspace ws;
@@ -122,9 +123,7 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtoc
             ws.release(host);
           }
           for (const Shape& s : kAwkward) {
-            Config cfg;
-            cfg.all_reduce_variant = variant;
-            cfg.all_reduce_one_shot_protocol = protocol;
+            const Config cfg = base;
             Workspace ws;
             std::string what =
                 std::string(test::short_name(dt)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n);
@@ -141,9 +140,7 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtoc
           }
         }
         // Many tiles: 8192 x 8192 (bf16 only, to keep the host reference affordable).
-        Config cfg;
-        cfg.all_reduce_variant = variant;
-        cfg.all_reduce_one_shot_protocol = protocol;
+        Config cfg = base;
         cfg.block_size_m = kLarge.bm;
         cfg.block_size_n = kLarge.bn;
         Workspace ws;

@@ -204,12 +204,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       } else {
         detail::OneShotArgs a{};
         a.ctx = dctx;
-        a.in = in.data;
-        a.out = out.data;
-        a.numel = in.numel();
-        a.cols = in.cols;
-        a.in_stride = in.stride;
-        a.out_stride = out.stride;
+        a.io = detail::flat_io(out, in);
         a.plan = p.segs;
         a.staging = ws.staging();
         a.flags = ws.flags();
@@ -225,12 +220,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       char* staging = static_cast<char*>(ws.staging());
       detail::TwoShotArgs a{};
       a.ctx = dctx;
-      a.in = in.data;
-      a.out = out.data;
-      a.numel = in.numel();
-      a.cols = in.cols;
-      a.in_stride = in.stride;
-      a.out_stride = out.stride;
+      a.io = detail::flat_io(out, in);
       a.plan = p.chunks;
       a.rs_stage = staging;
       a.ag_stage = staging + align256(p.chunks.per_rank * ctx.world_size() * p.chunks.chunk * esz);

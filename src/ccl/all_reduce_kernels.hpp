@@ -98,14 +98,22 @@ struct ChunkPlan {
 };
 ChunkPlan plan_chunks(int64_t numel, DType dtype, int world, int distribution, int blocks);
 
-struct TwoShotArgs {
-  DeviceContext ctx;
+// The input and output of a flat schedule (two_shot, one_shot simple): same shape, own row strides.
+struct FlatIO {
   const void* in;
   void* out;
   int64_t numel;
   int64_t cols;
   int64_t in_stride;
   int64_t out_stride;
+};
+inline FlatIO flat_io(const Tensor& out, const Tensor& in) {
+  return FlatIO{in.data, out.data, in.numel(), in.cols, in.stride, out.stride};
+}
+
+struct TwoShotArgs {
+  DeviceContext ctx;
+  FlatIO io;
   ChunkPlan plan;
   void* rs_stage;      // this rank's: [per_rank][W][chunk] elements, pushed by peers
   void* ag_stage;      // this rank's: [per_rank][chunk] reduced chunks, pulled by peers
@@ -131,12 +139,7 @@ int segment_blocks(const SegmentPlan& plan, int limit);
 
 struct OneShotArgs {
   DeviceContext ctx;
-  const void* in;
-  void* out;
-  int64_t numel;
-  int64_t cols;
-  int64_t in_stride;
-  int64_t out_stride;
+  FlatIO io;
   SegmentPlan plan;
   void* staging;    // this rank's: [2 parities][W sources][slot] elements, slot s written by rank s
   uint64_t* flags;  // this rank's: [W sources][nsegs], flags[s][g] = the epoch whose segment g s wrote

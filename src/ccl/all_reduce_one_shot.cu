@@ -98,8 +98,8 @@ __global__ void __launch_bounds__(kThreads) one_shot_simple_kernel(const __grid_
   constexpr int kN = kPack<T>;
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size;
-  const View<const T> in{static_cast<const T*>(a.in), a.cols, a.in_stride};
-  const View<T> out{static_cast<T*>(a.out), a.cols, a.out_stride};
+  const View<const T> in{static_cast<const T*>(a.io.in), a.io.cols, a.io.in_stride};
+  const View<T> out{static_cast<T*>(a.io.out), a.io.cols, a.io.out_stride};
   const int64_t seg = a.plan.seg, nsegs = a.plan.nsegs, slot = a.plan.slot;
   const uint64_t epoch = begin_call(a.state);
   if (!layout_fence(ctx, a.state, a.layout_key, epoch, kOpName)) {
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_simple_kernel(const __grid_
 
   // 1. Push every segment of this block to every peer, one release per (segment, peer).
   for (int64_t g = blockIdx.x; g < nsegs; g += gridDim.x) {
-    const int64_t base = g * seg, len = min(seg, a.numel - base), packs = len / kN;
+    const int64_t base = g * seg, len = min(seg, a.io.numel - base), packs = len / kN;
     T* const mine = stage + me * slot + base;  // our slot, at this segment, in any rank's staging
     int64_t j = threadIdx.x;
     for (; j + (kUnroll - 1) * threads < packs; j += kUnroll * threads) {
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_simple_kernel(const __grid_
       end_call(a.state, epoch);  // a timeout: end
       return;
     }
-    const int64_t base = g * seg, len = min(seg, a.numel - base), packs = len / kN;
+    const int64_t base = g * seg, len = min(seg, a.io.numel - base), packs = len / kN;
     int64_t j = threadIdx.x;
     for (; j + (kUnroll - 1) * threads < packs; j += kUnroll * threads) {
       Acc acc[kUnroll][kN];

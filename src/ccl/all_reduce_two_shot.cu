@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
   constexpr int kN = P::kN;
   const DeviceContext& ctx = args.ctx;
   const int me = ctx.rank, world = ctx.world_size;
-  const View<const T> in{static_cast<const T*>(args.in), args.cols, args.in_stride};
-  const View<T> out{static_cast<T*>(args.out), args.cols, args.out_stride};
+  const View<const T> in{static_cast<const T*>(args.io.in), args.io.cols, args.io.in_stride};
+  const View<T> out{static_cast<T*>(args.io.out), args.io.cols, args.io.out_stride};
   const Owner owner{world, args.plan};
   const int64_t chunk = args.plan.chunk, nchunks = args.plan.nchunks;
   T* rs_stage = static_cast<T*>(args.rs_stage);
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
     end_call(args.state, epoch);
     return;
   }
-  auto length = [&](int64_t c) { return min(chunk, args.numel - c * chunk); };
+  auto length = [&](int64_t c) { return min(chunk, args.io.numel - c * chunk); };
 
   // Owner o's chunk of column l, or -1 past the end (the last column may be short).
   auto chunk_of = [&](int o, int64_t l) {
