@@ -45,13 +45,16 @@ ContextOptions big_heap(int world) {
 }
 
 double reduce_ref(ReduceOp op, DType dt, uint64_t seed, int world, int64_t i) {
+  const bool adds = op == ReduceOp::kSum || op == ReduceOp::kAvg;
   double acc = test::input_value(dt, seed, 0, i);
   for (int r = 1; r < world; ++r) {
     double v = test::input_value(dt, seed, r, i);
-    acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMax ? std::max(acc, v) : std::min(acc, v);
+    acc = adds ? acc + v : op == ReduceOp::kMax ? std::max(acc, v) : std::min(acc, v);
   }
-  if (dt == DType::kInt32 && op == ReduceOp::kSum)  // int32 sums wrap (never here: |sum| <= 1000 W)
+  if (dt == DType::kInt32 && adds)  // int32 sums wrap (never here: |sum| <= 1000 W)
     acc = static_cast<double>(static_cast<int32_t>(static_cast<int64_t>(acc)));
+  if (op == ReduceOp::kAvg)  // int32: truncated toward zero
+    acc = dt == DType::kInt32 ? static_cast<double>(static_cast<int64_t>(acc) / world) : acc / world;
   return acc;
 }
 
@@ -105,7 +108,7 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtoc
       setup,
       [variant, protocol](Context& ctx) {
         uint64_t seed = 1;
-        const bool sum_only = variant == AllReduceVariant::kAtomic;
+        const bool adds_only = variant == AllReduceVariant::kAtomic;  // sum and avg
         Config base;
         base.all_reduce_variant = variant;
         base.all_reduce_one_shot_protocol = protocol;
@@ -128,7 +131,8 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtoc
             std::string what =
                 std::string(test::short_name(dt)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n);
             check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, false, true, seed++, what + " sum");
-            if (!sum_only) {
+            check_once(ctx, cfg, ws, dt, ReduceOp::kAvg, s.m, s.n, s.n, false, true, seed++, what + " avg");
+            if (!adds_only) {
               check_once(ctx, cfg, ws, dt, ReduceOp::kMax, s.m, s.n, s.n, false, true, seed++, what + " max");
               check_once(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, s.n, false, false, seed++, what + " min");
             }

@@ -146,24 +146,28 @@ void check_all_gather(Context& ctx, const Config& cfg, Workspace& ws, DType dt, 
 // ---- reduce_scatter ------------------------------------------------------------------------------------
 
 // Element i of the reduction, as the kernel computes it: float32 (int32 for int32) accumulation in rank
-// order 0..W-1, one rounding to the dtype at the end.
+// order 0..W-1, for avg one division by W (IEEE float division; int32 truncated toward zero), one
+// rounding to the dtype at the end.
 void reduced_bytes(DType dt, ReduceOp op, uint64_t seed, int world, int64_t i, char* dst) {
+  const bool adds = op == ReduceOp::kSum || op == ReduceOp::kAvg;
   if (dt == DType::kInt32) {
     int32_t acc = static_cast<int32_t>(test::input_value(dt, seed, 0, i));
     for (int s = 1; s < world; ++s) {
       const int32_t v = static_cast<int32_t>(test::input_value(dt, seed, s, i));
-      acc = op == ReduceOp::kSum   ? static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(v))
+      acc = adds                   ? static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(v))
             : op == ReduceOp::kMax ? (acc > v ? acc : v)
                                    : (acc < v ? acc : v);
     }
+    if (op == ReduceOp::kAvg) acc /= world;
     std::memcpy(dst, &acc, 4);
     return;
   }
   float acc = static_cast<float>(test::input_value(dt, seed, 0, i));
   for (int s = 1; s < world; ++s) {
     const float v = static_cast<float>(test::input_value(dt, seed, s, i));
-    acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMax ? (acc > v ? acc : v) : (acc < v ? acc : v);
+    acc = adds ? acc + v : op == ReduceOp::kMax ? (acc > v ? acc : v) : (acc < v ? acc : v);
   }
+  if (op == ReduceOp::kAvg) acc /= static_cast<float>(world);
   test::encode(dt, acc, dst);
 }
 
@@ -299,9 +303,10 @@ TEST_P(Collective, ReduceScatterMatchesRankOrderReference) {
     for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
                                  uint64_t seed) {
       check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, mode, seed);
-      if (!mode.in_place && mode.pad == 0 && mode.on_heap) {  // max and min once per dtype and shape
+      if (!mode.in_place && mode.pad == 0 && mode.on_heap) {  // max, min and avg once per dtype and shape
         check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMax, s.m, s.n, mode, seed + 1000);
         check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, mode, seed + 2000);
+        check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kAvg, s.m, s.n, mode, seed + 3000);
       }
     });
   }, big_heap(GetParam().world));
@@ -347,8 +352,8 @@ TEST_P(Collective, LargeBf16) {
 }
 
 // One workspace per op, prepared for the largest shape, then 40 calls alternating smaller shapes (and,
-// for broadcast, roots) without a preamble: chunk plans and roots change between calls on the same
-// staging and flags, and every result is right.
+// for broadcast, roots; for reduce_scatter, max, sum and avg) without a preamble: chunk plans and roots change between
+// calls on the same staging and flags, and every result is right.
 TEST_P(Collective, OneWorkspaceServesChangingShapesAndRoots) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
@@ -366,8 +371,8 @@ TEST_P(Collective, OneWorkspaceServesChangingShapesAndRoots) {
       const Shape& s = shapes[call % 4];
       const uint64_t seed = 200 + call;
       check_all_gather(ctx, cfg, ag, dt, s.m, s.n, heap, seed, false);
-      check_reduce_scatter(ctx, cfg, rs, dt, call % 3 == 0 ? ReduceOp::kMax : ReduceOp::kSum, s.m, s.n, heap, seed,
-                           false);
+      const ReduceOp op = call % 3 == 0 ? ReduceOp::kMax : call % 3 == 1 ? ReduceOp::kSum : ReduceOp::kAvg;
+      check_reduce_scatter(ctx, cfg, rs, dt, op, s.m, s.n, heap, seed, false);
       check_all_to_all(ctx, cfg, a2a, dt, s.m, s.n, heap, seed, false);
       check_broadcast(ctx, cfg, bc, dt, s.m, s.n, heap, call % ctx.world_size(), seed, false);
       if (::testing::Test::HasFailure()) break;

@@ -119,6 +119,17 @@ TEST(CclConfig, DefaultsAreValidAndBadFieldsAreNamed) {
             "all_reduce_one_shot_protocol must be one of: 'auto', 'll', 'simple', got 'll128'");
 }
 
+TEST(CclConfig, ReduceOpsByName) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg}) {
+    EXPECT_TRUE(valid_reduce_op(op));
+    EXPECT_EQ(parse_reduce_op(reduce_op_name(op)), op);
+  }
+  EXPECT_STREQ(reduce_op_name(ReduceOp::kAvg), "avg");
+  EXPECT_FALSE(valid_reduce_op(static_cast<ReduceOp>(4)));
+  EXPECT_EQ(test::error_text<std::invalid_argument>([] { parse_reduce_op("mean"); }),
+            "reduce op must be one of: 'sum', 'max', 'min', 'avg', got 'mean'");
+}
+
 TEST(CclWorkspace, MatchesComparesEveryFieldIncludingBlockSizes) {
   FakeHost host;
   Workspace ws;
@@ -150,6 +161,9 @@ TEST(CclWorkspace, MatchesComparesEveryFieldIncludingBlockSizes) {
   other = sig;
   other.op = OpKind::kReduceScatter;
   EXPECT_FALSE(ws.matches(other));
+  other = sig;
+  other.reduce_op = ReduceOp::kAvg;
+  EXPECT_FALSE(ws.matches(other)) << "the reduce op alone differs";
   ws.release(host);
   EXPECT_EQ(host.live, 0);
 }
@@ -423,10 +437,28 @@ TEST(CclNeeds, ShapesAndConfigAreCheckedAsTheCallChecksThem) {
   Config bad;
   bad.block_size_m = 0;
   EXPECT_THROW(all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), bad, 2), std::invalid_argument);
-  EXPECT_THROW(
-      all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), variant(AllReduceVariant::kAtomic), 2, ReduceOp::kMax),
-      std::invalid_argument)
-      << "atomic adds only";
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] {
+              all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), variant(AllReduceVariant::kAtomic), 2, ReduceOp::kMax);
+            }),
+            "all_reduce variant 'atomic' supports only sum and avg; use one_shot, two_shot, ring or spinlock for max.");
+  EXPECT_NO_THROW(
+      all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), variant(AllReduceVariant::kAtomic), 2, ReduceOp::kAvg));
+  // avg needs what sum needs: it is the sum, divided once at the end.
+  for (AllReduceVariant v : {AllReduceVariant::kAuto, AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock,
+                             AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing}) {
+    const auto sum = all_reduce_needs(shape(dt, 300, 1000), shape(dt, 300, 1000), variant(v), 2, ReduceOp::kSum);
+    const auto avg = all_reduce_needs(shape(dt, 300, 1000), shape(dt, 300, 1000), variant(v), 2, ReduceOp::kAvg);
+    EXPECT_EQ(avg.locks, sum.locks) << variant_name(v);
+    EXPECT_EQ(avg.flags, sum.flags) << variant_name(v);
+    EXPECT_EQ(avg.staging_bytes, sum.staging_bytes) << variant_name(v);
+    EXPECT_EQ(avg.block_state, sum.block_state) << variant_name(v);
+  }
+  EXPECT_EQ(test::error_text<std::invalid_argument>(
+                [&] { all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), cfg, 2, static_cast<ReduceOp>(9)); }),
+            "all_reduce: unknown reduce op 9.");
+  EXPECT_EQ(test::error_text<std::invalid_argument>(
+                [&] { reduce_scatter_needs(shape(dt, 1, 8), shape(dt, 2, 8), cfg, 2, static_cast<ReduceOp>(9)); }),
+            "reduce_scatter: unknown reduce op 9.");
   // Null data, a separate in and out, in place: all accepted.
   int64_t fake = 0;
   const Tensor real = Tensor::matrix(&fake, dt, 1, 4);

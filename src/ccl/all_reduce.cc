@@ -59,7 +59,7 @@ void validate(const char* op, const detail::PlanScope& s, const Tensor& out, con
   IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, op, ": input is ", in.rows, "x", in.cols,
                  " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
   if (!s.shapes_only) detail::check_no_partial_overlap(op, out, in, /*allow_same=*/true);
-  IRIS_CHECK_ARG(static_cast<int>(rop) <= static_cast<int>(ReduceOp::kMin), op, ": unknown reduce op.");
+  IRIS_CHECK_ARG(valid_reduce_op(rop), op, ": unknown reduce op ", static_cast<int>(rop), ".");
 }
 
 Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, const Config& config, ReduceOp rop) {
@@ -68,8 +68,8 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   const size_t bytes = static_cast<size_t>(in.numel()) * in.element_size();
   Plan p;
   p.variant = resolve_all_reduce_variant(config, world, bytes, in.dtype, in.rows);
-  IRIS_CHECK_ARG(p.variant != AllReduceVariant::kAtomic || rop == ReduceOp::kSum,
-                 "all_reduce variant 'atomic' supports only sum; use one_shot, two_shot, ring or spinlock for ",
+  IRIS_CHECK_ARG(p.variant != AllReduceVariant::kAtomic || rop == ReduceOp::kSum || rop == ReduceOp::kAvg,
+                 "all_reduce variant 'atomic' supports only sum and avg; use one_shot, two_shot, ring or spinlock for ",
                  reduce_op_name(rop), ".");
   if (p.variant == AllReduceVariant::kOneShot) p.protocol = resolve_one_shot_protocol(config, bytes);
   p.sig.op = OpKind::kAllReduce;

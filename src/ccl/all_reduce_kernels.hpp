@@ -33,6 +33,9 @@ void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
       case ReduceOp::kMin:
         f(t, std::integral_constant<ReduceOp, ReduceOp::kMin>{});
         return;
+      case ReduceOp::kAvg:
+        f(t, std::integral_constant<ReduceOp, ReduceOp::kAvg>{});
+        return;
     }
     throw InvalidArgument("unknown reduce op");
   };

@@ -78,11 +78,11 @@ __device__ __forceinline__ void accumulate(typename Elem<T>::Acc (&acc)[kPack<T>
     acc[k] = first ? Elem<T>::to_acc(x[k]) : combine<kOp>(acc[k], Elem<T>::to_acc(x[k]));
 }
 
-template <typename T>
-__device__ __forceinline__ uint4 pack_result(const typename Elem<T>::Acc (&acc)[kPack<T>]) {
+template <typename T, ReduceOp kOp>
+__device__ __forceinline__ uint4 pack_result(const typename Elem<T>::Acc (&acc)[kPack<T>], int world) {
   T x[kPack<T>];
 #pragma unroll
-  for (int k = 0; k < kPack<T>; ++k) x[k] = Elem<T>::from_acc(acc[k]);
+  for (int k = 0; k < kPack<T>; ++k) x[k] = reduced<T, kOp>(acc[k], world);
   uint4 w;
   memcpy(&w, x, 16);
   return w;
@@ -160,7 +160,8 @@ __global__ void __launch_bounds__(kThreads) one_shot_simple_kernel(const __grid_
         for (int u = 0; u < kUnroll; ++u) accumulate<T, kOp>(acc[u], w[u], s == 0);
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) store16<T, kVec>(out, base + (j + u * threads) * kN, pack_result<T>(acc[u]));
+      for (int u = 0; u < kUnroll; ++u)
+        store16<T, kVec>(out, base + (j + u * threads) * kN, pack_result<T, kOp>(acc[u], world));
     }
     for (; j < packs; j += threads) {
       Acc acc[kN];
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_simple_kernel(const __grid_
         accumulate<T, kOp>(
             acc, s == me ? load16<T, kVec>(in, i) : dev::load(reinterpret_cast<const uint4*>(stage + s * slot + i)),
             s == 0);
-      store16<T, kVec>(out, i, pack_result<T>(acc));
+      store16<T, kVec>(out, i, pack_result<T, kOp>(acc, world));
     }
     for (int64_t e = packs * kN + threadIdx.x; e < len; e += threads) {
       Acc acc{};
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_simple_kernel(const __grid_
         const T v = s == me ? *in.at(base + e) : stage[s * slot + base + e];
         acc = s == 0 ? Elem<T>::to_acc(v) : combine<kOp>(acc, Elem<T>::to_acc(v));
       }
-      *out.at(base + e) = Elem<T>::from_acc(acc);
+      *out.at(base + e) = reduced<T, kOp>(acc, world);
     }
   }
   end_call(a.state, epoch, a.layout_key);

@@ -100,9 +100,9 @@ __device__ __forceinline__ void store_acc_pack(A* p, const AccPack<A, kN>& v) {
 }
 
 // The owner side shared by atomic and spinlock: wait for W arrivals, convert the accumulator, publish.
-template <typename T, bool kVec, bool kZeroAfter>
-__device__ bool finish_owned_tiles(const TileArgs& a, uint64_t epoch, typename Elem<T>::Acc* acc_stage,
-                                   T* res_stage, const char* op) {
+template <typename T, ReduceOp kOp, bool kVec, bool kZeroAfter>
+__device__ bool finish_owned_tiles(const TileArgs& a, uint64_t epoch, typename Elem<T>::Acc* acc_stage, T* res_stage,
+                                   const char* op) {
   using E = Elem<T>;
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
@@ -120,7 +120,7 @@ __device__ bool finish_owned_tiles(const TileArgs& a, uint64_t epoch, typename E
       P r;
 #pragma unroll
       for (int k = 0; k < P::kN; ++k) {
-        r.v[k] = E::from_acc(acc[io.local(row, col) + k]);
+        r.v[k] = reduced<T, kOp>(acc[io.local(row, col) + k], world);
         if constexpr (kZeroAfter) acc[io.local(row, col) + k] = typename E::Acc{};
       }
       store_pack<T, kVec>(io.out(tile, row, col), r);
@@ -152,7 +152,8 @@ __device__ bool pull_results(const TileArgs& a, uint64_t epoch, T* res_stage, co
   return true;
 }
 
-template <typename T, bool kVec>
+// kOp: kSum or kAvg (the atomics add; the owner divides for kAvg).
+template <typename T, ReduceOp kOp, bool kVec>
 __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant__ TileArgs a) {
   pdl_wait();
   pdl_launch_dependents();
@@ -188,7 +189,8 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
       dev::atomic_add<dev::Order::kRelease, dev::Scope::kSys>(dev::translate(ctx, a.flags + t, o), uint64_t{1});
   }
   // 2. owners publish; 3. everyone pulls.
-  if (finish_owned_tiles<T, kVec, /*kZeroAfter=*/true>(a, epoch, acc_stage, res_stage, "all_reduce(atomic) reduce"))
+  if (finish_owned_tiles<T, kOp, kVec, /*kZeroAfter=*/true>(a, epoch, acc_stage, res_stage,
+                                                            "all_reduce(atomic) reduce"))
     pull_results<T, kVec>(a, epoch, res_stage, "all_reduce(atomic) gather");
   end_call(a.state, epoch, a.layout_key);
 }
@@ -245,7 +247,8 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
     }
     __syncthreads();  // s_first / s_ok are rewritten for the next tile
   }
-  if (finish_owned_tiles<T, kVec, /*kZeroAfter=*/false>(a, epoch, acc_stage, res_stage, "all_reduce(spinlock) reduce"))
+  if (finish_owned_tiles<T, kOp, kVec, /*kZeroAfter=*/false>(a, epoch, acc_stage, res_stage,
+                                                             "all_reduce(spinlock) reduce"))
     pull_results<T, kVec>(a, epoch, res_stage, "all_reduce(spinlock) gather");
   end_call(a.state, epoch, a.layout_key);
 }
@@ -323,7 +326,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
         if (is_owner) {
           P r;
 #pragma unroll
-          for (int k = 0; k < P::kN; ++k) r.v[k] = E::from_acc(acc.v[k]);
+          for (int k = 0; k < P::kN; ++k) r.v[k] = reduced<T, kOp>(acc.v[k], world);
           store_pack<T, kVec>(io.out(tile, row, col), r);
           store_pack<T, kVec>(ag_next + ag_local(row, col, c_lo), r);  // the owner's AG start
         } else {
@@ -362,10 +365,14 @@ bool tile_vec(const TileArgs& a, DType dtype) {
 }  // namespace
 
 void launch_atomic(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
-  dispatch_typed(dtype, op, [&](auto t, auto) {
+  if (op != ReduceOp::kSum && op != ReduceOp::kAvg) throw InvalidArgument("all_reduce(atomic): only sum and avg");
+  dispatch_typed(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
-    if (tile_vec(a, dtype)) launch_collective(atomic_kernel<T, true>, blocks, kThreads, stream, a);
-    else launch_collective(atomic_kernel<T, false>, blocks, kThreads, stream, a);
+    constexpr ReduceOp kOp = decltype(o)::value == ReduceOp::kAvg ? ReduceOp::kAvg : ReduceOp::kSum;
+    if (tile_vec(a, dtype))
+      launch_collective(atomic_kernel<T, kOp, true>, blocks, kThreads, stream, a);
+    else
+      launch_collective(atomic_kernel<T, kOp, false>, blocks, kThreads, stream, a);
   });
 }
 

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
       }
       P r;
 #pragma unroll
-      for (int k = 0; k < kN; ++k) r.v[k] = E::from_acc(acc[k]);
+      for (int k = 0; k < kN; ++k) r.v[k] = reduced<T, kOp>(acc[k], world);
       store_pack<T, kVec>(out.at(base + j * kN), r);
       if (world > 1) store_pack<T, kVec>(staged + j * kN, r);
     }
@@ -136,8 +136,9 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
         const T v = s == me ? *in.at(base + e) : parts[s * chunk + e];
         acc = s == 0 ? E::to_acc(v) : combine<kOp>(acc, E::to_acc(v));
       }
-      *out.at(base + e) = E::from_acc(acc);
-      if (world > 1) staged[e] = E::from_acc(acc);
+      const T r = reduced<T, kOp>(acc, world);
+      *out.at(base + e) = r;
+      if (world > 1) staged[e] = r;
     }
     block_signal_each(
         ctx, world - 1, [&](int) { return args.ag_flags + c; }, peer, epoch);

@@ -54,9 +54,10 @@ struct Elem<int32_t> {
   __device__ __forceinline__ static int32_t from_acc(Acc v) { return v; }
 };
 
+// kAvg combines as a sum; reduced() divides once at the end.
 template <ReduceOp kOp, typename A>
 __device__ __forceinline__ A combine(A a, A b) {
-  if constexpr (kOp == ReduceOp::kSum) {
+  if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kAvg) {
     if constexpr (std::is_same_v<A, int32_t>)
       return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
     else
@@ -66,6 +67,16 @@ __device__ __forceinline__ A combine(A a, A b) {
   } else {
     return a < b ? a : b;
   }
+}
+
+// The element a reduction stores from its accumulator of all `world` ranks' values: for kAvg the
+// accumulator divided by the world size (float: IEEE division, then the rounding to T; int32: truncation
+// toward zero), else the accumulator. Every rank that computes a result computes it from the same
+// accumulator, so the bits agree across ranks for kAvg as for the other ops.
+template <typename T, ReduceOp kOp>
+__device__ __forceinline__ T reduced(typename Elem<T>::Acc acc, int world) {
+  if constexpr (kOp == ReduceOp::kAvg) acc = acc / static_cast<typename Elem<T>::Acc>(world);
+  return Elem<T>::from_acc(acc);
 }
 
 // ---- flat views -----------------------------------------------------------------------------------

@@ -21,8 +21,18 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::kSum: return "sum";
     case ReduceOp::kMax: return "max";
     case ReduceOp::kMin: return "min";
+    case ReduceOp::kAvg:
+      return "avg";
   }
   return "unknown";
+}
+
+bool valid_reduce_op(ReduceOp op) { return static_cast<int>(op) <= static_cast<int>(ReduceOp::kAvg); }
+
+ReduceOp parse_reduce_op(const std::string& name) {
+  for (auto op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg})
+    if (name == reduce_op_name(op)) return op;
+  throw InvalidArgument("reduce op must be one of: 'sum', 'max', 'min', 'avg', got '" + name + "'");
 }
 
 AllReduceVariant parse_all_reduce_variant(const std::string& name) {

@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
         if (l >= lines) continue;
         T v[kN];
 #pragma unroll
-        for (int k = 0; k < kN; ++k) v[k] = E::from_acc(acc[u][k]);
+        for (int k = 0; k < kN; ++k) v[k] = reduced<T, kOp>(acc[u][k], world);
         uint2 bits;
         memcpy(&bits, v, 8);
         store_line<T, kVec>(out_block(me), numel, l, bits);

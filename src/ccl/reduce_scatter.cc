@@ -21,7 +21,7 @@ detail::ExchangePlan make_plan(const detail::PlanScope& s, const Tensor& out, co
   IRIS_CHECK_ARG(in.rows == world * out.rows && in.cols == out.cols, kOp, ": output is ", out.rows, "x", out.cols,
                  " on each of ", world, " ranks, so the input must be ", world * out.rows, "x", out.cols, ", got ",
                  in.rows, "x", in.cols, ".");
-  IRIS_CHECK_ARG(static_cast<int>(rop) <= static_cast<int>(ReduceOp::kMin), kOp, ": unknown reduce op.");
+  IRIS_CHECK_ARG(valid_reduce_op(rop), kOp, ": unknown reduce op ", static_cast<int>(rop), ".");
   const bool in_place = out.numel() > 0 && detail::same_view(out, detail::row_block(in, s.rank * out.rows, out.rows));
   IRIS_CHECK_ARG(s.shapes_only || in_place || !detail::overlaps(in, out), kOp,
                  ": output overlaps the input without being the input's rows of this rank (", s.rank * out.rows, " to ",

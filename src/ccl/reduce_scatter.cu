@@ -74,13 +74,13 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(const __grid_c
       }
       P r;
 #pragma unroll
-      for (int k = 0; k < kN; ++k) r.v[k] = E::from_acc(acc[k]);
+      for (int k = 0; k < kN; ++k) r.v[k] = reduced<T, kOp>(acc[k], world);
       store_pack<T, kVec>(out.at(base + j * kN), r);
     }
     for (int64_t e = (len / kN) * kN + threadIdx.x; e < len; e += blockDim.x) {
       typename E::Acc acc{};
       for (int s = 0; s < world; ++s) acc = s == 0 ? E::to_acc(*part(s, e)) : combine<kOp>(acc, E::to_acc(*part(s, e)));
-      *out.at(base + e) = E::from_acc(acc);
+      *out.at(base + e) = reduced<T, kOp>(acc, world);
     }
     return true;
   };

@@ -21,7 +21,8 @@
 // (see workspace.hpp). The ops check capacity again right before launch and throw the same
 // messages; a workspace that was never prepared is rejected.
 //
-// Reductions: sum, max, min, for float32, float16, bfloat16 and int32. 16-bit types accumulate in
+// Reductions: sum, max, min and avg (the sum divided by the world size once, at the end: see ReduceOp),
+// for float32, float16, bfloat16 and int32; atomic takes sum and avg only. 16-bit types accumulate in
 // float32. Every rank receives bitwise-identical results: each element is reduced once (in a fixed
 // rank order for one_shot, two_shot and reduce_scatter; in tile order for ring; in arrival order for
 // atomic and spinlock, whose single result is then copied to every rank).

@@ -8,7 +8,12 @@
 namespace iris::ccl {
 
 enum class AllReduceVariant : uint8_t { kAuto = 0, kAtomic, kSpinlock, kOneShot, kTwoShot, kRing };
-enum class ReduceOp : uint8_t { kSum = 0, kMax, kMin };
+// The reduction of all_reduce and reduce_scatter. Every variant combines the ranks' values in rank
+// order, 16-bit types in float, so every rank gets the same bits. kAvg is the sum divided by the
+// world size once, at the end (float types: one IEEE division of the float sum, then the rounding to
+// the element type; int32: the wrapped int32 sum divided with truncation toward zero), the way
+// PyTorch's ReduceOp.AVG and NCCL's ncclAvg are used for gradients.
+enum class ReduceOp : uint8_t { kSum = 0, kMax, kMin, kAvg };
 // How all_reduce one_shot moves data. kLL: every 8-byte word carries 4 data bytes and the call's
 // epoch, so no flag and no fence, at twice the traffic. kSimple: 16-byte stores of data, then one
 // flag per segment released at system scope. kAuto picks by size (resolve_one_shot_protocol).
@@ -16,6 +21,10 @@ enum class OneShotProtocol : uint8_t { kAuto = 0, kLL, kSimple };
 
 const char* variant_name(AllReduceVariant v);
 const char* reduce_op_name(ReduceOp op);
+// "sum", "max", "min", "avg" (throws InvalidArgument otherwise).
+ReduceOp parse_reduce_op(const std::string& name);
+// Whether `op` is one of the enumerators above (a value cast from an integer may not be).
+bool valid_reduce_op(ReduceOp op);
 // "auto", "atomic", "spinlock", "one_shot", "two_shot", "ring" (throws InvalidArgument otherwise).
 AllReduceVariant parse_all_reduce_variant(const std::string& name);
 const char* protocol_name(OneShotProtocol p);
