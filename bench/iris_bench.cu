@@ -374,7 +374,7 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
         }
       }
       for (size_t bytes : o.sizes) {
-        Problem p = make_problem(op, dtype, bytes, world, o.root);
+        Problem p = make_problem(op, dtype, bytes, world, o.root, o.redop);
         if (p.count == 0) {
           if (lead)
             std::printf("#%11zu  too small for %s of %s on %d ranks; skipped\n", bytes, op_name(op),
@@ -413,7 +413,7 @@ size_t collective_heap_bytes(const Options& o, int world) {
   for (iris::DType t : o.dtypes) {
     for (Op op : o.ops) {
       for (size_t bytes : o.sizes) {
-        const Problem p = make_problem(op, t, bytes, world, o.root);
+        const Problem p = make_problem(op, t, bytes, world, o.root, o.redop);
         if (p.count == 0) continue;
         // HeapBuffer takes whole 256-byte blocks, one at least.
         auto block = [](size_t n) { return std::max<size_t>(256, (n + 255) / 256 * 256); };

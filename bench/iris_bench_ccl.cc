@@ -28,13 +28,13 @@ void iris_preamble(iris::Context& ctx, const Problem& p, const iris::Tensor& out
                    const iris::ccl::Config& cfg, iris::ccl::Workspace& ws) {
   switch (p.op) {
     case Op::kAllReduce:
-      iris::ccl::all_reduce_preamble(ctx, out, in, cfg, ws);
+      iris::ccl::all_reduce_preamble(ctx, out, in, cfg, ws, p.redop);
       break;
     case Op::kAllGather:
       iris::ccl::all_gather_preamble(ctx, out, in, cfg, ws);
       break;
     case Op::kReduceScatter:
-      iris::ccl::reduce_scatter_preamble(ctx, out, in, cfg, ws);
+      iris::ccl::reduce_scatter_preamble(ctx, out, in, cfg, ws, p.redop);
       break;
     case Op::kAllToAll:
       iris::ccl::all_to_all_preamble(ctx, out, in, cfg, ws);
@@ -49,13 +49,13 @@ void iris_call(iris::Context& ctx, const Problem& p, const iris::Tensor& out, co
                const iris::ccl::Config& cfg, iris::ccl::Workspace& ws, cudaStream_t stream) {
   switch (p.op) {
     case Op::kAllReduce:
-      iris::ccl::all_reduce(ctx, out, in, cfg, ws, stream);
+      iris::ccl::all_reduce(ctx, out, in, cfg, ws, stream, p.redop);
       break;
     case Op::kAllGather:
       iris::ccl::all_gather(ctx, out, in, cfg, ws, stream);
       break;
     case Op::kReduceScatter:
-      iris::ccl::reduce_scatter(ctx, out, in, cfg, ws, stream);
+      iris::ccl::reduce_scatter(ctx, out, in, cfg, ws, stream, p.redop);
       break;
     case Op::kAllToAll:
       iris::ccl::all_to_all(ctx, out, in, cfg, ws, stream);
@@ -70,11 +70,11 @@ iris::ccl::WorkspaceNeeds iris_needs(const Problem& p, const iris::Tensor& out, 
                                      const iris::ccl::Config& cfg) {
   switch (p.op) {
     case Op::kAllReduce:
-      return iris::ccl::all_reduce_needs(out, in, cfg, p.world);
+      return iris::ccl::all_reduce_needs(out, in, cfg, p.world, p.redop);
     case Op::kAllGather:
       return iris::ccl::all_gather_needs(out, in, cfg, p.world);
     case Op::kReduceScatter:
-      return iris::ccl::reduce_scatter_needs(out, in, cfg, p.world);
+      return iris::ccl::reduce_scatter_needs(out, in, cfg, p.world, p.redop);
     case Op::kAllToAll:
       return iris::ccl::all_to_all_needs(out, in, cfg, p.world);
     case Op::kBroadcast:

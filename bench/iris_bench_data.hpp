@@ -3,7 +3,8 @@
 // Rank r's input element i is a small integer v(seed, r, i) in {-2, ..., 2}, stored in the tensor's
 // dtype. Every partial sum of W such values is an integer of magnitude <= 2W, exact in bfloat16 (W <= 128),
 // float16, float32 and int32 whatever the reduction order, so the host reference is exact: reductions are
-// compared by value, data movement (all_gather, all_to_all, broadcast) by bit pattern.
+// compared by value (avg of a float type, sum / W, within one unit in the last place of the dtype), data
+// movement (all_gather, all_to_all, broadcast) by bit pattern.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -63,9 +64,9 @@ double decode_value(iris::DType t, uint32_t bits);
 void fill_input(void* dst, iris::DType t, size_t count, uint64_t seed, int rank, cudaStream_t stream);
 
 // What rank `rank`'s output of `problem` must hold (sizes in elements, n = problem.count, m = n / world):
-//   all_reduce      out[i]         = sum_r v(r, i)
+//   all_reduce      out[i]         = op_r v(r, i)          (op: problem.redop)
 //   all_gather      out[r*n + i]   = v(r, i)
-//   reduce_scatter  out[i]         = sum_r v(r, rank*m + i)
+//   reduce_scatter  out[i]         = op_r v(r, rank*m + i)
 //   all_to_all      out[j*m + i]   = v(j, rank*m + i)
 //   broadcast       out[i]         = v(root, i)
 struct Expectation {

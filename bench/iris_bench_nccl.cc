@@ -111,6 +111,20 @@ ncclDataType_t nccl_dtype(iris::DType t) {
   throw iris::InvalidArgument("iris-bench: no NCCL type for this dtype");
 }
 
+ncclRedOp_t nccl_op(iris::ccl::ReduceOp op) {
+  switch (op) {
+    case iris::ccl::ReduceOp::kSum:
+      return ncclSum;
+    case iris::ccl::ReduceOp::kMax:
+      return ncclMax;
+    case iris::ccl::ReduceOp::kMin:
+      return ncclMin;
+    case iris::ccl::ReduceOp::kAvg:
+      return ncclAvg;
+  }
+  throw iris::InvalidArgument("iris-bench: no NCCL reduction for this op");
+}
+
 }  // namespace
 
 NcclComm::NcclComm(iris::Context& ctx) : impl_(std::make_unique<Impl>()), device_(ctx.device()) {
@@ -156,13 +170,13 @@ void NcclComm::call(const Problem& p, const void* in, void* out, cudaStream_t st
   const ncclDataType_t dt = nccl_dtype(p.dtype);
   switch (p.op) {
     case Op::kAllReduce:
-      IRIS_BENCH_NCCL_CHECK(ncclAllReduce(in, out, p.count, dt, ncclSum, comm, stream));
+      IRIS_BENCH_NCCL_CHECK(ncclAllReduce(in, out, p.count, dt, nccl_op(p.redop), comm, stream));
       break;
     case Op::kAllGather:
       IRIS_BENCH_NCCL_CHECK(ncclAllGather(in, out, p.count, dt, comm, stream));
       break;
     case Op::kReduceScatter:
-      IRIS_BENCH_NCCL_CHECK(ncclReduceScatter(in, out, p.block_count(), dt, ncclSum, comm, stream));
+      IRIS_BENCH_NCCL_CHECK(ncclReduceScatter(in, out, p.block_count(), dt, nccl_op(p.redop), comm, stream));
       break;
     case Op::kAllToAll: {
 #if IRIS_BENCH_NCCL_ALLTOALL

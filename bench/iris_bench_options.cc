@@ -86,16 +86,19 @@ size_t Problem::out_count() const {
   }
 }
 
-Problem make_problem(Op op, iris::DType dtype, size_t bytes, int world, int root) {
+Problem make_problem(Op op, iris::DType dtype, size_t bytes, int world, int root, iris::ccl::ReduceOp redop) {
   Problem p;
   p.op = op;
   p.dtype = dtype;
   p.world = world;
   p.root = root;
+  p.redop = redop;
   p.count = bytes / iris::dtype_size(dtype);
   if (op == Op::kReduceScatter || op == Op::kAllToAll) p.count -= p.count % static_cast<size_t>(world);
   return p;
 }
+
+const char* Problem::redop_name() const { return is_reduction(op) ? iris::ccl::reduce_op_name(redop) : "none"; }
 
 std::string AllReduceRow::name() const {
   std::string n = iris::ccl::variant_name(variant);
@@ -204,6 +207,8 @@ after the other on the same buffers.
   -J, --json FILE           also write every row as JSON (scripts/plot_bench.py plots it)
       --quick               short suite: 8K, 64K, 256K, 1M, 4M, 16M, 64M; 5 repeats
       --root R              broadcast root                                        [0]
+      --redop OP            reduction of all_reduce and reduce_scatter: sum, max, min
+                            or avg (NCCL: ncclSum, ncclMax, ncclMin, ncclAvg)     [sum]
       --no-nccl             measure iris only
       --no-nccl-symmetric   skip the NCCL column on registered symmetric windows
       --nccl-symmetric-all  measure that column for broadcast and all_to_all too (NCCL has
@@ -247,6 +252,7 @@ Options parse_options(int argc, char** argv, bool* help) {
   enum LongOnly {
     kQuick = 1000,
     kRoot,
+    kRedop,
     kNoNccl,
     kNoNcclSymmetric,
     kNcclSymmetricAll,
@@ -274,6 +280,7 @@ Options parse_options(int argc, char** argv, bool* help) {
                                         {"json", required_argument, nullptr, 'J'},
                                         {"quick", no_argument, nullptr, kQuick},
                                         {"root", required_argument, nullptr, kRoot},
+                                        {"redop", required_argument, nullptr, kRedop},
                                         {"no-nccl", no_argument, nullptr, kNoNccl},
                                         {"no-nccl-symmetric", no_argument, nullptr, kNoNcclSymmetric},
                                         {"nccl-symmetric-all", no_argument, nullptr, kNcclSymmetricAll},
@@ -381,6 +388,13 @@ Options parse_options(int argc, char** argv, bool* help) {
         break;  // handled above
       case kRoot:
         o.root = static_cast<int>(parse_int("--root", arg, 0, 4095));
+        break;
+      case kRedop:
+        try {
+          o.redop = iris::ccl::parse_reduce_op(arg);
+        } catch (const iris::InvalidArgument&) {
+          bad("--redop", arg, "sum, max, min or avg");
+        }
         break;
       case kNoNccl:
         o.nccl = false;

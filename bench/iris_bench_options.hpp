@@ -53,6 +53,7 @@ struct Problem {
   iris::DType dtype = iris::DType::kBFloat16;
   int world = 1;
   int root = 0;  // broadcast
+  iris::ccl::ReduceOp redop = iris::ccl::ReduceOp::kSum;  // all_reduce, reduce_scatter
   size_t count = 0;
 
   size_t in_count() const { return count; }
@@ -65,11 +66,14 @@ struct Problem {
   size_t bw_bytes() const { return op == Op::kAllGather ? out_bytes() : size_bytes(); }
   // Rows per rank block for reduce_scatter and all_to_all (count / world).
   size_t block_count() const { return count / static_cast<size_t>(world); }
+  // The `redop` column: the reduction's name, "none" for data movement.
+  const char* redop_name() const;
 };
 
 // The problem for a requested size in bytes: count rounded down to whole elements (reduce_scatter and
 // all_to_all: to a multiple of world). count == 0 when the size is too small.
-Problem make_problem(Op op, iris::DType dtype, size_t bytes, int world, int root);
+Problem make_problem(Op op, iris::DType dtype, size_t bytes, int world, int root,
+                     iris::ccl::ReduceOp redop = iris::ccl::ReduceOp::kSum);
 
 // One all_reduce row: a variant, and for one_shot a protocol (auto: the library's choice by size).
 struct AllReduceRow {
@@ -110,6 +114,7 @@ struct Options {
   bool nccl_symmetric = true;
   bool nccl_symmetric_all = false;  // also for broadcast and all_to_all (no NCCL symmetric kernel there)
   int root = 0;                     // broadcast root
+  iris::ccl::ReduceOp redop = iris::ccl::ReduceOp::kSum;  // all_reduce and reduce_scatter (--redop)
   bool collectives = true;          // the iris::ccl tables (off with --fused-only)
   bool fused = false;               // the iris::ops fused tables (--fused, --fused-only)
   bool fused_b_nk = true;           // fused tables: B stored N x K (as LLM layers keep weights), else K x N

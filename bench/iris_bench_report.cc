@@ -194,7 +194,7 @@ void print_row(const Record& r, std::set<std::string>& printed_errors) {
   std::string variant = r.variant;
   if (!r.resolved.empty() && r.resolved != r.variant) variant += "(" + r.resolved + ")";
   std::printf("%12zu %12zu %9s %6s %5d  %9s %7s %7s %6s  %9s %7s  %9s %7s  %6s  %s\n", p.size_bytes(), p.count,
-              iris::dtype_name(p.dtype), is_reduction(p.op) ? "sum" : "none", p.op == Op::kBroadcast ? p.root : -1,
+              iris::dtype_name(p.dtype), p.redop_name(), p.op == Op::kBroadcast ? p.root : -1,
               cell(r.iris, r.iris.time_us, "%.2f").c_str(), cell(r.iris, r.algbw(r.iris), "%.2f").c_str(),
               cell(r.iris, r.busbw(r.iris), "%.2f").c_str(), wrong_cell(r.iris).c_str(),
               cell(r.nccl, r.nccl.time_us, "%.2f").c_str(), cell(r.nccl, r.busbw(r.nccl), "%.2f").c_str(),
@@ -438,9 +438,8 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
        << ", \"dtype\": " << json_string(dtype_short_name(p.dtype)) << ", \"size_bytes\": " << p.size_bytes()
        << ", \"count\": " << p.count << ", \"bw_bytes\": " << p.bw_bytes()
        << ", \"bus_factor\": " << json_number(bus_factor(p.op, p.world))
-       << ", \"redop\": " << json_string(is_reduction(p.op) ? "sum" : "none")
-       << ", \"root\": " << (p.op == Op::kBroadcast ? p.root : -1) << ", \"world\": " << p.world
-       << ", \"gpu\": " << json_string(m.gpu_name)
+       << ", \"redop\": " << json_string(p.redop_name()) << ", \"root\": " << (p.op == Op::kBroadcast ? p.root : -1)
+       << ", \"world\": " << p.world << ", \"gpu\": " << json_string(m.gpu_name)
        << ", \"nccl_version\": " << (m.nccl_version.empty() ? "null" : json_string(m.nccl_version));
     json_column(os, "iris", r, r.iris);
     json_column(os, "nccl", r, r.nccl);
