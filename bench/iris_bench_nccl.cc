@@ -107,6 +107,8 @@ ncclDataType_t nccl_dtype(iris::DType t) {
       return ncclBfloat16;
     case iris::DType::kInt32:
       return ncclInt32;
+    default:
+      break;
   }
   throw iris::InvalidArgument("iris-bench: no NCCL type for this dtype");
 }

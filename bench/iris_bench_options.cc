@@ -71,6 +71,8 @@ const char* dtype_short_name(iris::DType t) {
       return "fp32";
     case iris::DType::kInt32:
       return "int32";
+    default:
+      break;  // parse_dtype accepts the four above only
   }
   return "unknown";
 }

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,16 +27,34 @@ inline uint64_t splitmix(uint64_t x) {
 }
 
 // Element i of rank r's input for draw `seed`, already rounded to the dtype, as a double.
-// Floats: uniform in [-1, 1); int32: integers in [-1000, 1000].
+// Floats: uniform in [-1, 1) (float8: in [-448, 448) and [-57344, 57344), most of each type's range, so
+// every exponent bit moves); int32: integers in [-1000, 1000]; int64: 53-bit integers of either sign, so all
+// eight bytes move; uint8 and int8: any byte (one in 256 is 0xFF, the poison: the other 255 catch an
+// element left unwritten).
 inline double input_value(DType dt, uint64_t seed, int rank, int64_t i) {
   const uint64_t h = splitmix(splitmix(seed * 1315423911ull + static_cast<uint64_t>(rank)) ^ static_cast<uint64_t>(i));
   const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
   switch (dt) {
-    case DType::kFloat32: return static_cast<double>(static_cast<float>(2 * u - 1));
-    case DType::kFloat16: return static_cast<double>(__half2float(__float2half_rn(static_cast<float>(2 * u - 1))));
+    case DType::kFloat32:
+      return static_cast<double>(static_cast<float>(2 * u - 1));
+    case DType::kFloat16:
+      return static_cast<double>(__half2float(__float2half_rn(static_cast<float>(2 * u - 1))));
     case DType::kBFloat16:
       return static_cast<double>(__bfloat162float(__float2bfloat16_rn(static_cast<float>(2 * u - 1))));
-    case DType::kInt32: return static_cast<double>(static_cast<int64_t>(h % 2001) - 1000);
+    case DType::kInt32:
+      return static_cast<double>(static_cast<int64_t>(h % 2001) - 1000);
+    case DType::kInt64:
+      return static_cast<double>(static_cast<int64_t>(h) >> 11);
+    case DType::kFloat64:
+      return 2 * u - 1;
+    case DType::kUInt8:
+      return static_cast<double>(h >> 56);
+    case DType::kInt8:
+      return static_cast<double>(static_cast<int8_t>(h >> 56));
+    case DType::kFloat8E4M3:
+      return static_cast<double>(static_cast<float>(__nv_fp8_e4m3(static_cast<float>(448 * (2 * u - 1)))));
+    case DType::kFloat8E5M2:
+      return static_cast<double>(static_cast<float>(__nv_fp8_e5m2(static_cast<float>(57344 * (2 * u - 1)))));
   }
   return 0;
 }
@@ -63,6 +82,34 @@ inline void encode(DType dt, double v, void* dst) {
       std::memcpy(dst, &x, 4);
       return;
     }
+    case DType::kInt64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(dst, &x, 8);
+      return;
+    }
+    case DType::kFloat64:
+      std::memcpy(dst, &v, 8);
+      return;
+    case DType::kUInt8: {
+      uint8_t x = static_cast<uint8_t>(v);
+      std::memcpy(dst, &x, 1);
+      return;
+    }
+    case DType::kInt8: {
+      int8_t x = static_cast<int8_t>(v);
+      std::memcpy(dst, &x, 1);
+      return;
+    }
+    case DType::kFloat8E4M3: {
+      __nv_fp8_e4m3 x(static_cast<float>(v));
+      std::memcpy(dst, &x, 1);
+      return;
+    }
+    case DType::kFloat8E5M2: {
+      __nv_fp8_e5m2 x(static_cast<float>(v));
+      std::memcpy(dst, &x, 1);
+      return;
+    }
   }
 }
 
@@ -88,6 +135,30 @@ inline double decode(DType dt, const void* src) {
       std::memcpy(&x, src, 4);
       return x;
     }
+    case DType::kInt64: {
+      int64_t x;
+      std::memcpy(&x, src, 8);
+      return static_cast<double>(x);
+    }
+    case DType::kFloat64: {
+      double x;
+      std::memcpy(&x, src, 8);
+      return x;
+    }
+    case DType::kUInt8:
+      return *static_cast<const uint8_t*>(src);
+    case DType::kInt8:
+      return *static_cast<const int8_t*>(src);
+    case DType::kFloat8E4M3: {
+      __nv_fp8_e4m3 x;
+      std::memcpy(&x, src, 1);
+      return static_cast<float>(x);
+    }
+    case DType::kFloat8E5M2: {
+      __nv_fp8_e5m2 x;
+      std::memcpy(&x, src, 1);
+      return static_cast<float>(x);
+    }
   }
   return 0;
 }
@@ -96,12 +167,15 @@ inline double decode(DType dt, const void* src) {
 // dtype, so the bound is the dtype's rounding plus float32 accumulation over `world` terms.
 inline double tolerance(DType dt, double ref, int world) {
   switch (dt) {
-    case DType::kFloat32: return 1e-6 * world + 1e-6 * std::fabs(ref);
-    case DType::kFloat16: return 1e-3 + 1e-3 * std::fabs(ref);
-    case DType::kBFloat16: return 8e-3 + 8e-3 * std::fabs(ref);
-    case DType::kInt32: return 0;
+    case DType::kFloat32:
+      return 1e-6 * world + 1e-6 * std::fabs(ref);
+    case DType::kFloat16:
+      return 1e-3 + 1e-3 * std::fabs(ref);
+    case DType::kBFloat16:
+      return 8e-3 + 8e-3 * std::fabs(ref);
+    default:
+      return 0;  // int32 exact; the other types are never reduced
   }
-  return 0;
 }
 
 // A 2-D device tensor with a row stride, in the heap or in plain device memory.
@@ -117,15 +191,19 @@ struct TestTensor {
     t.ctx = &ctx;
     t.on_heap = on_heap;
     t.bytes = static_cast<size_t>(std::max<int64_t>(1, rows * stride)) * dtype_size(dt);
-    if (on_heap) t.raw = ctx.alloc(t.bytes);
-    else IRIS_CUDA_CHECK(cudaMalloc(&t.raw, t.bytes));
+    if (on_heap)
+      t.raw = ctx.alloc(t.bytes);
+    else
+      IRIS_CUDA_CHECK(cudaMalloc(&t.raw, t.bytes));
     t.view = Tensor::matrix(t.raw, dt, rows, cols, stride);
     return t;
   }
   void release() {
     if (raw == nullptr) return;
-    if (on_heap) ctx->free(raw);
-    else cudaFree(raw);
+    if (on_heap)
+      ctx->free(raw);
+    else
+      cudaFree(raw);
     raw = nullptr;
   }
   // Fills every byte (padding between rows too) with 0xFF: NaN for floats, -1 for int32.
@@ -172,10 +250,26 @@ inline uint64_t hash_elements(const std::vector<char>& host, DType dt, int64_t r
 
 inline const char* short_name(DType dt) {
   switch (dt) {
-    case DType::kFloat32: return "fp32";
-    case DType::kFloat16: return "fp16";
-    case DType::kBFloat16: return "bf16";
-    case DType::kInt32: return "int32";
+    case DType::kFloat32:
+      return "fp32";
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kFloat64:
+      return "fp64";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kInt8:
+      return "int8";
+    case DType::kFloat8E4M3:
+      return "fp8e4m3";
+    case DType::kFloat8E5M2:
+      return "fp8e5m2";
   }
   return "?";
 }

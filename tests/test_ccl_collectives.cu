@@ -14,6 +14,7 @@
 
 #include "ccl_test_util.cuh"
 #include "iris/ccl/collectives.hpp"
+#include "support/error_text.hpp"
 #include "support/ranks.hpp"
 
 namespace iris {
@@ -25,7 +26,12 @@ using ccl::Workspace;
 using test::RankSetup;
 using test::TestTensor;
 
+// reduce_scatter: every type it reduces. all_gather, all_to_all and broadcast move bits, one kernel per
+// element width, so their full sweeps take every width (1, 2, 4 and 8 bytes); EveryDtypeMovesItsBits
+// runs every dtype through them on fewer shapes.
 const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32};
+const DType kMovedDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                              DType::kInt32,   DType::kInt64,   DType::kUInt8};
 
 // One rank's block (all_gather's input, reduce_scatter's output, all_to_all's per-rank block,
 // broadcast's tensor). Chunks are 8 KiB to 256 KiB: 16x64 is one chunk in every dtype, 1x2048 fp32
@@ -271,10 +277,10 @@ class Collective : public ::testing::TestWithParam<RankSetup> {};
 
 // Runs body(dt, shape, mode, cfg, ws, seed) for every dtype x shape x mode, plus in place, with a fresh
 // workspace per dtype and shape, and two launches that loop over chunks (comm_sms 1 and 3).
-template <typename Body>
-void for_each_case(Context& ctx, bool has_in_place, Body&& body) {
+template <typename Dtypes, typename Body>
+void for_each_case(Context& ctx, const Dtypes& dtypes, bool has_in_place, Body&& body) {
   uint64_t seed = 1;
-  for (DType dt : kDtypes)
+  for (DType dt : dtypes)
     for (const Shape& s : kShapes) {
       Workspace ws;
       Config cfg;
@@ -291,45 +297,103 @@ void for_each_case(Context& ctx, bool has_in_place, Body&& body) {
 
 TEST_P(Collective, AllGatherMatchesInputs) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
-  test::run_ranks(GetParam(), [](Context& ctx) {
-    for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
-                                 uint64_t seed) { check_all_gather(ctx, cfg, ws, dt, s.m, s.n, mode, seed); });
-  }, big_heap(GetParam().world));
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        for_each_case(ctx, kMovedDtypes, true,
+                      [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws, uint64_t seed) {
+                        check_all_gather(ctx, cfg, ws, dt, s.m, s.n, mode, seed);
+                      });
+      },
+      big_heap(GetParam().world));
 }
 
 TEST_P(Collective, ReduceScatterMatchesRankOrderReference) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
-  test::run_ranks(GetParam(), [](Context& ctx) {
-    for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
-                                 uint64_t seed) {
-      check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, mode, seed);
-      if (!mode.in_place && mode.pad == 0 && mode.on_heap) {  // max, min and avg once per dtype and shape
-        check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMax, s.m, s.n, mode, seed + 1000);
-        check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, mode, seed + 2000);
-        check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kAvg, s.m, s.n, mode, seed + 3000);
-      }
-    });
-  }, big_heap(GetParam().world));
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        for_each_case(
+            ctx, kDtypes, true,
+            [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws, uint64_t seed) {
+              check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, mode, seed);
+              if (!mode.in_place && mode.pad == 0 && mode.on_heap) {  // max, min and avg once per dtype and shape
+                check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMax, s.m, s.n, mode, seed + 1000);
+                check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, mode, seed + 2000);
+                check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kAvg, s.m, s.n, mode, seed + 3000);
+              }
+            });
+      },
+      big_heap(GetParam().world));
 }
 
 TEST_P(Collective, AllToAllMatchesInputs) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
-  test::run_ranks(GetParam(), [](Context& ctx) {
-    for_each_case(ctx, false, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
-                                  uint64_t seed) { check_all_to_all(ctx, cfg, ws, dt, s.m, s.n, mode, seed); });
-  }, big_heap(GetParam().world));
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        for_each_case(ctx, kMovedDtypes, false,
+                      [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws, uint64_t seed) {
+                        check_all_to_all(ctx, cfg, ws, dt, s.m, s.n, mode, seed);
+                      });
+      },
+      big_heap(GetParam().world));
 }
 
 TEST_P(Collective, BroadcastFromFirstAndLastRankMatchesRoot) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
     const int last = ctx.world_size() - 1;
-    for_each_case(ctx, true, [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws,
-                                 uint64_t seed) {
-      check_broadcast(ctx, cfg, ws, dt, s.m, s.n, mode, 0, seed);
-      check_broadcast(ctx, cfg, ws, dt, s.m, s.n, mode, last, seed + 1000, true, /*empty_in_elsewhere=*/!mode.on_heap);
-    });
+    for_each_case(ctx, kMovedDtypes, true,
+                  [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws, uint64_t seed) {
+                    check_broadcast(ctx, cfg, ws, dt, s.m, s.n, mode, 0, seed);
+                    check_broadcast(ctx, cfg, ws, dt, s.m, s.n, mode, last, seed + 1000, true,
+                                    /*empty_in_elsewhere=*/!mode.on_heap);
+                  });
   }, big_heap(GetParam().world));
+}
+
+// Every dtype, the movement-only ones included (int64, float64, uint8, int8, float8 e4m3 and e5m2), through
+// all_gather, all_to_all and broadcast: a shape of one LL line's worth and a shape of many chunks with an odd
+// row length, on the heap and strided, bit for bit. A reduction of a movement-only type is refused on every
+// rank before anything is sent.
+TEST_P(Collective, EveryDtypeMovesItsBits) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        uint64_t seed = 9000;
+        for (DType dt : kAllDTypes) {
+          for (const Shape& s : {Shape{1, 7}, Shape{1000, 333}}) {
+            for (const Mode& mode : {kModes[0], kModes[2]}) {
+              Config cfg;
+              Workspace ag, a2a, bc;
+              check_all_gather(ctx, cfg, ag, dt, s.m, s.n, mode, seed++);
+              check_all_to_all(ctx, cfg, a2a, dt, s.m, s.n, mode, seed++);
+              check_broadcast(ctx, cfg, bc, dt, s.m, s.n, mode, ctx.world_size() - 1, seed++);
+              for (Workspace* ws : {&ag, &a2a, &bc}) release(ctx, *ws);
+            }
+          }
+          if (dtype_reducible(dt)) continue;
+          const int world = ctx.world_size();
+          auto t = TestTensor::make(ctx, dt, world, 8, 8, true);
+          Config cfg;
+          Workspace ws;
+          const std::string name = dtype_name(dt);
+          EXPECT_EQ(
+              test::error_text<std::invalid_argument>([&] { ccl::all_reduce_preamble(ctx, t.view, t.view, cfg, ws); }),
+              "all_reduce: cannot reduce " + name + "; reductions take float32, float16, bfloat16 and int32 (" + name +
+                  " tensors move with all_gather, all_to_all and broadcast).");
+          const Tensor mine = rows_of(t.view, ctx.rank(), 1);
+          EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::reduce_scatter(ctx, mine, t.view, cfg, ws); }),
+                    "reduce_scatter: cannot reduce " + name +
+                        "; reductions take float32, float16, bfloat16 and int32 (" + name +
+                        " tensors move with all_gather, all_to_all and broadcast).");
+          ctx.barrier();
+          t.release();
+        }
+      },
+      big_heap(GetParam().world));
 }
 
 // 8192 x 8192 in total, bf16: one rank's block is 8192/W rows (broadcast: the whole tensor).

@@ -86,7 +86,7 @@ TEST(CclLayout, ParityHalvesNeverOverlapForAnyShapeAWorkspaceServes) {
   int pairs = 0;
   for (OpKind op : kExchanges)
     for (int world : {2, 3, 4, 8})
-      for (DType dt : {DType::kFloat32, DType::kBFloat16})
+      for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kUInt8, DType::kInt64})
         for (const Block& first : kBlocks) {
           test::FakeWorkspaceHost host;
           Workspace ws;

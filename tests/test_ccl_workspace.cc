@@ -410,6 +410,55 @@ TEST(CclNeeds, EveryOpSizesFromShapesAlone) {
 }
 
 // Sizing checks what the call checks (same messages), but not the data: null views pass.
+// Types that only move are sized by their width like the others; the reductions refuse them by name, and a
+// dtype value that is no DType is refused by every op.
+TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
+  const Config cfg;
+  EXPECT_EQ(dtype_size(DType::kInt64), 8u);
+  EXPECT_EQ(dtype_size(DType::kFloat64), 8u);
+  EXPECT_EQ(dtype_size(DType::kUInt8), 1u);
+  EXPECT_EQ(dtype_size(DType::kInt8), 1u);
+  EXPECT_EQ(dtype_size(DType::kFloat8E4M3), 1u);
+  EXPECT_EQ(dtype_size(DType::kFloat8E5M2), 1u);
+  EXPECT_STREQ(dtype_name(DType::kFloat8E4M3), "float8_e4m3");
+  EXPECT_STREQ(dtype_name(DType::kFloat8E5M2), "float8_e5m2");
+  int reducible = 0;
+  for (DType dt : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    EXPECT_NE(dtype_size(dt), 0u);
+    reducible += dtype_reducible(dt);
+    // The same bytes in any dtype need the same staging: 4096 bytes of one rank's block, 2 ranks.
+    const auto t = [&](int64_t rows, int64_t bytes) {
+      return shape(dt, rows, bytes / static_cast<int64_t>(dtype_size(dt)));
+    };
+    const auto by_bytes = all_gather_needs(t(2, 4096), t(1, 4096), cfg, 2);
+    const auto as_int32 = all_gather_needs(shape(DType::kInt32, 2, 1024), shape(DType::kInt32, 1, 1024), cfg, 2);
+    EXPECT_EQ(by_bytes.staging_bytes, as_int32.staging_bytes);
+    EXPECT_EQ(by_bytes.flags, as_int32.flags);
+    const auto big = all_to_all_needs(t(2, 1 << 22), t(2, 1 << 22), cfg, 2);
+    const auto big_int32 = all_to_all_needs(shape(DType::kInt32, 2, 1 << 20), shape(DType::kInt32, 2, 1 << 20), cfg, 2);
+    EXPECT_EQ(big.staging_bytes, big_int32.staging_bytes);
+    EXPECT_EQ(big.flags, big_int32.flags);
+    EXPECT_NO_THROW(broadcast_needs(t(3, 4096), t(3, 4096), 1, cfg, 2));
+    if (dtype_reducible(dt)) continue;
+    const std::string name = dtype_name(dt);
+    const std::string tail = "; reductions take float32, float16, bfloat16 and int32 (" + name +
+                             " tensors move with all_gather, all_to_all and broadcast).";
+    EXPECT_EQ(test::error_text<std::invalid_argument>([&] { all_reduce_needs(t(1, 64), t(1, 64), cfg, 2); }),
+              "all_reduce: cannot reduce " + name + tail);
+    EXPECT_EQ(test::error_text<std::invalid_argument>([&] { reduce_scatter_needs(t(1, 64), t(2, 64), cfg, 2); }),
+              "reduce_scatter: cannot reduce " + name + tail);
+  }
+  EXPECT_EQ(reducible, 4);
+  const DType bogus = static_cast<DType>(42);
+  EXPECT_EQ(test::error_text<std::invalid_argument>(
+                [&] { all_gather_needs(shape(DType::kInt32, 2, 8), shape(bogus, 1, 8), cfg, 2); }),
+            "all_gather: input has an unknown dtype (42).");
+  EXPECT_EQ(test::error_text<std::invalid_argument>(
+                [&] { all_reduce_needs(shape(bogus, 1, 8), shape(bogus, 1, 8), cfg, 2); }),
+            "all_reduce: input has an unknown dtype (42).");
+}
+
 TEST(CclNeeds, ShapesAndConfigAreCheckedAsTheCallChecksThem) {
   const DType dt = DType::kBFloat16;
   const Config cfg;

@@ -52,8 +52,10 @@ void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
     case DType::kInt32:
       with_op(int32_t{});
       return;
+    default:
+      break;  // the plans refuse the other types (dtype_reducible) before any launch
   }
-  throw InvalidArgument("unknown dtype");
+  throw InvalidArgument(std::string("no reduction kernel for ") + dtype_name(dtype));
 }
 
 // ---- LL exchanges: all_reduce one_shot, and all_gather / reduce_scatter / all_to_all of small blocks ----

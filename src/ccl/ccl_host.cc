@@ -15,6 +15,7 @@ PlanScope PlanScope::sizing(const char* op, int world_size) {
 }
 
 void check_view(const char* op, const char* what, const Tensor& t, bool shapes_only) {
+  IRIS_CHECK_ARG(dtype_size(t.dtype) != 0, op, ": ", what, " has an unknown dtype (", static_cast<int>(t.dtype), ").");
   IRIS_CHECK_ARG(t.rows >= 0 && t.cols >= 0, op, ": ", what, " has negative shape ", t.rows, "x", t.cols, ".");
   IRIS_CHECK_ARG(t.stride >= t.cols || t.rows <= 1, op, ": ", what, " row stride ", t.stride, " is smaller than its ",
                  t.cols, " columns.");

@@ -53,7 +53,7 @@ size_t ll_max_bytes(OpKind op);
 // Words from parity 0 to parity 1 of an LL staging: half the capacity, in whole 16-byte lines.
 inline int64_t ll_parity_words(const Workspace& ws) { return static_cast<int64_t>(ws.staging_capacity() / 2 / 16 * 2); }
 
-// One rank: every collective's result is its input (a sum, min or max over one rank is the value itself,
+// One rank: every collective's result is its input (a sum, min, max or avg over one rank is the value itself,
 // exactly, also for 16-bit types; all_gather, reduce_scatter, all_to_all and broadcast move the one
 // block onto itself). With one rank this copies `in` into `out` on `stream` (nothing when they are the
 // same view), counts the call and returns true, as NCCL's one-rank path does; with more ranks it returns

@@ -121,11 +121,17 @@ void launch_broadcast(const BroadcastArgs& args, DType dtype, int blocks, cudaSt
 template <typename F>
 void dispatch_bits(DType dtype, F&& f) {
   switch (dtype_size(dtype)) {
+    case 1:
+      f(uint8_t{});
+      return;
     case 2:
       f(uint16_t{});
       return;
     case 4:
       f(uint32_t{});
+      return;
+    case 8:
+      f(uint64_t{});
       return;
   }
   throw InvalidArgument("unknown dtype");

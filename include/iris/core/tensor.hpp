@@ -10,26 +10,83 @@
 
 namespace iris {
 
-enum class DType : uint8_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt32 = 3 };
+// Element types. Reductions (all_reduce, reduce_scatter) take float32, float16, bfloat16 and int32;
+// the GEMM and the fused ops take float16 and bfloat16 (float32 output too). The others are for the
+// collectives that move data without reducing it (all_gather, all_to_all, broadcast), which copy the
+// bits: int64 for token ids and indices, uint8/int8 for bytes, masks and quantized values, float8
+// (e4m3 and e5m2, PyTorch's float8_e4m3fn and float8_e5m2) for FP8 weights and activations.
+enum class DType : uint8_t {
+  kFloat32 = 0,
+  kFloat16 = 1,
+  kBFloat16 = 2,
+  kInt32 = 3,
+  kInt64 = 4,
+  kFloat64 = 5,
+  kUInt8 = 6,
+  kInt8 = 7,
+  kFloat8E4M3 = 8,
+  kFloat8E5M2 = 9,
+};
+inline constexpr DType kAllDTypes[] = {DType::kFloat32,    DType::kFloat16,   DType::kBFloat16, DType::kInt32,
+                                       DType::kInt64,      DType::kFloat64,   DType::kUInt8,    DType::kInt8,
+                                       DType::kFloat8E4M3, DType::kFloat8E5M2};
 
+// Bytes per element; 0 for a value that is no DType.
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kFloat32: return 4;
-    case DType::kFloat16: return 2;
-    case DType::kBFloat16: return 2;
-    case DType::kInt32: return 4;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat16:
+      return 2;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+    case DType::kFloat64:
+      return 8;
+    case DType::kUInt8:
+      return 1;
+    case DType::kInt8:
+      return 1;
+    case DType::kFloat8E4M3:
+      return 1;
+    case DType::kFloat8E5M2:
+      return 1;
   }
   return 0;
 }
 
 constexpr const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kInt32: return "int32";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kInt8:
+      return "int8";
+    case DType::kFloat8E4M3:
+      return "float8_e4m3";
+    case DType::kFloat8E5M2:
+      return "float8_e5m2";
   }
   return "unknown";
+}
+
+// The types all_reduce and reduce_scatter reduce (float32 accumulation for the 16-bit ones).
+constexpr bool dtype_reducible(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kInt32;
 }
 
 struct Tensor {
