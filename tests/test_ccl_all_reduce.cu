@@ -35,6 +35,8 @@ const Shape kIrisShapes[] = {{128, 64, 32, 64}, {128, 128, 32, 32}, {256, 128, 3
 const Shape kAwkward[] = {{1, 1, 32, 64}, {1, 7, 32, 64}, {1000, 333, 32, 64}, {3, 100003, 32, 64}};
 const Shape kLarge = {8192, 8192, 32, 64};
 const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32};
+// one_shot and two_shot (and auto, which picks them) reduce int64 too; the tile variants refuse it.
+const DType kWideDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64};
 
 ContextOptions big_heap(int world) {
   ContextOptions o;
@@ -58,6 +60,29 @@ double reduce_ref(ReduceOp op, DType dt, uint64_t seed, int world, int64_t i) {
   return acc;
 }
 
+// int64 exactly (its inputs are 53-bit integers, whose sums a double does not hold): the wrapped sum,
+// max, min, or the sum divided with truncation toward zero.
+int64_t reduce_ref_i64(ReduceOp op, uint64_t seed, int world, int64_t i) {
+  uint64_t sum = 0;
+  int64_t hi = INT64_MIN, lo = INT64_MAX;
+  for (int r = 0; r < world; ++r) {
+    const auto v = static_cast<int64_t>(test::input_value(DType::kInt64, seed, r, i));
+    sum += static_cast<uint64_t>(v);
+    hi = std::max(hi, v);
+    lo = std::min(lo, v);
+  }
+  switch (op) {
+    case ReduceOp::kMax:
+      return hi;
+    case ReduceOp::kMin:
+      return lo;
+    case ReduceOp::kAvg:
+      return static_cast<int64_t>(sum) / world;
+    default:
+      return static_cast<int64_t>(sum);
+  }
+}
+
 // One all_reduce of rows x cols (row stride `stride`) on every rank; checks every element against
 // the fp64 reference and that every rank holds bitwise-identical results.
 void check_once(Context& ctx, const Config& cfg, Workspace& ws, DType dt, ReduceOp op, int64_t rows, int64_t cols,
@@ -78,9 +103,21 @@ void check_once(Context& ctx, const Config& cfg, Workspace& ws, DType dt, Reduce
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c;
-      const double want = reduce_ref(op, dt, seed, world, i);
-      const double got = test::decode(dt, host.data() + (r * stride + c) * esz);
-      if (!(std::fabs(got - want) <= test::tolerance(dt, want, world))) {  // NaN (poison) fails too
+      const char* bytes = host.data() + (r * stride + c) * esz;
+      bool ok;
+      double want, got;
+      if (dt == DType::kInt64) {
+        int64_t g;
+        std::memcpy(&g, bytes, 8);
+        const int64_t w = reduce_ref_i64(op, seed, world, i);
+        ok = g == w;
+        got = static_cast<double>(g), want = static_cast<double>(w);
+      } else {
+        want = reduce_ref(op, dt, seed, world, i);
+        got = test::decode(dt, bytes);
+        ok = std::fabs(got - want) <= test::tolerance(dt, want, world);  // NaN (poison) fails too
+      }
+      if (!ok) {
         if (first < 0) first = i, first_got = got, first_want = want;
         ++wrong;
       }
@@ -109,10 +146,13 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtoc
       [variant, protocol](Context& ctx) {
         uint64_t seed = 1;
         const bool adds_only = variant == AllReduceVariant::kAtomic;  // sum and avg
+        const bool wide = variant == AllReduceVariant::kAuto || variant == AllReduceVariant::kOneShot ||
+                          variant == AllReduceVariant::kTwoShot;
         Config base;
         base.all_reduce_variant = variant;
         base.all_reduce_one_shot_protocol = protocol;
-        for (DType dt : kDtypes) {
+        for (DType dt : kWideDtypes) {
+          if (dt == DType::kInt64 && !wide) continue;
           for (const Shape& s : kIrisShapes) {
             Config cfg = base;
             cfg.block_size_m = s.bm;

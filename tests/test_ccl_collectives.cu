@@ -29,7 +29,7 @@ using test::TestTensor;
 // reduce_scatter: every type it reduces. all_gather, all_to_all and broadcast move bits, one kernel per
 // element width, so their full sweeps take every width (1, 2, 4 and 8 bytes); EveryDtypeMovesItsBits
 // runs every dtype through them on fewer shapes.
-const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32};
+const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64};
 const DType kMovedDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
                               DType::kInt32,   DType::kInt64,   DType::kUInt8};
 
@@ -156,6 +156,18 @@ void check_all_gather(Context& ctx, const Config& cfg, Workspace& ws, DType dt, 
 // rounding to the dtype at the end.
 void reduced_bytes(DType dt, ReduceOp op, uint64_t seed, int world, int64_t i, char* dst) {
   const bool adds = op == ReduceOp::kSum || op == ReduceOp::kAvg;
+  if (dt == DType::kInt64) {  // exact: 53-bit inputs, wrapped sums
+    int64_t acc = static_cast<int64_t>(test::input_value(dt, seed, 0, i));
+    for (int s = 1; s < world; ++s) {
+      const auto v = static_cast<int64_t>(test::input_value(dt, seed, s, i));
+      acc = adds                   ? static_cast<int64_t>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v))
+            : op == ReduceOp::kMax ? std::max(acc, v)
+                                   : std::min(acc, v);
+    }
+    if (op == ReduceOp::kAvg) acc /= world;
+    std::memcpy(dst, &acc, 8);
+    return;
+  }
   if (dt == DType::kInt32) {
     int32_t acc = static_cast<int32_t>(test::input_value(dt, seed, 0, i));
     for (int s = 1; s < world; ++s) {
@@ -382,12 +394,12 @@ TEST_P(Collective, EveryDtypeMovesItsBits) {
           const std::string name = dtype_name(dt);
           EXPECT_EQ(
               test::error_text<std::invalid_argument>([&] { ccl::all_reduce_preamble(ctx, t.view, t.view, cfg, ws); }),
-              "all_reduce: cannot reduce " + name + "; reductions take float32, float16, bfloat16 and int32 (" + name +
-                  " tensors move with all_gather, all_to_all and broadcast).");
+              "all_reduce: cannot reduce " + name + "; reductions take float32, float16, bfloat16, int32 and int64 (" +
+                  name + " tensors move with all_gather, all_to_all and broadcast).");
           const Tensor mine = rows_of(t.view, ctx.rank(), 1);
           EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::reduce_scatter(ctx, mine, t.view, cfg, ws); }),
                     "reduce_scatter: cannot reduce " + name +
-                        "; reductions take float32, float16, bfloat16 and int32 (" + name +
+                        "; reductions take float32, float16, bfloat16, int32 and int64 (" + name +
                         " tensors move with all_gather, all_to_all and broadcast).");
           ctx.barrier();
           t.release();

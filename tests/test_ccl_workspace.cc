@@ -442,14 +442,24 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
     EXPECT_NO_THROW(broadcast_needs(t(3, 4096), t(3, 4096), 1, cfg, 2));
     if (dtype_reducible(dt)) continue;
     const std::string name = dtype_name(dt);
-    const std::string tail = "; reductions take float32, float16, bfloat16 and int32 (" + name +
+    const std::string tail = "; reductions take float32, float16, bfloat16, int32 and int64 (" + name +
                              " tensors move with all_gather, all_to_all and broadcast).";
     EXPECT_EQ(test::error_text<std::invalid_argument>([&] { all_reduce_needs(t(1, 64), t(1, 64), cfg, 2); }),
               "all_reduce: cannot reduce " + name + tail);
     EXPECT_EQ(test::error_text<std::invalid_argument>([&] { reduce_scatter_needs(t(1, 64), t(2, 64), cfg, 2); }),
               "reduce_scatter: cannot reduce " + name + tail);
   }
-  EXPECT_EQ(reducible, 4);
+  EXPECT_EQ(reducible, 5);
+  // int64 reduces in one_shot and two_shot, whose accumulators are the element's width; the tile variants
+  // keep 4-byte ones and refuse it.
+  const Tensor i64 = shape(DType::kInt64, 300, 1000);
+  for (AllReduceVariant v : {AllReduceVariant::kAuto, AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot})
+    EXPECT_NO_THROW(all_reduce_needs(i64, i64, variant(v), 2, ReduceOp::kMax)) << variant_name(v);
+  for (AllReduceVariant v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kRing})
+    EXPECT_EQ(test::error_text<std::invalid_argument>([&] { all_reduce_needs(i64, i64, variant(v), 2); }),
+              std::string("all_reduce variant '") + variant_name(v) +
+                  "' accumulates in 4-byte words; use one_shot, two_shot or auto for int64.");
+  EXPECT_NO_THROW(reduce_scatter_needs(shape(DType::kInt64, 1, 64), shape(DType::kInt64, 2, 64), cfg, 2));
   const DType bogus = static_cast<DType>(42);
   EXPECT_EQ(test::error_text<std::invalid_argument>(
                 [&] { all_gather_needs(shape(DType::kInt32, 2, 8), shape(bogus, 1, 8), cfg, 2); }),

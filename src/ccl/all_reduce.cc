@@ -57,7 +57,7 @@ void validate(const char* op, const detail::PlanScope& s, const Tensor& out, con
   IRIS_CHECK_ARG(in.dtype == out.dtype, op, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
   IRIS_CHECK_ARG(dtype_reducible(in.dtype), op, ": cannot reduce ", dtype_name(in.dtype),
-                 "; reductions take float32, float16, bfloat16 and int32 (", dtype_name(in.dtype),
+                 "; reductions take float32, float16, bfloat16, int32 and int64 (", dtype_name(in.dtype),
                  " tensors move with all_gather, all_to_all and broadcast).");
   IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, op, ": input is ", in.rows, "x", in.cols,
                  " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
@@ -74,6 +74,10 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   IRIS_CHECK_ARG(p.variant != AllReduceVariant::kAtomic || rop == ReduceOp::kSum || rop == ReduceOp::kAvg,
                  "all_reduce variant 'atomic' supports only sum and avg; use one_shot, two_shot, ring or spinlock for ",
                  reduce_op_name(rop), ".");
+  IRIS_CHECK_ARG(
+      in.dtype != DType::kInt64 || p.variant == AllReduceVariant::kOneShot || p.variant == AllReduceVariant::kTwoShot,
+      "all_reduce variant '", variant_name(p.variant),
+      "' accumulates in 4-byte words; use one_shot, two_shot or auto for int64.");
   if (p.variant == AllReduceVariant::kOneShot) p.protocol = resolve_one_shot_protocol(config, bytes);
   p.sig.op = OpKind::kAllReduce;
   p.sig.rows = in.rows;

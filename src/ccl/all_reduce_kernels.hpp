@@ -19,8 +19,9 @@ namespace iris::ccl::detail {
 // Threads per block of every collective kernel.
 inline constexpr int kThreads = 512;
 
-// Calls f(T{}, std::integral_constant<ReduceOp, op>{}) for the runtime dtype and op.
-template <typename F>
+// Calls f(T{}, std::integral_constant<ReduceOp, op>{}) for the runtime dtype and op. kWide: int64 too
+// (the tile variants keep 4-byte accumulators, so they are built without it and their plans refuse it).
+template <bool kWide = true, typename F>
 void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
   auto with_op = [&](auto t) {
     switch (op) {
@@ -52,6 +53,12 @@ void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
     case DType::kInt32:
       with_op(int32_t{});
       return;
+    case DType::kInt64:
+      if constexpr (kWide) {
+        with_op(int64_t{});
+        return;
+      }
+      break;
     default:
       break;  // the plans refuse the other types (dtype_reducible) before any launch
   }

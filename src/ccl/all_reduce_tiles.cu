@@ -366,7 +366,7 @@ bool tile_vec(const TileArgs& a, DType dtype) {
 
 void launch_atomic(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
   if (op != ReduceOp::kSum && op != ReduceOp::kAvg) throw InvalidArgument("all_reduce(atomic): only sum and avg");
-  dispatch_typed(dtype, op, [&](auto t, auto o) {
+  dispatch_typed<false>(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
     constexpr ReduceOp kOp = decltype(o)::value == ReduceOp::kAvg ? ReduceOp::kAvg : ReduceOp::kSum;
     if (tile_vec(a, dtype))
@@ -377,18 +377,22 @@ void launch_atomic(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cuda
 }
 
 void launch_spinlock(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
-  dispatch_typed(dtype, op, [&](auto t, auto o) {
+  dispatch_typed<false>(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
-    if (tile_vec(a, dtype)) launch_collective(spinlock_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, a);
-    else launch_collective(spinlock_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, a);
+    if (tile_vec(a, dtype))
+      launch_collective(spinlock_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, a);
+    else
+      launch_collective(spinlock_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, a);
   });
 }
 
 void launch_ring(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
-  dispatch_typed(dtype, op, [&](auto t, auto o) {
+  dispatch_typed<false>(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
-    if (tile_vec(a, dtype)) launch_collective(ring_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, a);
-    else launch_collective(ring_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, a);
+    if (tile_vec(a, dtype))
+      launch_collective(ring_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, a);
+    else
+      launch_collective(ring_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, a);
   });
 }
 

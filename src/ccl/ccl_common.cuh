@@ -53,13 +53,19 @@ struct Elem<int32_t> {
   __device__ __forceinline__ static Acc to_acc(int32_t v) { return v; }
   __device__ __forceinline__ static int32_t from_acc(Acc v) { return v; }
 };
+template <>
+struct Elem<int64_t> {
+  using Acc = int64_t;  // wraps on overflow, like NCCL
+  __device__ __forceinline__ static Acc to_acc(int64_t v) { return v; }
+  __device__ __forceinline__ static int64_t from_acc(Acc v) { return v; }
+};
 
 // kAvg combines as a sum; reduced() divides once at the end.
 template <ReduceOp kOp, typename A>
 __device__ __forceinline__ A combine(A a, A b) {
   if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kAvg) {
-    if constexpr (std::is_same_v<A, int32_t>)
-      return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+    if constexpr (std::is_integral_v<A>)  // two's complement wrap, without signed overflow
+      return static_cast<A>(static_cast<std::make_unsigned_t<A>>(a) + static_cast<std::make_unsigned_t<A>>(b));
     else
       return a + b;
   } else if constexpr (kOp == ReduceOp::kMax) {

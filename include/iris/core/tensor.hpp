@@ -10,11 +10,11 @@
 
 namespace iris {
 
-// Element types. Reductions (all_reduce, reduce_scatter) take float32, float16, bfloat16 and int32;
-// the GEMM and the fused ops take float16 and bfloat16 (float32 output too). The others are for the
-// collectives that move data without reducing it (all_gather, all_to_all, broadcast), which copy the
-// bits: int64 for token ids and indices, uint8/int8 for bytes, masks and quantized values, float8
-// (e4m3 and e5m2, PyTorch's float8_e4m3fn and float8_e5m2) for FP8 weights and activations.
+// Element types. Every one moves through all_gather, all_to_all and broadcast, which copy bits: int64
+// token ids and indices, uint8/int8 bytes, masks and quantized values, float8 (e4m3 and e5m2, PyTorch's
+// float8_e4m3fn and float8_e5m2) FP8 weights and activations. Reductions (all_reduce, reduce_scatter)
+// take float32, float16, bfloat16, int32 and int64 (dtype_reducible); the GEMM and the fused ops take
+// float16 and bfloat16 inputs (float32 output too).
 enum class DType : uint8_t {
   kFloat32 = 0,
   kFloat16 = 1,
@@ -84,9 +84,11 @@ constexpr const char* dtype_name(DType t) {
   return "unknown";
 }
 
-// The types all_reduce and reduce_scatter reduce (float32 accumulation for the 16-bit ones).
+// The types all_reduce and reduce_scatter reduce (float32 accumulation for the 16-bit ones; int64 by
+// one_shot and two_shot only).
 constexpr bool dtype_reducible(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kInt32;
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kInt32 ||
+         t == DType::kInt64;
 }
 
 struct Tensor {
