@@ -11,7 +11,7 @@ enum class AllReduceVariant : uint8_t { kAuto = 0, kAtomic, kSpinlock, kOneShot,
 // The reduction of all_reduce and reduce_scatter. Every variant combines the ranks' values in rank
 // order, 16-bit types in float, so every rank gets the same bits. kAvg is the sum divided by the
 // world size once, at the end (float types: one IEEE division of the float sum, then the rounding to
-// the element type; int32: the wrapped int32 sum divided with truncation toward zero), the way
+// the element type; int32 and int64: the wrapped sum divided with truncation toward zero), the way
 // PyTorch's ReduceOp.AVG and NCCL's ncclAvg are used for gradients.
 enum class ReduceOp : uint8_t { kSum = 0, kMax, kMin, kAvg };
 // How all_reduce one_shot moves data. kLL: every 8-byte word carries 4 data bytes and the call's
