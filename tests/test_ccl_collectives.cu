@@ -386,7 +386,7 @@ TEST_P(Collective, EveryDtypeMovesItsBits) {
               for (Workspace* ws : {&ag, &a2a, &bc}) release(ctx, *ws);
             }
           }
-          if (dtype_reducible(dt)) continue;
+          if (ccl::reducible(dt)) continue;
           const int world = ctx.world_size();
           auto t = TestTensor::make(ctx, dt, world, 8, 8, true);
           Config cfg;

@@ -426,7 +426,7 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
   for (DType dt : kAllDTypes) {
     SCOPED_TRACE(dtype_name(dt));
     EXPECT_NE(dtype_size(dt), 0u);
-    reducible += dtype_reducible(dt);
+    reducible += ccl::reducible(dt);
     // The same bytes in any dtype need the same staging: 4096 bytes of one rank's block, 2 ranks.
     const auto t = [&](int64_t rows, int64_t bytes) {
       return shape(dt, rows, bytes / static_cast<int64_t>(dtype_size(dt)));
@@ -440,7 +440,7 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
     EXPECT_EQ(big.staging_bytes, big_int32.staging_bytes);
     EXPECT_EQ(big.flags, big_int32.flags);
     EXPECT_NO_THROW(broadcast_needs(t(3, 4096), t(3, 4096), 1, cfg, 2));
-    if (dtype_reducible(dt)) continue;
+    if (ccl::reducible(dt)) continue;
     const std::string name = dtype_name(dt);
     const std::string tail = "; reductions take float32, float16, bfloat16, int32 and int64 (" + name +
                              " tensors move with all_gather, all_to_all and broadcast).";

@@ -56,9 +56,7 @@ void validate(const char* op, const detail::PlanScope& s, const Tensor& out, con
   detail::check_view(op, "output", out, s.shapes_only);
   IRIS_CHECK_ARG(in.dtype == out.dtype, op, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
-  IRIS_CHECK_ARG(dtype_reducible(in.dtype), op, ": cannot reduce ", dtype_name(in.dtype),
-                 "; reductions take float32, float16, bfloat16, int32 and int64 (", dtype_name(in.dtype),
-                 " tensors move with all_gather, all_to_all and broadcast).");
+  detail::check_reducible(op, in.dtype);
   IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, op, ": input is ", in.rows, "x", in.cols,
                  " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
   if (!s.shapes_only) detail::check_no_partial_overlap(op, out, in, /*allow_same=*/true);

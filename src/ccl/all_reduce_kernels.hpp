@@ -60,7 +60,7 @@ void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
       }
       break;
     default:
-      break;  // the plans refuse the other types (dtype_reducible) before any launch
+      break;  // the plans refuse the other types (reducible) before any launch
   }
   throw InvalidArgument(std::string("no reduction kernel for ") + dtype_name(dtype));
 }

@@ -18,9 +18,7 @@ detail::ExchangePlan make_plan(const detail::PlanScope& s, const Tensor& out, co
   detail::check_view(kOp, "output", out, s.shapes_only);
   IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
-  IRIS_CHECK_ARG(dtype_reducible(in.dtype), kOp, ": cannot reduce ", dtype_name(in.dtype),
-                 "; reductions take float32, float16, bfloat16, int32 and int64 (", dtype_name(in.dtype),
-                 " tensors move with all_gather, all_to_all and broadcast).");
+  detail::check_reducible(kOp, in.dtype);
   IRIS_CHECK_ARG(in.rows == world * out.rows && in.cols == out.cols, kOp, ": output is ", out.rows, "x", out.cols,
                  " on each of ", world, " ranks, so the input must be ", world * out.rows, "x", out.cols, ", got ",
                  in.rows, "x", in.cols, ".");

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "iris/core/tensor.hpp"
+
 namespace iris::ccl {
 
 enum class AllReduceVariant : uint8_t { kAuto = 0, kAtomic, kSpinlock, kOneShot, kTwoShot, kRing };
@@ -25,6 +27,12 @@ const char* reduce_op_name(ReduceOp op);
 ReduceOp parse_reduce_op(const std::string& name);
 // Whether `op` is one of the enumerators above (a value cast from an integer may not be).
 bool valid_reduce_op(ReduceOp op);
+// The types all_reduce and reduce_scatter reduce (float32 accumulation for the 16-bit ones; int64 by
+// one_shot and two_shot only). Every DType moves through all_gather, all_to_all and broadcast.
+constexpr bool reducible(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kInt32 ||
+         t == DType::kInt64;
+}
 // "auto", "atomic", "spinlock", "one_shot", "two_shot", "ring" (throws InvalidArgument otherwise).
 AllReduceVariant parse_all_reduce_variant(const std::string& name);
 const char* protocol_name(OneShotProtocol p);
