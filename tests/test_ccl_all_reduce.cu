@@ -34,9 +34,8 @@ struct Shape {
 const Shape kIrisShapes[] = {{128, 64, 32, 64}, {128, 128, 32, 32}, {256, 128, 32, 16}, {1024, 256, 32, 64}};
 const Shape kAwkward[] = {{1, 1, 32, 64}, {1, 7, 32, 64}, {1000, 333, 32, 64}, {3, 100003, 32, 64}};
 const Shape kLarge = {8192, 8192, 32, 64};
-const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32};
-// one_shot and two_shot (and auto, which picks them) reduce int64 too; the tile variants refuse it.
-const DType kWideDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64};
+// Every type that reduces, in every variant.
+const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64};
 
 ContextOptions big_heap(int world) {
   ContextOptions o;
@@ -146,13 +145,10 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtoc
       [variant, protocol](Context& ctx) {
         uint64_t seed = 1;
         const bool adds_only = variant == AllReduceVariant::kAtomic;  // sum and avg
-        const bool wide = variant == AllReduceVariant::kAuto || variant == AllReduceVariant::kOneShot ||
-                          variant == AllReduceVariant::kTwoShot;
         Config base;
         base.all_reduce_variant = variant;
         base.all_reduce_one_shot_protocol = protocol;
-        for (DType dt : kWideDtypes) {
-          if (dt == DType::kInt64 && !wide) continue;
+        for (DType dt : kDtypes) {
           for (const Shape& s : kIrisShapes) {
             Config cfg = base;
             cfg.block_size_m = s.bm;
@@ -219,9 +215,9 @@ TEST_P(AllReduce, RingMatchesFp64Reference) {
 }
 // The ring with column slices and several rings: a tile's slices travel one after another, and an
 // all-gather slice shares its slot with reduce-scatter partials of later slices still in flight (for
-// 16-bit types the partials are float, so the two layouts differ). Slices of 16, 32 and 64 columns,
-// partial tiles on both edges (1000 x 333) and whole 16-byte packs (256 x 512), sum and max, each shape
-// three times on one workspace.
+// 16-bit types the partials are float, so the two layouts differ; for int64 they are the same). Slices of 16, 32 and 64
+// columns, partial tiles on both edges (1000 x 333) and whole 16-byte packs (256 x 512), sum and max, each shape three
+// times on one workspace.
 TEST_P(AllReduce, RingSlicesAndRingsMatchFp64Reference) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(

@@ -450,15 +450,6 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
               "reduce_scatter: cannot reduce " + name + tail);
   }
   EXPECT_EQ(reducible, 5);
-  // int64 reduces in one_shot and two_shot, whose accumulators are the element's width; the tile variants
-  // keep 4-byte ones and refuse it.
-  const Tensor i64 = shape(DType::kInt64, 300, 1000);
-  for (AllReduceVariant v : {AllReduceVariant::kAuto, AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot})
-    EXPECT_NO_THROW(all_reduce_needs(i64, i64, variant(v), 2, ReduceOp::kMax)) << variant_name(v);
-  for (AllReduceVariant v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kRing})
-    EXPECT_EQ(test::error_text<std::invalid_argument>([&] { all_reduce_needs(i64, i64, variant(v), 2); }),
-              std::string("all_reduce variant '") + variant_name(v) +
-                  "' accumulates in 4-byte words; use one_shot, two_shot or auto for int64.");
   EXPECT_NO_THROW(reduce_scatter_needs(shape(DType::kInt64, 1, 64), shape(DType::kInt64, 2, 64), cfg, 2));
   const DType bogus = static_cast<DType>(42);
   EXPECT_EQ(test::error_text<std::invalid_argument>(
@@ -467,6 +458,43 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
   EXPECT_EQ(test::error_text<std::invalid_argument>(
                 [&] { all_reduce_needs(shape(bogus, 1, 8), shape(bogus, 1, 8), cfg, 2); }),
             "all_reduce: input has an unknown dtype (42).");
+}
+
+// int64 reduces in every variant. The tile variants' accumulators are the element's width for the integers
+// and float for the rest, so int64 needs twice int32's accumulator bytes and the same flags.
+TEST(CclNeeds, TileVariantsSizeAccumulatorsByTheElement) {
+  const Tensor i64 = shape(DType::kInt64, 300, 1000), i32 = shape(DType::kInt32, 300, 1000);
+  const Tensor f32 = shape(DType::kFloat32, 300, 1000), bf16 = shape(DType::kBFloat16, 300, 1000);
+  for (AllReduceVariant v : {AllReduceVariant::kAuto, AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot,
+                             AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kRing}) {
+    const ReduceOp op = v == AllReduceVariant::kAtomic ? ReduceOp::kSum : ReduceOp::kMax;
+    EXPECT_NO_THROW(all_reduce_needs(i64, i64, variant(v), 2, op)) << variant_name(v);
+  }
+  for (AllReduceVariant v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
+    const Config c = variant(v);
+    const int64_t tiles = tile_count(300, 1000, c.block_size_m, c.block_size_n), owned = (tiles + 1) / 2;
+    const size_t tile_elems = static_cast<size_t>(c.block_size_m) * c.block_size_n;
+    auto r256 = [](size_t b) { return (b + 255) / 256 * 256; };
+    // Accumulators, then results in the element type.
+    EXPECT_EQ(all_reduce_needs(i64, i64, c, 2).staging_bytes,
+              r256(owned * tile_elems * 8) + r256(owned * tile_elems * 8))
+        << variant_name(v);
+    EXPECT_EQ(all_reduce_needs(i32, i32, c, 2).staging_bytes,
+              r256(owned * tile_elems * 4) + r256(owned * tile_elems * 4))
+        << variant_name(v);
+    EXPECT_EQ(all_reduce_needs(bf16, bf16, c, 2).staging_bytes,
+              r256(owned * tile_elems * 4) + r256(owned * tile_elems * 2))
+        << variant_name(v);
+    EXPECT_EQ(all_reduce_needs(i64, i64, c, 2).flags, all_reduce_needs(i32, i32, c, 2).flags) << variant_name(v);
+  }
+  {
+    const Config c = variant(AllReduceVariant::kRing);
+    const size_t slots = 2 * static_cast<size_t>(tile_count(300, 1000, c.block_size_m, c.block_size_n)) *
+                         c.block_size_m * c.block_size_n;
+    EXPECT_EQ(all_reduce_needs(i64, i64, c, 2).staging_bytes, slots * 8);
+    EXPECT_EQ(all_reduce_needs(f32, f32, c, 2).staging_bytes, slots * 4);
+    EXPECT_EQ(all_reduce_needs(bf16, bf16, c, 2).staging_bytes, slots * 4);  // RS partials travel as float
+  }
 }
 
 TEST(CclNeeds, ShapesAndConfigAreCheckedAsTheCallChecksThem) {

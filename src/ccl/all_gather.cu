@@ -64,12 +64,8 @@ __global__ void __launch_bounds__(kThreads) all_gather_kernel(const __grid_const
 }  // namespace
 
 void launch_all_gather(const ExchangeArgs& args, DType dtype, int blocks, cudaStream_t stream) {
-  dispatch_bits(dtype, [&](auto u) {
-    using U = decltype(u);
-    if (args.vec)
-      launch_collective(all_gather_kernel<U, true>, blocks, kThreads, stream, args);
-    else
-      launch_collective(all_gather_kernel<U, false>, blocks, kThreads, stream, args);
+  dispatch_bits(dtype, args.vec, [&](auto u, auto v) {
+    launch_collective(all_gather_kernel<decltype(u), decltype(v)::value>, blocks, kThreads, stream, args);
   });
 }
 

@@ -32,9 +32,9 @@ constexpr size_t kOneShotMaxBytes = size_t{1} << 20;
 // 2 x H200, LL took 31.1 us against 22.9 for two_shot). Where simple overtakes LL, and whether `auto`
 // should pick one_shot simple over two_shot at mid sizes, is for a 2-GPU measurement to say.
 constexpr size_t kLLMaxBytes = kOneShotMaxBytes;
-// Bytes of one accumulator (Elem<T>::Acc: float, or int32 for int32) in atomic/spinlock accumulators
-// and ring slots.
-constexpr size_t kAccBytes = 4;
+// Bytes of one accumulator (Elem<T>::Acc in ccl_common.cuh: float for the float types, the integer
+// itself for int32 and int64) in atomic/spinlock accumulators and ring slots.
+size_t acc_bytes(DType dtype) { return dtype == DType::kInt64 ? 8 : 4; }
 
 struct Plan {
   AllReduceVariant variant;
@@ -72,10 +72,6 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   IRIS_CHECK_ARG(p.variant != AllReduceVariant::kAtomic || rop == ReduceOp::kSum || rop == ReduceOp::kAvg,
                  "all_reduce variant 'atomic' supports only sum and avg; use one_shot, two_shot, ring or spinlock for ",
                  reduce_op_name(rop), ".");
-  IRIS_CHECK_ARG(
-      in.dtype != DType::kInt64 || p.variant == AllReduceVariant::kOneShot || p.variant == AllReduceVariant::kTwoShot,
-      "all_reduce variant '", variant_name(p.variant),
-      "' accumulates in 4-byte words; use one_shot, two_shot or auto for int64.");
   if (p.variant == AllReduceVariant::kOneShot) p.protocol = resolve_one_shot_protocol(config, bytes);
   p.sig.op = OpKind::kAllReduce;
   p.sig.rows = in.rows;
@@ -125,12 +121,12 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
       if (p.variant == AllReduceVariant::kRing) {
         p.slices = config.block_size_n / config.ring_slice_n();
         p.needs.flags = static_cast<size_t>(p.tiles) * 2 * p.slices;
-        // Slots hold RS partials as accumulators (4 bytes for every dtype: float, or int32).
-        p.needs.staging_bytes = align256(2 * static_cast<size_t>(p.tiles) * tile_elems * kAccBytes);
+        // Slots hold RS partials as accumulators.
+        p.needs.staging_bytes = align256(2 * static_cast<size_t>(p.tiles) * tile_elems * acc_bytes(in.dtype));
       } else {
         p.needs.flags = 2 * static_cast<size_t>(p.tiles);
-        p.needs.staging_bytes =
-            align256(p.tiles_per_rank * tile_elems * kAccBytes) + align256(p.tiles_per_rank * tile_elems * esz);
+        p.needs.staging_bytes = align256(p.tiles_per_rank * tile_elems * acc_bytes(in.dtype)) +
+                                align256(p.tiles_per_rank * tile_elems * esz);
         if (p.variant == AllReduceVariant::kSpinlock) p.needs.locks = static_cast<size_t>(p.tiles);
       }
       p.blocks = static_cast<int>(std::clamp<int64_t>(p.tiles, 1, config.comm_sms > 0 ? config.comm_sms : sms));

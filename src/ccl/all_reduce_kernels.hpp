@@ -19,9 +19,8 @@ namespace iris::ccl::detail {
 // Threads per block of every collective kernel.
 inline constexpr int kThreads = 512;
 
-// Calls f(T{}, std::integral_constant<ReduceOp, op>{}) for the runtime dtype and op. kWide: int64 too
-// (the tile variants keep 4-byte accumulators, so they are built without it and their plans refuse it).
-template <bool kWide = true, typename F>
+// Calls f(T{}, std::integral_constant<ReduceOp, op>{}) for the runtime dtype and op.
+template <typename F>
 void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
   auto with_op = [&](auto t) {
     switch (op) {
@@ -54,15 +53,27 @@ void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
       with_op(int32_t{});
       return;
     case DType::kInt64:
-      if constexpr (kWide) {
-        with_op(int64_t{});
-        return;
-      }
-      break;
+      with_op(int64_t{});
+      return;
     default:
       break;  // the plans refuse the other types (reducible) before any launch
   }
   throw InvalidArgument(std::string("no reduction kernel for ") + dtype_name(dtype));
+}
+
+// Calls f(std::bool_constant<vec>{}): the kernels' choice between 16-byte packs and single elements.
+template <typename F>
+void dispatch_vec(bool vec, F&& f) {
+  if (vec)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
+// dispatch_typed and dispatch_vec in one: f(T{}, op constant, vec constant), for the reduction launchers.
+template <typename F>
+void dispatch_reduction(DType dtype, ReduceOp op, bool vec, F&& f) {
+  dispatch_typed(dtype, op, [&](auto t, auto o) { dispatch_vec(vec, [&](auto v) { f(t, o, v); }); });
 }
 
 // ---- LL exchanges: all_reduce one_shot, and all_gather / reduce_scatter / all_to_all of small blocks ----

@@ -206,12 +206,9 @@ int segment_blocks(const SegmentPlan& plan, int limit) {
 }
 
 void launch_one_shot_simple(const OneShotArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
-  dispatch_typed(dtype, op, [&](auto t, auto o) {
-    using T = decltype(t);
-    if (args.vec)
-      launch_collective(one_shot_simple_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, args);
-    else
-      launch_collective(one_shot_simple_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, args);
+  dispatch_reduction(dtype, op, args.vec, [&](auto t, auto o, auto v) {
+    launch_collective(one_shot_simple_kernel<decltype(t), decltype(o)::value, decltype(v)::value>, blocks, kThreads,
+                      stream, args);
   });
 }
 

@@ -1,6 +1,7 @@
 // all_reduce tile variants, on 2-D tiles of block_size_m x block_size_n (Iris's schedules):
 //
-//   atomic    every rank adds its tile into the owner's float32 accumulator with remote atomics and
+//   atomic    every rank adds its tile into the owner's accumulator (Elem<T>::Acc: float for the float
+//             types, the integer itself for int32 and int64) with remote atomics and
 //             counts itself on the owner's arrival word; the owner, once all W arrived, converts the
 //             tile, zeroes the accumulator and publishes the result; peers pull it.
 //   spinlock  like atomic, but each rank takes the owner's per-tile lock, overwrites (first arrival)
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
   const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
   Acc* acc_stage = static_cast<Acc*>(a.stage);
   T* res_stage = reinterpret_cast<T*>(static_cast<char*>(a.stage) +
-                                      (a.tiles_per_rank * tile_elems * 4 + 255) / 256 * 256);
+                                      (a.tiles_per_rank * tile_elems * int64_t{sizeof(Acc)} + 255) / 256 * 256);
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
   if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(atomic)")) {
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
   const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
   Acc* acc_stage = static_cast<Acc*>(a.stage);
   T* res_stage = reinterpret_cast<T*>(static_cast<char*>(a.stage) +
-                                      (a.tiles_per_rank * tile_elems * 4 + 255) / 256 * 256);
+                                      (a.tiles_per_rank * tile_elems * int64_t{sizeof(Acc)} + 255) / 256 * 256);
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
   if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(spinlock)")) {
@@ -259,7 +260,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
   pdl_launch_dependents();
   using E = Elem<T>;
   using A = typename E::Acc;
-  static_assert(sizeof(A) == 4, "all_reduce.cc sizes ring slots for 4-byte accumulators (kAccBytes)");
+  static_assert(sizeof(A) >= sizeof(T), "an AG result fits in the bytes of the RS partials (ag_local)");
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size;
@@ -366,33 +367,23 @@ bool tile_vec(const TileArgs& a, DType dtype) {
 
 void launch_atomic(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
   if (op != ReduceOp::kSum && op != ReduceOp::kAvg) throw InvalidArgument("all_reduce(atomic): only sum and avg");
-  dispatch_typed<false>(dtype, op, [&](auto t, auto o) {
-    using T = decltype(t);
+  dispatch_reduction(dtype, op, tile_vec(a, dtype), [&](auto t, auto o, auto v) {
+    // max and min never get here (refused above and by the plan), so they build no kernel of their own.
     constexpr ReduceOp kOp = decltype(o)::value == ReduceOp::kAvg ? ReduceOp::kAvg : ReduceOp::kSum;
-    if (tile_vec(a, dtype))
-      launch_collective(atomic_kernel<T, kOp, true>, blocks, kThreads, stream, a);
-    else
-      launch_collective(atomic_kernel<T, kOp, false>, blocks, kThreads, stream, a);
+    launch_collective(atomic_kernel<decltype(t), kOp, decltype(v)::value>, blocks, kThreads, stream, a);
   });
 }
 
 void launch_spinlock(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
-  dispatch_typed<false>(dtype, op, [&](auto t, auto o) {
-    using T = decltype(t);
-    if (tile_vec(a, dtype))
-      launch_collective(spinlock_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, a);
-    else
-      launch_collective(spinlock_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, a);
+  dispatch_reduction(dtype, op, tile_vec(a, dtype), [&](auto t, auto o, auto v) {
+    launch_collective(spinlock_kernel<decltype(t), decltype(o)::value, decltype(v)::value>, blocks, kThreads, stream,
+                      a);
   });
 }
 
 void launch_ring(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
-  dispatch_typed<false>(dtype, op, [&](auto t, auto o) {
-    using T = decltype(t);
-    if (tile_vec(a, dtype))
-      launch_collective(ring_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, a);
-    else
-      launch_collective(ring_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, a);
+  dispatch_reduction(dtype, op, tile_vec(a, dtype), [&](auto t, auto o, auto v) {
+    launch_collective(ring_kernel<decltype(t), decltype(o)::value, decltype(v)::value>, blocks, kThreads, stream, a);
   });
 }
 

@@ -203,12 +203,9 @@ ChunkPlan plan_chunks(int64_t numel, DType dtype, int world, int distribution, i
 }
 
 void launch_two_shot(const TwoShotArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
-  dispatch_typed(dtype, op, [&](auto t, auto o) {
-    using T = decltype(t);
-    if (args.vec)
-      launch_collective(two_shot_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, args);
-    else
-      launch_collective(two_shot_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, args);
+  dispatch_reduction(dtype, op, args.vec, [&](auto t, auto o, auto v) {
+    launch_collective(two_shot_kernel<decltype(t), decltype(o)::value, decltype(v)::value>, blocks, kThreads, stream,
+                      args);
   });
 }
 

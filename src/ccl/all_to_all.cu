@@ -67,12 +67,8 @@ __global__ void __launch_bounds__(kThreads) all_to_all_kernel(const __grid_const
 }  // namespace
 
 void launch_all_to_all(const ExchangeArgs& args, DType dtype, int blocks, cudaStream_t stream) {
-  dispatch_bits(dtype, [&](auto u) {
-    using U = decltype(u);
-    if (args.vec)
-      launch_collective(all_to_all_kernel<U, true>, blocks, kThreads, stream, args);
-    else
-      launch_collective(all_to_all_kernel<U, false>, blocks, kThreads, stream, args);
+  dispatch_bits(dtype, args.vec, [&](auto u, auto v) {
+    launch_collective(all_to_all_kernel<decltype(u), decltype(v)::value>, blocks, kThreads, stream, args);
   });
 }
 

@@ -102,12 +102,8 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_consta
 }  // namespace
 
 void launch_broadcast(const BroadcastArgs& args, DType dtype, int blocks, cudaStream_t stream) {
-  dispatch_bits(dtype, [&](auto u) {
-    using U = decltype(u);
-    if (args.vec)
-      launch_collective(broadcast_kernel<U, true>, blocks, kThreads, stream, args);
-    else
-      launch_collective(broadcast_kernel<U, false>, blocks, kThreads, stream, args);
+  dispatch_bits(dtype, args.vec, [&](auto u, auto v) {
+    launch_collective(broadcast_kernel<decltype(u), decltype(v)::value>, blocks, kThreads, stream, args);
   });
 }
 

@@ -137,6 +137,12 @@ void dispatch_bits(DType dtype, F&& f) {
   throw InvalidArgument("unknown dtype");
 }
 
+// dispatch_bits and dispatch_vec in one: f(U{}, vec constant), for the copy launchers.
+template <typename F>
+void dispatch_bits(DType dtype, bool vec, F&& f) {
+  dispatch_bits(dtype, [&](auto u) { dispatch_vec(vec, [&](auto v) { f(u, v); }); });
+}
+
 // ---- host helpers -------------------------------------------------------------------------------------
 
 // True when the element ranges of a and b share a byte (empty views share none).

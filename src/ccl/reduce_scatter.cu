@@ -91,12 +91,9 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(const __grid_c
 }  // namespace
 
 void launch_reduce_scatter(const ExchangeArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
-  dispatch_typed(dtype, op, [&](auto t, auto o) {
-    using T = decltype(t);
-    if (args.vec)
-      launch_collective(reduce_scatter_kernel<T, decltype(o)::value, true>, blocks, kThreads, stream, args);
-    else
-      launch_collective(reduce_scatter_kernel<T, decltype(o)::value, false>, blocks, kThreads, stream, args);
+  dispatch_reduction(dtype, op, args.vec, [&](auto t, auto o, auto v) {
+    launch_collective(reduce_scatter_kernel<decltype(t), decltype(o)::value, decltype(v)::value>, blocks, kThreads,
+                      stream, args);
   });
 }
 
