@@ -29,8 +29,8 @@ inline uint64_t splitmix(uint64_t x) {
 // Element i of rank r's input for draw `seed`, already rounded to the dtype, as a double.
 // Floats: uniform in [-1, 1) (float8: in [-448, 448) and [-57344, 57344), most of each type's range, so
 // every exponent bit moves); int32: integers in [-1000, 1000]; int64: 53-bit integers of either sign, so all
-// eight bytes move; uint8 and int8: any byte (one in 256 is 0xFF, the poison: the other 255 catch an
-// element left unwritten).
+// eight bytes move; uint8 and int8: any byte but 0xFF, the poison (so every element left unwritten is
+// caught; float8 inputs are finite, and 0xFF is NaN in both float8 types).
 inline double input_value(DType dt, uint64_t seed, int rank, int64_t i) {
   const uint64_t h = splitmix(splitmix(seed * 1315423911ull + static_cast<uint64_t>(rank)) ^ static_cast<uint64_t>(i));
   const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
@@ -48,9 +48,9 @@ inline double input_value(DType dt, uint64_t seed, int rank, int64_t i) {
     case DType::kFloat64:
       return 2 * u - 1;
     case DType::kUInt8:
-      return static_cast<double>(h >> 56);
+      return static_cast<double>((h >> 8) % 255);
     case DType::kInt8:
-      return static_cast<double>(static_cast<int8_t>(h >> 56));
+      return static_cast<double>(static_cast<int8_t>(static_cast<uint8_t>((h >> 8) % 255)));
     case DType::kFloat8E4M3:
       return static_cast<double>(static_cast<float>(__nv_fp8_e4m3(static_cast<float>(448 * (2 * u - 1)))));
     case DType::kFloat8E5M2:
