@@ -41,7 +41,9 @@ constexpr int kCheckFailed = 1;
 constexpr int kUnexpectedException = 90;
 constexpr int kKilled = -1;
 
-// A port nobody listens on right now: bind port 0, read what the kernel picked, release it.
+// A port nobody listens on right now: bind port 0, read what the kernel picked, release it. (Another
+// program could take it before rank 0 binds it; launchers avoid that by handing over a listening
+// socket: listening_socket and StoreAdoptsTheLaunchersSocket.)
 int free_port() {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -53,6 +55,29 @@ int free_port() {
   ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(s);
   return ntohs(addr.sin_port);
+}
+
+// A loopback TCP socket listening on a port the kernel picks (what run_local_processes hands rank 0);
+// -1 on failure.
+int listening_socket(int* port) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(s, 16) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(s);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return s;
+}
+
+bool is_listening(int fd) {
+  int listening = 0;
+  socklen_t len = sizeof(listening);
+  return ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening != 0;
 }
 
 // Open descriptors of this process, to show that a bootstrap leaves none behind.
@@ -520,6 +545,70 @@ TEST(BootstrapTcp, RejectsBadLaunchInfo) {
             "iris bootstrap: master port 0 is outside 1..65535");
   EXPECT_EQ(what_of<iris::InvalidArgument>([] { iris::make_tcp_bootstrap(tcp_info(0, 1, 29500), 0ms); }),
             "iris bootstrap: timeout 0 ms must be positive");
+}
+
+// A launcher that listens on MASTER_PORT before the ranks start hands the socket to rank 0's store
+// (LaunchInfo::store_listen_fd): the port is never free for another program to take, and ranks that
+// connect before the store runs wait in the backlog instead of retrying. The launcher's descriptor
+// stays open after the store is gone; rank 0 opens and closes only its duplicate.
+TEST(BootstrapTcp, StoreAdoptsTheLaunchersSocket) {
+  constexpr int kWorld = 3;
+  int port = 0;
+  const int listener = listening_socket(&port);
+  ASSERT_GE(listener, 0);
+  auto codes = run_ranks(kWorld, [&](int rank) {
+    iris::LaunchInfo info = tcp_info(rank, kWorld, port);
+    if (rank == 0) {
+      info.store_listen_fd = listener;
+      std::this_thread::sleep_for(300ms);  // the others connect first, into the backlog
+    } else {
+      ::close(listener);
+    }
+    const int fds_before = open_fd_count();
+    {
+      auto bs = iris::make_tcp_bootstrap(info, 10s);
+      for (int round = 0; round < 3; ++round) {
+        auto all = bs->allgather(pattern(rank, round, contribution_length(rank, round)));
+        for (int q = 0; q < kWorld; ++q) CHILD_CHECK(rank, all[q] == pattern(q, round, contribution_length(q, round)));
+      }
+      bs->barrier();
+    }
+    CHILD_CHECK(rank, open_fd_count() == fds_before);
+    if (rank == 0) CHILD_CHECK(rank, is_listening(listener));
+    return 0;
+  });
+  ::close(listener);
+  expect_all_zero(codes);
+}
+
+// A handed-over descriptor that is not a TCP socket listening on MASTER_PORT is refused by name before
+// the store starts (rank 0 alone: nothing else is waited for).
+TEST(BootstrapTcp, RefusesAHandedOverSocketThatIsNotTheStores) {
+  int port = 0;
+  const int listener = listening_socket(&port);
+  ASSERT_GE(listener, 0);
+  auto start = [&](int fd, int master_port) {
+    iris::LaunchInfo info = tcp_info(0, 2, master_port);
+    info.store_listen_fd = fd;
+    iris::make_tcp_bootstrap(info, 1s);
+  };
+  const std::string who = "iris bootstrap: IRIS_STORE_LISTEN_FD=";
+  const std::string handed = " (the store socket the launcher handed over)";
+  const int other_port = port == 65535 ? port - 1 : port + 1;
+  EXPECT_EQ(what_of<iris::InvalidArgument>([&] { start(listener, other_port); }),
+            who + std::to_string(listener) + handed + " listens on port " + std::to_string(port) +
+                ", not on MASTER_PORT=" + std::to_string(other_port));
+  const int unbound = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(what_of<iris::InvalidArgument>([&] { start(unbound, port); }),
+            who + std::to_string(unbound) + handed +
+                " is not a listening TCP socket; unset it, or hand over one that listens on MASTER_PORT=" +
+                std::to_string(port));
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  EXPECT_EQ(what_of<iris::SysError>([&] { start(pipe_fds[0], port); }),
+            who + std::to_string(pipe_fds[0]) + handed + " is not a socket: Socket operation on non-socket");
+  EXPECT_TRUE(is_listening(listener)) << "a refused handover must leave the launcher's socket alone";
+  for (int fd : {listener, unbound, pipe_fds[0], pipe_fds[1]}) ::close(fd);
 }
 
 // ---- threads of one process ----------------------------------------------------------------------------

@@ -32,6 +32,7 @@ const char* const kLaunchVariables[] = {
     "SLURM_TASKS_PER_NODE",
     "SLURM_NNODES",
     "IRIS_BOOTSTRAP_TIMEOUT",
+    "IRIS_STORE_LISTEN_FD",
 };
 
 class LaunchEnv : public ::testing::Test {
@@ -109,6 +110,23 @@ TEST_F(LaunchEnv, Torchrun) {
   EXPECT_EQ(info.local_world_size, 4);
   EXPECT_EQ(info.master_addr, "node0.cluster");
   EXPECT_EQ(info.master_port, 12345);
+}
+
+// A launcher that listens on MASTER_PORT itself hands the socket to rank 0's store; other ranks ignore it.
+TEST_F(LaunchEnv, StoreListenFdIsRankZerosAlone) {
+  set("WORLD_SIZE", "2");
+  set("RANK", "0");
+  EXPECT_EQ(iris::detect_launch_info().store_listen_fd, -1);
+  set("IRIS_STORE_LISTEN_FD", "7");
+  EXPECT_EQ(iris::detect_launch_info().store_listen_fd, 7);
+  set("RANK", "1");
+  EXPECT_EQ(iris::detect_launch_info().store_listen_fd, -1);
+  set("IRIS_STORE_LISTEN_FD", "seven");
+  EXPECT_EQ(iris::detect_launch_info().store_listen_fd, -1);  // not even read
+  set("RANK", "0");
+  EXPECT_EQ(launch_error(), "iris bootstrap: IRIS_STORE_LISTEN_FD='seven' is not an integer");
+  set("IRIS_STORE_LISTEN_FD", "-3");
+  EXPECT_EQ(launch_error(), "iris bootstrap: IRIS_STORE_LISTEN_FD=-3 is not a file descriptor (expected 0 or more)");
 }
 
 TEST_F(LaunchEnv, GenericRankAndWorldOnlyMeansOneNode) {

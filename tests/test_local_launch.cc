@@ -1,6 +1,8 @@
 // run_local_processes: the environment each rank gets (checked by children that join a TCP bootstrap
 // from it, as Context::create_from_env would), how exits, signals and timeouts are reported, and the
 // refusals. Host only: no CUDA.
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -35,6 +37,21 @@ void join_as_child() {
   const char* foo = std::getenv("IRIS_LAUNCH_TEST_FOO");
   EXPECT_STREQ(foo ? foo : "(unset)", "child");
   EXPECT_EQ(std::getenv("SLURM_JOB_ID"), nullptr) << "a launcher's variable was inherited";
+  // Rank 0 alone holds the store's socket, already listening on MASTER_PORT.
+  if (info.rank == 0) {
+    ASSERT_GE(info.store_listen_fd, 0);
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    sockaddr_in addr{};
+    socklen_t addr_len = sizeof(addr);
+    ASSERT_EQ(::getsockopt(info.store_listen_fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len), 0);
+    EXPECT_NE(listening, 0);
+    ASSERT_EQ(::getsockname(info.store_listen_fd, reinterpret_cast<sockaddr*>(&addr), &addr_len), 0);
+    EXPECT_EQ(ntohs(addr.sin_port), info.master_port);
+  } else {
+    EXPECT_EQ(info.store_listen_fd, -1);
+    EXPECT_EQ(std::getenv("IRIS_STORE_LISTEN_FD"), nullptr) << "only rank 0 is handed the store's socket";
+  }
   auto boot = iris::make_tcp_bootstrap(info, 30s);
   const std::vector<std::string> all = boot->allgather("rank " + std::to_string(info.rank));
   ASSERT_EQ(all.size(), 3u);
@@ -51,7 +68,7 @@ TEST(LocalLaunch, RanksJoinOneTcpBootstrap) {
   }
   // Stale variables of another job and of another launcher must not reach the children.
   ScopedEnv rank("RANK", "7"), world("WORLD_SIZE", "9"), slurm("SLURM_JOB_ID", "12"),
-      foo("IRIS_LAUNCH_TEST_FOO", "parent");
+      store_fd("IRIS_STORE_LISTEN_FD", "999"), foo("IRIS_LAUNCH_TEST_FOO", "parent");
   iris::LocalLaunchOptions options;
   options.extra_env = {"IRIS_LAUNCH_TEST_FOO=child"};
   options.timeout = 60s;

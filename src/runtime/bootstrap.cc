@@ -3,6 +3,7 @@
 #include "iris/runtime/bootstrap.hpp"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "iris/core/error.hpp"
@@ -66,6 +68,15 @@ bool wait_fd(int fd, short events, Clock::time_point deadline) {
     }
     if (errno != EINTR) IRIS_SYSCHECK(n);
   }
+}
+
+bool connected_to_itself(int fd) {
+  sockaddr_storage self{}, peer{};
+  socklen_t self_len = sizeof(self), peer_len = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &self_len) < 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) < 0)
+    return false;
+  return self_len == peer_len && std::memcmp(&self, &peer, self_len) == 0;
 }
 
 void UniqueFd::reset(int fd) {
@@ -246,6 +257,13 @@ LaunchInfo detect_launch_info() {
     bool ok = ec == std::errc() && ptr == port_text->data() + port_text->size() && port >= 1 && port <= 65535;
     IRIS_CHECK_ARG(ok, "iris bootstrap: MASTER_PORT='", *port_text, "' is not a port number (expected 1..65535)");
     info.master_port = port;
+  }
+  if (info.rank == 0) {
+    if (auto fd = env_int("IRIS_STORE_LISTEN_FD")) {
+      IRIS_CHECK_ARG(fd->value >= 0, "iris bootstrap: IRIS_STORE_LISTEN_FD=", fd->value,
+                     " is not a file descriptor (expected 0 or more)");
+      info.store_listen_fd = fd->value;
+    }
   }
   return info;
 }

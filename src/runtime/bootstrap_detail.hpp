@@ -22,6 +22,9 @@ std::string format_ranks(const std::vector<int>& ranks);
 // will surface) or until `deadline`. Returns false on timeout. Retries on EINTR with the time left.
 bool wait_fd(int fd, short events, Clock::time_point deadline);
 
+// True when the connected TCP socket `fd` has itself as its peer (same address and port at both ends).
+bool connected_to_itself(int fd);
+
 // Owns one file descriptor; closes it on destruction. Move-only.
 class UniqueFd {
  public:

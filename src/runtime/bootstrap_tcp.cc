@@ -321,6 +321,10 @@ class StoreServer {
   };
 
   void listen_on(const LaunchInfo& info) {
+    if (info.store_listen_fd >= 0) {
+      adopt_listener(info);
+      return;
+    }
     AddrInfoPtr addrs = resolve(info.master_addr, info.master_port, true);
     int err = 0;
     for (addrinfo* ai = addrs.get(); ai != nullptr; ai = ai->ai_next) {
@@ -343,6 +347,40 @@ class StoreServer {
     throw SysError(str_cat("iris bootstrap: rank 0 cannot host the bootstrap store on ", where_, ": ", errno_text(err),
                            " (is MASTER_PORT in use, or MASTER_ADDR not an address of this host?)"),
                    err);
+  }
+  // The launcher's socket (LaunchInfo::store_listen_fd), checked to be what it claims: a TCP socket
+  // listening on master_port. A duplicate serves this store, so the launcher's descriptor stays usable.
+  void adopt_listener(const LaunchInfo& info) {
+    const int fd = info.store_listen_fd;
+    const std::string what =
+        str_cat("iris bootstrap: IRIS_STORE_LISTEN_FD=", fd, " (the store socket the launcher handed over)");
+    int listening = 0, type = 0;
+    socklen_t len = sizeof(listening);
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof(addr);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) < 0) {
+      const int err = errno;
+      throw SysError(str_cat(what, " is not a socket: ", errno_text(err)), err);
+    }
+    len = sizeof(type);
+    IRIS_SYSCHECK(::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len));
+    int port = -1;
+    if (addr.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+    IRIS_CHECK_ARG(
+        type == SOCK_STREAM && port >= 0 && listening != 0, what,
+        " is not a listening TCP socket; unset it, or hand over one that listens on MASTER_PORT=", info.master_port);
+    IRIS_CHECK_ARG(port == info.master_port, what, " listens on port ", port,
+                   ", not on MASTER_PORT=", info.master_port);
+    UniqueFd s(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    IRIS_SYSCHECK(s.get());
+    const int flags = ::fcntl(s.get(), F_GETFL);
+    IRIS_SYSCHECK(flags);
+    IRIS_SYSCHECK(::fcntl(s.get(), F_SETFL, flags | O_NONBLOCK));
+    listen_fd_ = std::move(s);
+    IRIS_LOG_DEBUG("bootstrap store listening on ", where_, " (socket handed over by the launcher) for ", world_,
+                   " ranks");
   }
 
   void run() noexcept {
@@ -822,6 +860,13 @@ class TcpBootstrap final : public Bootstrap {
             last_err = err;
             continue;
           }
+        }
+        // With nobody listening yet, a connect to a loopback port in the ephemeral range can pick that
+        // very port as its source and connect the socket to itself (TCP simultaneous open). It would
+        // then read its own hello back, and hold the port rank 0 is about to bind: drop it and retry.
+        if (detail::connected_to_itself(s.get())) {
+          last_err = ECONNREFUSED;
+          continue;
         }
         set_nodelay(s.get());
         sock_ = std::move(s);

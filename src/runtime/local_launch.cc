@@ -3,6 +3,7 @@
 #include "iris/runtime/local_launch.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -10,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -25,27 +27,29 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Prefixes of the variables a launcher sets; inherited ones would name another job.
-constexpr const char* kLauncherPrefixes[] = {"RANK=",        "WORLD_SIZE=",  "LOCAL_RANK=",      "LOCAL_WORLD_SIZE=",
-                                             "MASTER_ADDR=", "MASTER_PORT=", "OMPI_COMM_WORLD_", "SLURM_"};
+constexpr const char* kLauncherPrefixes[] = {
+    "RANK=",        "WORLD_SIZE=",      "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",    "MASTER_ADDR=",
+    "MASTER_PORT=", "OMPI_COMM_WORLD_", "SLURM_",      "IRIS_STORE_LISTEN_FD="};
 
 std::string env_name(const std::string& entry) { return entry.substr(0, entry.find('=')); }
 
-// A loopback TCP port the kernel hands out, released again for rank 0's store to bind. Another program
-// could take it in between; then rank 0's bind fails and the job reports it.
-int free_loopback_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
+// The ranks' store socket: listening on a loopback port the kernel picks, for rank 0's store to adopt
+// (IRIS_STORE_LISTEN_FD), so the port is never free between the pick and the store's start. Ranks that
+// connect before rank 0's store runs wait in the backlog. Throws when no socket can be had.
+detail::UniqueFd store_listener(int world, int& port) {
+  detail::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
   socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
+  if (!fd.valid() || bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(fd.get(), std::max(world, 16)) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    throw Error(detail::str_cat("run_local_processes: cannot open a loopback TCP socket for the ranks' store: ",
+                                std::strerror(errno)));
+  port = ntohs(addr.sin_port);
+  return fd;
 }
 
 void kill_and_reap(pid_t pid) {
@@ -73,8 +77,13 @@ std::vector<ProcessExit> run_local_processes(int world, const std::vector<std::s
   for (const std::string& e : options.extra_env)
     IRIS_CHECK_ARG(e.find('=') != std::string::npos && e.find('=') > 0, "run_local_processes: extra_env entry \"", e,
                    "\" is not NAME=value.");
-  const int port = free_loopback_port();
-  if (port == 0) throw Error("run_local_processes: no free loopback TCP port for the ranks' store (MASTER_PORT).");
+  int port = 0;
+  detail::UniqueFd listener = store_listener(world, port);
+  // Rank 0 gets the socket at a descriptor number that is free here (reserved by a close-on-exec
+  // duplicate), so dup2 onto it in rank 0 replaces nothing rank 0 inherits.
+  detail::UniqueFd reserved(fcntl(listener.get(), F_DUPFD_CLOEXEC, 3));
+  if (!reserved.valid())
+    throw Error(detail::str_cat("run_local_processes: cannot duplicate the store socket: ", std::strerror(errno)));
 
   // The environment every rank shares: ours without a launcher's variables or those extra_env replaces.
   std::vector<std::string> base;
@@ -102,16 +111,27 @@ std::vector<ProcessExit> run_local_processes(int world, const std::vector<std::s
     std::vector<std::string> env = base;
     env.push_back("RANK=" + std::to_string(r));
     env.push_back("LOCAL_RANK=" + std::to_string(r));
+    if (r == 0) env.push_back("IRIS_STORE_LISTEN_FD=" + std::to_string(reserved.get()));
     std::vector<char*> envp;
     for (std::string& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);
-    const int rc = posix_spawn(&pids[r], argp[0], nullptr, nullptr, argp.data(), envp.data());
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    // dup2 onto another number clears close-on-exec on the copy: rank 0 alone keeps the socket.
+    if (r == 0) posix_spawn_file_actions_adddup2(&actions, listener.get(), reserved.get());
+    const int rc = posix_spawn(&pids[r], argp[0], &actions, nullptr, argp.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
     if (rc != 0) {
       for (int s = 0; s < r; ++s) kill_and_reap(pids[s]);
       throw Error(
           detail::str_cat("run_local_processes: cannot start rank ", r, " (", argv[0], "): ", std::strerror(rc)));
     }
   }
+
+  // Rank 0 holds the store socket now. Closed here, it dies with rank 0, so if rank 0 never starts its
+  // store the others' connections are refused rather than left waiting in a backlog nobody reads.
+  listener.reset();
+  reserved.reset();
 
   std::vector<ProcessExit> exits(world);
   for (int r = 0; r < world; ++r) exits[r].rank = r;

@@ -64,6 +64,11 @@ struct LaunchInfo {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string launcher;  // "torchrun", "openmpi", "slurm" or "none"
+  // Rank 0 only: a socket already listening on master_port, handed over by the launcher that picked
+  // the port (IRIS_STORE_LISTEN_FD; run_local_processes does this), so no other program can take the
+  // port between the pick and the store's start. The store listens on a duplicate; the descriptor stays
+  // open, for the process's later stores. -1: the store binds master_port itself.
+  int store_listen_fd = -1;
 };
 
 // Reads the launcher's environment, in this order of precedence:
@@ -71,6 +76,7 @@ struct LaunchInfo {
 //   Open MPI:           OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (+ MASTER_ADDR/PORT if set)
 //   Slurm:              SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE... (+ MASTER_*)
 // With none of them set: a single rank (launcher "none").
+// Rank 0 also reads IRIS_STORE_LISTEN_FD (store_listen_fd); other ranks ignore it.
 // Throws InvalidArgument on malformed or inconsistent values (rank outside [0, world), bad port...).
 LaunchInfo detect_launch_info();
 

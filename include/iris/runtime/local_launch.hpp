@@ -9,7 +9,9 @@
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; Open MPI's
 // OMPI_COMM_WORLD_*; Slurm's SLURM_*), plus torchrun's for a job of `world` ranks on this host:
 // RANK=LOCAL_RANK=r, WORLD_SIZE=LOCAL_WORLD_SIZE=world, MASTER_ADDR=127.0.0.1 and a loopback
-// MASTER_PORT that was free a moment before, plus `extra_env`. So each process finds its place with
+// MASTER_PORT, plus `extra_env`. The launcher listens on MASTER_PORT before any process starts and
+// hands the socket to rank 0 (IRIS_STORE_LISTEN_FD, rank 0's environment only), whose store adopts
+// it: no other program can take the port in between. So each process finds its place with
 // detect_launch_info() and makes its Context with Context::create_from_env(). Output is not captured:
 // the processes write to the caller's stdout and stderr.
 #pragma once
@@ -45,7 +47,7 @@ struct ProcessExit {
 // Starts `world` processes of argv[0] (a path; argv[1..] are its arguments) and blocks until every one
 // has ended or the timeout has passed; returns how each ended, indexed by rank. Throws
 // iris::InvalidArgument for world < 1 or an empty argv, and iris::Error when a process cannot be
-// started (the ones already started are killed first) or no loopback port is free.
+// started (the ones already started are killed first) or no loopback socket can be opened.
 std::vector<ProcessExit> run_local_processes(int world, const std::vector<std::string>& argv,
                                              const LocalLaunchOptions& options = {});
 
