@@ -90,7 +90,8 @@ struct Subject {
   }
 };
 
-// 0x7F in every byte is no value a check accepts (bf16/fp32 ~3.4e38, fp16 NaN, int32 2139062143).
+// 0x7F in every byte is no value a check accepts (bf16/fp32 ~3.4e38, fp16 and float8 NaN, int32 2139062143,
+// int8/uint8 127, int64 and fp64 as large).
 void poison(const Problem& p, const Subject& s, cudaStream_t stream) {
   IRIS_CUDA_CHECK(cudaMemsetAsync(s.out, 0x7F, p.out_bytes(), stream));
 }
@@ -361,6 +362,12 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
   // --fused-only: no collective tables.
   for (iris::DType dtype : o.collectives ? o.dtypes : std::vector<iris::DType>{}) {
     for (Op op : o.ops) {
+      if (is_reduction(op) && !iris::ccl::reducible(dtype)) {
+        if (lead)
+          std::printf("\n# %s of %s: left out (%s only moves; reductions take bf16, fp16, fp32, int32 and int64)\n",
+                      op_name(op), iris::dtype_name(dtype), iris::dtype_name(dtype));
+        continue;
+      }
       std::set<std::string> printed_errors;
       if (lead) print_table_header(op, dtype, o, shared.machine);
       const bool table_windows = use_windows && symmetric_column(o, op);

@@ -17,6 +17,21 @@ __global__ void fill_input_kernel(Word* dst, iris::DType t, size_t count, uint64
   }
 }
 
+// Calls f(Word{}) with the unsigned integer as wide as one element of t.
+template <typename F>
+void with_word(iris::DType t, F&& f) {
+  switch (iris::dtype_size(t)) {
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    default:
+      return f(uint64_t{});
+  }
+}
+
 double half_bits_to_double(uint32_t h) {
   const int sign = (h >> 15) & 1;
   const int exponent = (h >> 10) & 0x1f;
@@ -34,39 +49,39 @@ double half_bits_to_double(uint32_t h) {
 
 }  // namespace
 
-double decode_value(iris::DType t, uint32_t bits) {
+double decode_value(iris::DType t, uint64_t bits) {
   switch (t) {
     case iris::DType::kInt32:
       return static_cast<double>(static_cast<int32_t>(bits));
+    case iris::DType::kInt64:
+      return static_cast<double>(static_cast<int64_t>(bits));
     case iris::DType::kFloat32: {
+      const auto low = static_cast<uint32_t>(bits);
       float f;
-      std::memcpy(&f, &bits, sizeof f);
+      std::memcpy(&f, &low, sizeof f);
       return f;
     }
     case iris::DType::kBFloat16: {
-      uint32_t wide = (bits & 0xffffu) << 16;
+      const auto wide = static_cast<uint32_t>((bits & 0xffffu) << 16);
       float f;
       std::memcpy(&f, &wide, sizeof f);
       return f;
     }
     case iris::DType::kFloat16:
-      return half_bits_to_double(bits & 0xffffu);
+      return half_bits_to_double(static_cast<uint32_t>(bits & 0xffffu));
     default:
-      break;  // iris-bench runs the four types parse_dtype accepts
+      break;  // the types that only move are compared by bits
   }
   return std::numeric_limits<double>::quiet_NaN();
 }
 
 void fill_input(void* dst, iris::DType t, size_t count, uint64_t seed, int rank, cudaStream_t stream) {
   if (count == 0) return;
-  size_t blocks = std::min<size_t>((count + 255) / 256, 4096);
-  if (iris::dtype_size(t) == 2) {
-    fill_input_kernel<uint16_t>
-        <<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<uint16_t*>(dst), t, count, seed, rank);
-  } else {
-    fill_input_kernel<uint32_t>
-        <<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<uint32_t*>(dst), t, count, seed, rank);
-  }
+  const auto blocks = static_cast<unsigned>(std::min<size_t>((count + 255) / 256, 4096));
+  with_word(t, [&](auto word) {
+    using Word = decltype(word);
+    fill_input_kernel<Word><<<blocks, 256, 0, stream>>>(static_cast<Word*>(dst), t, count, seed, rank);
+  });
   IRIS_CUDA_CHECK_LAUNCH();
 }
 
@@ -88,8 +103,9 @@ double reduced_at(const Expectation& e, size_t i) {
       return hi;
     case iris::ccl::ReduceOp::kMin:
       return lo;
-    case iris::ccl::ReduceOp::kAvg:
-      return p.dtype == iris::DType::kInt32 ? static_cast<double>(sum / p.world) : static_cast<double>(sum) / p.world;
+    case iris::ccl::ReduceOp::kAvg:  // integers: truncated toward zero
+      return p.dtype == iris::DType::kInt32 || p.dtype == iris::DType::kInt64 ? static_cast<double>(sum / p.world)
+                                                                              : static_cast<double>(sum) / p.world;
     case iris::ccl::ReduceOp::kSum:
       break;
   }
@@ -145,7 +161,7 @@ size_t count_wrong_chunk(const Word* host, size_t first, size_t n, const Expecta
     }
   } else {
     for (size_t i = 0; i < n; ++i) {
-      if (static_cast<uint32_t>(host[i]) != encode_int(e.problem.dtype, expected_at(e, first + i))) ++wrong;
+      if (static_cast<uint64_t>(host[i]) != encode_int(e.problem.dtype, expected_at(e, first + i))) ++wrong;
     }
   }
   return wrong;
@@ -164,11 +180,9 @@ size_t count_wrong(const void* out, const Expectation& e, cudaStream_t stream) {
     IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), static_cast<const unsigned char*>(out) + first * es, n * es,
                                     cudaMemcpyDeviceToHost, stream));
     IRIS_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (es == 2) {
-      wrong += count_wrong_chunk(reinterpret_cast<const uint16_t*>(host.data()), first, n, e);
-    } else {
-      wrong += count_wrong_chunk(reinterpret_cast<const uint32_t*>(host.data()), first, n, e);
-    }
+    with_word(e.problem.dtype, [&](auto word) {
+      wrong += count_wrong_chunk(reinterpret_cast<const decltype(word)*>(host.data()), first, n, e);
+    });
   }
   return wrong;
 }

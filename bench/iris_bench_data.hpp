@@ -1,10 +1,11 @@
 // iris-bench: inputs whose collectives have exactly predictable results, and the check against them.
 //
 // Rank r's input element i is a small integer v(seed, r, i) in {-2, ..., 2}, stored in the tensor's
-// dtype. Every partial sum of W such values is an integer of magnitude <= 2W, exact in bfloat16 (W <= 128),
-// float16, float32 and int32 whatever the reduction order, so the host reference is exact: reductions are
-// compared by value (avg of a float type, sum / W, within one unit in the last place of the dtype), data
-// movement (all_gather, all_to_all, broadcast) by bit pattern.
+// dtype (exact in every one: the float8 types too; uint8 stores v's int8 bits). Every partial sum of W such
+// values is an integer of magnitude <= 2W, exact in bfloat16 (W <= 128), float16, float32, int32 and int64
+// whatever the reduction order, so the host reference is exact: reductions are compared by value (avg of a
+// float type, sum / W, within one unit in the last place of the dtype), data movement (all_gather,
+// all_to_all, broadcast) by bit pattern.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,9 +38,30 @@ IRIS_BENCH_HD inline int input_value(uint64_t seed, int rank, uint64_t i) {
   return static_cast<int>(h % 5) - 2;
 }
 
-// Bit pattern of the integer v (|v| <= 256, exact in every dtype) in dtype t, in the low bits.
-IRIS_BENCH_HD inline uint32_t encode_int(iris::DType t, int v) {
-  if (t == iris::DType::kInt32) return static_cast<uint32_t>(v);
+// Bit pattern of the integer v in dtype t, in the low bits: |v| <= 256 for the 16- and 32-bit types, int64
+// and float64; |v| <= 2 for the 8-bit ones (all that input_value gives).
+IRIS_BENCH_HD inline uint64_t encode_int(iris::DType t, int v) {
+  switch (t) {
+    case iris::DType::kInt32:
+      return static_cast<uint32_t>(v);
+    case iris::DType::kInt64:
+      return static_cast<uint64_t>(static_cast<int64_t>(v));
+    case iris::DType::kUInt8:
+    case iris::DType::kInt8:
+      return static_cast<uint8_t>(static_cast<int8_t>(v));
+    case iris::DType::kFloat64: {
+      const double d = static_cast<double>(v);
+      uint64_t bits;
+#ifdef __CUDA_ARCH__
+      bits = static_cast<uint64_t>(__double_as_longlong(d));
+#else
+      std::memcpy(&bits, &d, sizeof bits);
+#endif
+      return bits;
+    }
+    default:
+      break;
+  }
   float f = static_cast<float>(v);
   uint32_t bits;
 #ifdef __CUDA_ARCH__
@@ -49,16 +71,24 @@ IRIS_BENCH_HD inline uint32_t encode_int(iris::DType t, int v) {
 #endif
   if (t == iris::DType::kFloat32) return bits;
   if (t == iris::DType::kBFloat16) return bits >> 16;  // small integers have no bits below the top 8 of the mantissa
-  // float16: re-bias the exponent (15 instead of 127), keep the top 10 mantissa bits; v == 0 -> +0.
+  // float16 and float8: re-bias the exponent, keep the top mantissa bits; v == 0 -> +0.
   if (v == 0) return 0;
-  uint32_t sign = (bits >> 31) & 1u;
-  int exponent = static_cast<int>((bits >> 23) & 0xffu) - 127 + 15;
-  uint32_t mantissa = (bits >> 13) & 0x3ffu;
-  return (sign << 15) | (static_cast<uint32_t>(exponent) << 10) | mantissa;
+  const uint32_t sign = (bits >> 31) & 1u;
+  const int exponent = static_cast<int>((bits >> 23) & 0xffu) - 127;
+  const uint32_t mantissa = bits & 0x7fffffu;
+  switch (t) {
+    case iris::DType::kFloat8E4M3:  // bias 7, 3 mantissa bits
+      return (sign << 7) | (static_cast<uint32_t>(exponent + 7) << 3) | (mantissa >> 20);
+    case iris::DType::kFloat8E5M2:  // bias 15, 2 mantissa bits
+      return (sign << 7) | (static_cast<uint32_t>(exponent + 15) << 2) | (mantissa >> 21);
+    default:  // float16: bias 15, 10 mantissa bits
+      return (sign << 15) | (static_cast<uint32_t>(exponent + 15) << 10) | (mantissa >> 13);
+  }
 }
 
-// Value of a stored element (bits in the low 16 or 32 bits) as a double (NaN for NaN patterns).
-double decode_value(iris::DType t, uint32_t bits);
+// Value of a stored element of a type that reduces (bits in the low 16, 32 or 64 bits) as a double (NaN
+// for NaN patterns, and for the types that only move: they are compared by bits).
+double decode_value(iris::DType t, uint64_t bits);
 
 // Fills `count` elements of rank `rank`'s input with input_value(seed, rank, i), on `stream` (asynchronous).
 void fill_input(void* dst, iris::DType t, size_t count, uint64_t seed, int rank, cudaStream_t stream);

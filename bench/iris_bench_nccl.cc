@@ -107,10 +107,24 @@ ncclDataType_t nccl_dtype(iris::DType t) {
       return ncclBfloat16;
     case iris::DType::kInt32:
       return ncclInt32;
+    case iris::DType::kInt64:
+      return ncclInt64;
+    case iris::DType::kFloat64:
+      return ncclFloat64;
+    case iris::DType::kUInt8:
+      return ncclUint8;
+    case iris::DType::kInt8:
+      return ncclInt8;
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22400  // the float8 types came with NCCL 2.24
+    case iris::DType::kFloat8E4M3:
+      return ncclFloat8e4m3;
+    case iris::DType::kFloat8E5M2:
+      return ncclFloat8e5m2;
+#endif
     default:
       break;
   }
-  throw iris::InvalidArgument("iris-bench: no NCCL type for this dtype");
+  throw iris::InvalidArgument(std::string("iris-bench: this NCCL has no type for ") + iris::dtype_name(t));
 }
 
 ncclRedOp_t nccl_op(iris::ccl::ReduceOp op) {

@@ -71,8 +71,18 @@ const char* dtype_short_name(iris::DType t) {
       return "fp32";
     case iris::DType::kInt32:
       return "int32";
-    default:
-      break;  // parse_dtype accepts the four above only
+    case iris::DType::kInt64:
+      return "int64";
+    case iris::DType::kFloat64:
+      return "fp64";
+    case iris::DType::kUInt8:
+      return "uint8";
+    case iris::DType::kInt8:
+      return "int8";
+    case iris::DType::kFloat8E4M3:
+      return "fp8_e4m3";
+    case iris::DType::kFloat8E5M2:
+      return "fp8_e5m2";
   }
   return "unknown";
 }
@@ -155,7 +165,14 @@ iris::DType parse_dtype(const std::string& name) {
   if (name == "fp16" || name == "half" || name == "float16") return iris::DType::kFloat16;
   if (name == "fp32" || name == "float" || name == "float32") return iris::DType::kFloat32;
   if (name == "int32" || name == "int") return iris::DType::kInt32;
-  bad("-d/--dtype", name, "bf16, fp16, fp32 or int32 (comma-separated for several)");
+  if (name == "int64") return iris::DType::kInt64;
+  if (name == "fp64" || name == "double" || name == "float64") return iris::DType::kFloat64;
+  if (name == "uint8") return iris::DType::kUInt8;
+  if (name == "int8") return iris::DType::kInt8;
+  if (name == "fp8_e4m3" || name == "float8_e4m3" || name == "e4m3") return iris::DType::kFloat8E4M3;
+  if (name == "fp8_e5m2" || name == "float8_e5m2" || name == "e5m2") return iris::DType::kFloat8E5M2;
+  bad("-d/--dtype", name,
+      "bf16, fp16, fp32, int32, int64, fp64, uint8, int8, fp8_e4m3 or fp8_e5m2 (comma-separated for several)");
 }
 
 Op parse_op(const std::string& name) {
@@ -192,7 +209,10 @@ after the other on the same buffers.
   -w, --warmup N            untimed graph replays before timing                   [2]
   -r, --repeats N           timed graph replays; the median per call is reported  [10]
   -c, --check 0|1           check one eager call and one replay exactly           [1]
-  -d, --dtype LIST          bf16, fp16, fp32, int32 (comma-separated)             [bf16]
+  -d, --dtype LIST          bf16, fp16, fp32, int32, int64 (these reduce), fp64,  [bf16]
+                            uint8, int8, fp8_e4m3, fp8_e5m2 (these only move:
+                            their all_reduce and reduce_scatter tables are left
+                            out); comma-separated
   -o, --op LIST             all_reduce, all_gather, reduce_scatter, all_to_all,
                             broadcast, or all                                     [all]
   -v, --variants LIST       all_reduce variants: auto, one_shot, two_shot, ring,
