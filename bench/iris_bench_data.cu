@@ -55,6 +55,11 @@ double decode_value(iris::DType t, uint64_t bits) {
       return static_cast<double>(static_cast<int32_t>(bits));
     case iris::DType::kInt64:
       return static_cast<double>(static_cast<int64_t>(bits));
+    case iris::DType::kFloat64: {
+      double d;
+      std::memcpy(&d, &bits, sizeof d);
+      return d;
+    }
     case iris::DType::kFloat32: {
       const auto low = static_cast<uint32_t>(bits);
       float f;
@@ -142,6 +147,8 @@ double avg_tolerance(iris::DType t) {
       return 0x1.0p-10;
     case iris::DType::kFloat32:
       return 0x1.0p-23;
+    case iris::DType::kFloat64:
+      return 0x1.0p-52;
     default:
       break;
   }

@@ -2,7 +2,7 @@
 //
 // Rank r's input element i is a small integer v(seed, r, i) in {-2, ..., 2}, stored in the tensor's
 // dtype (exact in every one: the float8 types too; uint8 stores v's int8 bits). Every partial sum of W such
-// values is an integer of magnitude <= 2W, exact in bfloat16 (W <= 128), float16, float32, int32 and int64
+// values is an integer of magnitude <= 2W, exact in bfloat16 (W <= 128) and in every wider type that reduces,
 // whatever the reduction order, so the host reference is exact: reductions are compared by value (avg of a
 // float type, sum / W, within one unit in the last place of the dtype), data movement (all_gather,
 // all_to_all, broadcast) by bit pattern.

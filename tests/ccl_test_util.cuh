@@ -163,8 +163,8 @@ inline double decode(DType dt, const void* src) {
   return 0;
 }
 
-// |out - ref| <= atol + rtol * |ref|: the result is accumulated in float32 and rounded once to the
-// dtype, so the bound is the dtype's rounding plus float32 accumulation over `world` terms.
+// |out - ref| <= atol + rtol * |ref|: the result is accumulated in float32 (float64 in float64) and
+// rounded once to the dtype, so the bound is the dtype's rounding plus the accumulation over `world` terms.
 inline double tolerance(DType dt, double ref, int world) {
   switch (dt) {
     case DType::kFloat32:
@@ -173,6 +173,8 @@ inline double tolerance(DType dt, double ref, int world) {
       return 1e-3 + 1e-3 * std::fabs(ref);
     case DType::kBFloat16:
       return 8e-3 + 8e-3 * std::fabs(ref);
+    case DType::kFloat64:  // accumulated in double: far below float32's error, which it would catch
+      return 1e-13 * world + 1e-13 * std::fabs(ref);
     default:
       return 0;  // int32 exact; the other types are never reduced
   }

@@ -35,7 +35,8 @@ const Shape kIrisShapes[] = {{128, 64, 32, 64}, {128, 128, 32, 32}, {256, 128, 3
 const Shape kAwkward[] = {{1, 1, 32, 64}, {1, 7, 32, 64}, {1000, 333, 32, 64}, {3, 100003, 32, 64}};
 const Shape kLarge = {8192, 8192, 32, 64};
 // Every type that reduces, in every variant.
-const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64};
+const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                         DType::kInt32,   DType::kInt64,   DType::kFloat64};
 
 ContextOptions big_heap(int world) {
   ContextOptions o;

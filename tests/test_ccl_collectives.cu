@@ -29,7 +29,8 @@ using test::TestTensor;
 // reduce_scatter: every type it reduces. all_gather, all_to_all and broadcast move bits, one kernel per
 // element width, so their full sweeps take every width (1, 2, 4 and 8 bytes); EveryDtypeMovesItsBits
 // runs every dtype through them on fewer shapes.
-const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64};
+const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                         DType::kInt32,   DType::kInt64,   DType::kFloat64};
 const DType kMovedDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
                               DType::kInt32,   DType::kInt64,   DType::kUInt8};
 
@@ -151,9 +152,9 @@ void check_all_gather(Context& ctx, const Config& cfg, Workspace& ws, DType dt, 
 
 // ---- reduce_scatter ------------------------------------------------------------------------------------
 
-// Element i of the reduction, as the kernel computes it: float32 (int32 for int32) accumulation in rank
-// order 0..W-1, for avg one division by W (IEEE float division; int32 truncated toward zero), one
-// rounding to the dtype at the end.
+// Element i of the reduction, as the kernel computes it: float32 accumulation (the integer types and
+// float64 in their own type) in rank order 0..W-1, for avg one division by W (IEEE float division; int32 truncated
+// toward zero), one rounding to the dtype at the end.
 void reduced_bytes(DType dt, ReduceOp op, uint64_t seed, int world, int64_t i, char* dst) {
   const bool adds = op == ReduceOp::kSum || op == ReduceOp::kAvg;
   if (dt == DType::kInt64) {  // exact: 53-bit inputs, wrapped sums
@@ -178,6 +179,16 @@ void reduced_bytes(DType dt, ReduceOp op, uint64_t seed, int world, int64_t i, c
     }
     if (op == ReduceOp::kAvg) acc /= world;
     std::memcpy(dst, &acc, 4);
+    return;
+  }
+  if (dt == DType::kFloat64) {  // accumulated in double, in the same order: the same bits
+    double acc = test::input_value(dt, seed, 0, i);
+    for (int s = 1; s < world; ++s) {
+      const double v = test::input_value(dt, seed, s, i);
+      acc = adds ? acc + v : op == ReduceOp::kMax ? (acc > v ? acc : v) : (acc < v ? acc : v);
+    }
+    if (op == ReduceOp::kAvg) acc /= world;
+    std::memcpy(dst, &acc, 8);
     return;
   }
   float acc = static_cast<float>(test::input_value(dt, seed, 0, i));
@@ -394,12 +405,13 @@ TEST_P(Collective, EveryDtypeMovesItsBits) {
           const std::string name = dtype_name(dt);
           EXPECT_EQ(
               test::error_text<std::invalid_argument>([&] { ccl::all_reduce_preamble(ctx, t.view, t.view, cfg, ws); }),
-              "all_reduce: cannot reduce " + name + "; reductions take float32, float16, bfloat16, int32 and int64 (" +
-                  name + " tensors move with all_gather, all_to_all and broadcast).");
+              "all_reduce: cannot reduce " + name +
+                  "; reductions take float64, float32, float16, bfloat16, int32 and int64 (" + name +
+                  " tensors move with all_gather, all_to_all and broadcast).");
           const Tensor mine = rows_of(t.view, ctx.rank(), 1);
           EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::reduce_scatter(ctx, mine, t.view, cfg, ws); }),
                     "reduce_scatter: cannot reduce " + name +
-                        "; reductions take float32, float16, bfloat16, int32 and int64 (" + name +
+                        "; reductions take float64, float32, float16, bfloat16, int32 and int64 (" + name +
                         " tensors move with all_gather, all_to_all and broadcast).");
           ctx.barrier();
           t.release();

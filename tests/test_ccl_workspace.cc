@@ -442,14 +442,14 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
     EXPECT_NO_THROW(broadcast_needs(t(3, 4096), t(3, 4096), 1, cfg, 2));
     if (ccl::reducible(dt)) continue;
     const std::string name = dtype_name(dt);
-    const std::string tail = "; reductions take float32, float16, bfloat16, int32 and int64 (" + name +
+    const std::string tail = "; reductions take float64, float32, float16, bfloat16, int32 and int64 (" + name +
                              " tensors move with all_gather, all_to_all and broadcast).";
     EXPECT_EQ(test::error_text<std::invalid_argument>([&] { all_reduce_needs(t(1, 64), t(1, 64), cfg, 2); }),
               "all_reduce: cannot reduce " + name + tail);
     EXPECT_EQ(test::error_text<std::invalid_argument>([&] { reduce_scatter_needs(t(1, 64), t(2, 64), cfg, 2); }),
               "reduce_scatter: cannot reduce " + name + tail);
   }
-  EXPECT_EQ(reducible, 5);
+  EXPECT_EQ(reducible, 6);
   EXPECT_NO_THROW(reduce_scatter_needs(shape(DType::kInt64, 1, 64), shape(DType::kInt64, 2, 64), cfg, 2));
   const DType bogus = static_cast<DType>(42);
   EXPECT_EQ(test::error_text<std::invalid_argument>(
@@ -460,15 +460,18 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
             "all_reduce: input has an unknown dtype (42).");
 }
 
-// int64 reduces in every variant. The tile variants' accumulators are the element's width for the integers
-// and float for the rest, so int64 needs twice int32's accumulator bytes and the same flags.
+// int64 and float64 reduce in every variant. The tile variants' accumulators are float for the 16-bit types
+// and the element's own type for the rest, so int64 and float64 need twice int32's accumulator bytes and the
+// same flags.
 TEST(CclNeeds, TileVariantsSizeAccumulatorsByTheElement) {
   const Tensor i64 = shape(DType::kInt64, 300, 1000), i32 = shape(DType::kInt32, 300, 1000);
   const Tensor f32 = shape(DType::kFloat32, 300, 1000), bf16 = shape(DType::kBFloat16, 300, 1000);
+  const Tensor f64 = shape(DType::kFloat64, 300, 1000);
   for (AllReduceVariant v : {AllReduceVariant::kAuto, AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot,
                              AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kRing}) {
     const ReduceOp op = v == AllReduceVariant::kAtomic ? ReduceOp::kSum : ReduceOp::kMax;
     EXPECT_NO_THROW(all_reduce_needs(i64, i64, variant(v), 2, op)) << variant_name(v);
+    EXPECT_NO_THROW(all_reduce_needs(f64, f64, variant(v), 2, op)) << variant_name(v);
   }
   for (AllReduceVariant v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
     const Config c = variant(v);
@@ -482,6 +485,9 @@ TEST(CclNeeds, TileVariantsSizeAccumulatorsByTheElement) {
     EXPECT_EQ(all_reduce_needs(i32, i32, c, 2).staging_bytes,
               r256(owned * tile_elems * 4) + r256(owned * tile_elems * 4))
         << variant_name(v);
+    EXPECT_EQ(all_reduce_needs(f64, f64, c, 2).staging_bytes,
+              r256(owned * tile_elems * 8) + r256(owned * tile_elems * 8))
+        << variant_name(v);
     EXPECT_EQ(all_reduce_needs(bf16, bf16, c, 2).staging_bytes,
               r256(owned * tile_elems * 4) + r256(owned * tile_elems * 2))
         << variant_name(v);
@@ -492,6 +498,7 @@ TEST(CclNeeds, TileVariantsSizeAccumulatorsByTheElement) {
     const size_t slots = 2 * static_cast<size_t>(tile_count(300, 1000, c.block_size_m, c.block_size_n)) *
                          c.block_size_m * c.block_size_n;
     EXPECT_EQ(all_reduce_needs(i64, i64, c, 2).staging_bytes, slots * 8);
+    EXPECT_EQ(all_reduce_needs(f64, f64, c, 2).staging_bytes, slots * 8);
     EXPECT_EQ(all_reduce_needs(f32, f32, c, 2).staging_bytes, slots * 4);
     EXPECT_EQ(all_reduce_needs(bf16, bf16, c, 2).staging_bytes, slots * 4);  // RS partials travel as float
   }

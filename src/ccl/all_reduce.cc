@@ -32,9 +32,9 @@ constexpr size_t kOneShotMaxBytes = size_t{1} << 20;
 // 2 x H200, LL took 31.1 us against 22.9 for two_shot). Where simple overtakes LL, and whether `auto`
 // should pick one_shot simple over two_shot at mid sizes, is for a 2-GPU measurement to say.
 constexpr size_t kLLMaxBytes = kOneShotMaxBytes;
-// Bytes of one accumulator (Elem<T>::Acc in ccl_common.cuh: float for the float types, the integer
-// itself for int32 and int64) in atomic/spinlock accumulators and ring slots.
-size_t acc_bytes(DType dtype) { return dtype == DType::kInt64 ? 8 : 4; }
+// Bytes of one accumulator (Elem<T>::Acc in ccl_common.cuh: float for the 16-bit types, the element
+// type itself for the others) in atomic/spinlock accumulators and ring slots.
+size_t acc_bytes(DType dtype) { return std::max<size_t>(4, dtype_size(dtype)); }
 
 struct Plan {
   AllReduceVariant variant;

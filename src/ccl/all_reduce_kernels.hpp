@@ -40,6 +40,9 @@ void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
     throw InvalidArgument("unknown reduce op");
   };
   switch (dtype) {
+    case DType::kFloat64:
+      with_op(double{});
+      return;
     case DType::kFloat32:
       with_op(float{});
       return;

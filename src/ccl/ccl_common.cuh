@@ -48,6 +48,12 @@ struct Elem<__nv_bfloat16> {
   __device__ __forceinline__ static __nv_bfloat16 from_acc(Acc v) { return __float2bfloat16_rn(v); }
 };
 template <>
+struct Elem<double> {
+  using Acc = double;
+  __device__ __forceinline__ static Acc to_acc(double v) { return v; }
+  __device__ __forceinline__ static double from_acc(Acc v) { return v; }
+};
+template <>
 struct Elem<int32_t> {
   using Acc = int32_t;  // wraps on overflow, like NCCL
   __device__ __forceinline__ static Acc to_acc(int32_t v) { return v; }

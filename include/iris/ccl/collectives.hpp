@@ -22,12 +22,12 @@
 // messages; a workspace that was never prepared is rejected.
 //
 // Reductions: sum, max, min and avg (the sum divided by the world size once, at the end: see
-// ReduceOp), for float32, float16, bfloat16, int32 and int64, in every variant; atomic takes sum and
-// avg only. 16-bit types accumulate in float32, integers in their own type (sums wrap, as in NCCL). Every rank receives
-// bitwise-identical results: each element is reduced once (in a fixed rank order for one_shot, two_shot and
-// reduce_scatter; in tile order for ring; in arrival order for atomic and spinlock, whose single result is then copied
-// to every rank). all_gather, all_to_all and broadcast move any DType (float64, uint8, int8 and float8 too) bit for
-// bit.
+// ReduceOp), for float64, float32, float16, bfloat16, int32 and int64, in every variant; atomic takes
+// sum and avg only. 16-bit types accumulate in float32, the others in their own type (integer sums
+// wrap, as in NCCL). Every rank receives bitwise-identical results: each element is reduced once (in
+// a fixed rank order for one_shot, two_shot and reduce_scatter; in tile order for ring; in arrival
+// order for atomic and spinlock, whose single result is then copied to every rank). all_gather,
+// all_to_all and broadcast move any DType (uint8, int8 and float8 too) bit for bit.
 #pragma once
 
 #include <cuda_runtime_api.h>

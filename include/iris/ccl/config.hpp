@@ -10,11 +10,11 @@
 namespace iris::ccl {
 
 enum class AllReduceVariant : uint8_t { kAuto = 0, kAtomic, kSpinlock, kOneShot, kTwoShot, kRing };
-// The reduction of all_reduce and reduce_scatter. Every variant combines the ranks' values in rank
-// order, 16-bit types in float, so every rank gets the same bits. kAvg is the sum divided by the
-// world size once, at the end (float types: one IEEE division of the float sum, then the rounding to
-// the element type; int32 and int64: the wrapped sum divided with truncation toward zero), the way
-// PyTorch's ReduceOp.AVG and NCCL's ncclAvg are used for gradients.
+// The reduction of all_reduce and reduce_scatter. 16-bit types combine in float, the others in their
+// own type; every rank gets the same bits (collectives.hpp says in which order each variant adds).
+// kAvg is the sum divided by the world size once, at the end (float types: one IEEE division of the
+// accumulated sum, then the rounding to the element type; int32 and int64: the wrapped sum divided
+// with truncation toward zero), the way PyTorch's ReduceOp.AVG and NCCL's ncclAvg are used for gradients.
 enum class ReduceOp : uint8_t { kSum = 0, kMax, kMin, kAvg };
 // How all_reduce one_shot moves data. kLL: every 8-byte word carries 4 data bytes and the call's
 // epoch, so no flag and no fence, at twice the traffic. kSimple: 16-byte stores of data, then one
@@ -30,8 +30,8 @@ bool valid_reduce_op(ReduceOp op);
 // The types all_reduce and reduce_scatter reduce (float32 accumulation for the 16-bit ones; int64 by
 // one_shot and two_shot only). Every DType moves through all_gather, all_to_all and broadcast.
 constexpr bool reducible(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kInt32 ||
-         t == DType::kInt64;
+  return t == DType::kFloat64 || t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 ||
+         t == DType::kInt32 || t == DType::kInt64;
 }
 // "auto", "atomic", "spinlock", "one_shot", "two_shot", "ring" (throws InvalidArgument otherwise).
 AllReduceVariant parse_all_reduce_variant(const std::string& name);
