@@ -55,6 +55,10 @@ double decode_value(iris::DType t, uint64_t bits) {
       return static_cast<double>(static_cast<int32_t>(bits));
     case iris::DType::kInt64:
       return static_cast<double>(static_cast<int64_t>(bits));
+    case iris::DType::kInt8:
+      return static_cast<double>(static_cast<int8_t>(bits));
+    case iris::DType::kUInt8:
+      return static_cast<double>(static_cast<uint8_t>(bits));
     case iris::DType::kFloat64: {
       double d;
       std::memcpy(&d, &bits, sizeof d);
@@ -92,29 +96,50 @@ void fill_input(void* dst, iris::DType t, size_t count, uint64_t seed, int rank,
 
 namespace {
 
-// The reduction over ranks of input element i: sum, max and min are integers; avg is sum / W (int32:
-// truncated toward zero).
+// The reduction over ranks of input element i, in the element type's arithmetic, as NCCL computes it. The
+// float types hold every sum and product of input_value's small integers exactly; integer sums and
+// products wrap modulo 2^bits (uint8 inputs are the bytes of -2..2, so 254 and 255 wrap at once); avg is
+// the sum divided by W (integer types: the wrapped sum, truncated toward zero).
 double reduced_at(const Expectation& e, size_t i) {
   const Problem& p = e.problem;
-  int sum = 0, hi = std::numeric_limits<int>::min(), lo = std::numeric_limits<int>::max();
-  for (int r = 0; r < p.world; ++r) {
-    const int v = input_value(e.seed, r, i);
-    sum += v;
-    hi = std::max(hi, v);
-    lo = std::min(lo, v);
+  const bool integer = p.dtype == iris::DType::kInt32 || p.dtype == iris::DType::kInt64 ||
+                       p.dtype == iris::DType::kInt8 || p.dtype == iris::DType::kUInt8;
+  const auto wrap = [&](uint64_t x) -> int64_t {
+    switch (p.dtype) {
+      case iris::DType::kInt32:
+        return static_cast<int32_t>(static_cast<uint32_t>(x));
+      case iris::DType::kInt8:
+        return static_cast<int8_t>(static_cast<uint8_t>(x));
+      case iris::DType::kUInt8:
+        return static_cast<uint8_t>(x);
+      default:
+        return static_cast<int64_t>(x);  // int64, and the floats (whose values never come near 2^63)
+    }
+  };
+  const auto value = [&](int r) {
+    return wrap(static_cast<uint64_t>(static_cast<int64_t>(input_value(e.seed, r, i))));
+  };
+  int64_t acc = value(0);
+  for (int r = 1; r < p.world; ++r) {
+    const int64_t v = value(r);
+    switch (p.redop) {
+      case iris::ccl::ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case iris::ccl::ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case iris::ccl::ReduceOp::kProd:
+        acc = wrap(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
+        break;
+      case iris::ccl::ReduceOp::kSum:
+      case iris::ccl::ReduceOp::kAvg:
+        acc = wrap(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
+        break;
+    }
   }
-  switch (p.redop) {
-    case iris::ccl::ReduceOp::kMax:
-      return hi;
-    case iris::ccl::ReduceOp::kMin:
-      return lo;
-    case iris::ccl::ReduceOp::kAvg:  // integers: truncated toward zero
-      return p.dtype == iris::DType::kInt32 || p.dtype == iris::DType::kInt64 ? static_cast<double>(sum / p.world)
-                                                                              : static_cast<double>(sum) / p.world;
-    case iris::ccl::ReduceOp::kSum:
-      break;
-  }
-  return sum;
+  if (p.redop != iris::ccl::ReduceOp::kAvg) return static_cast<double>(acc);
+  return integer ? static_cast<double>(acc / p.world) : static_cast<double>(acc) / p.world;
 }
 
 // Expected integer at output index k of a data movement op.

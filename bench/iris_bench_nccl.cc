@@ -137,6 +137,8 @@ ncclRedOp_t nccl_op(iris::ccl::ReduceOp op) {
       return ncclMin;
     case iris::ccl::ReduceOp::kAvg:
       return ncclAvg;
+    case iris::ccl::ReduceOp::kProd:
+      return ncclProd;
   }
   throw iris::InvalidArgument("iris-bench: no NCCL reduction for this op");
 }

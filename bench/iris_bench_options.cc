@@ -229,8 +229,8 @@ after the other on the same buffers.
   -J, --json FILE           also write every row as JSON (scripts/plot_bench.py plots it)
       --quick               short suite: 8K, 64K, 256K, 1M, 4M, 16M, 64M; 5 repeats
       --root R              broadcast root                                        [0]
-      --redop OP            reduction of all_reduce and reduce_scatter: sum, max, min
-                            or avg (NCCL: ncclSum, ncclMax, ncclMin, ncclAvg)     [sum]
+      --redop OP            reduction of all_reduce and reduce_scatter: sum, max, min,
+                            avg or prod (the same NCCL reduction; atomic: sum, avg) [sum]
       --no-nccl             measure iris only
       --no-nccl-symmetric   skip the NCCL column on registered symmetric windows
       --nccl-symmetric-all  measure that column for broadcast and all_to_all too (NCCL has
@@ -415,7 +415,7 @@ Options parse_options(int argc, char** argv, bool* help) {
         try {
           o.redop = iris::ccl::parse_reduce_op(arg);
         } catch (const iris::InvalidArgument&) {
-          bad("--redop", arg, "sum, max, min or avg");
+          bad("--redop", arg, "sum, max, min, avg or prod");
         }
         break;
       case kNoNccl:

@@ -7,6 +7,7 @@
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -176,8 +177,73 @@ inline double tolerance(DType dt, double ref, int world) {
     case DType::kFloat64:  // accumulated in double: far below float32's error, which it would catch
       return 1e-13 * world + 1e-13 * std::fabs(ref);
     default:
-      return 0;  // int32 exact; the other types are never reduced
+      return 0;  // the integer types are exact (reduce_int_ref); float8 is never reduced
   }
+}
+
+// The float references' combine: sum and avg add (avg divides once, after), prod multiplies.
+template <typename A>
+A combine_ref(ccl::ReduceOp op, A a, A b) {
+  switch (op) {
+    case ccl::ReduceOp::kMax:
+      return a > b ? a : b;
+    case ccl::ReduceOp::kMin:
+      return a < b ? a : b;
+    case ccl::ReduceOp::kProd:
+      return a * b;
+    default:
+      return a + b;
+  }
+}
+
+inline bool is_integer(DType dt) {
+  return dt == DType::kInt32 || dt == DType::kInt64 || dt == DType::kInt8 || dt == DType::kUInt8;
+}
+
+// x modulo 2^bits of the integer dtype, as that dtype's value (two's complement for the signed ones).
+inline int64_t wrap_int(DType dt, uint64_t x) {
+  switch (dt) {
+    case DType::kInt32:
+      return static_cast<int32_t>(static_cast<uint32_t>(x));
+    case DType::kInt8:
+      return static_cast<int8_t>(static_cast<uint8_t>(x));
+    case DType::kUInt8:
+      return static_cast<uint8_t>(x);
+    default:
+      return static_cast<int64_t>(x);
+  }
+}
+
+// Element i of an integer reduction over `world` ranks, exactly, in the element type's arithmetic (as
+// NCCL computes it): sums and products wrap modulo 2^bits, avg is the wrapped sum divided by the world
+// size with truncation toward zero. (int64 inputs are 53-bit: a double would not hold their sums.)
+inline int64_t reduce_int_ref(DType dt, ccl::ReduceOp op, uint64_t seed, int world, int64_t i) {
+  auto value = [&](int r) { return static_cast<int64_t>(input_value(dt, seed, r, i)); };
+  int64_t acc = value(0);
+  for (int r = 1; r < world; ++r) {
+    const int64_t v = value(r);
+    switch (op) {
+      case ccl::ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ccl::ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ccl::ReduceOp::kProd:
+        acc = wrap_int(dt, static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
+        break;
+      default:
+        acc = wrap_int(dt, static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
+    }
+  }
+  return op == ccl::ReduceOp::kAvg ? acc / world : acc;
+}
+
+// The value of one element of an integer dtype.
+inline int64_t decode_int(DType dt, const void* src) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, src, dtype_size(dt));
+  return wrap_int(dt, bits);
 }
 
 // A 2-D device tensor with a row stride, in the heap or in plain device memory.

@@ -35,8 +35,8 @@ const Shape kIrisShapes[] = {{128, 64, 32, 64}, {128, 128, 32, 32}, {256, 128, 3
 const Shape kAwkward[] = {{1, 1, 32, 64}, {1, 7, 32, 64}, {1000, 333, 32, 64}, {3, 100003, 32, 64}};
 const Shape kLarge = {8192, 8192, 32, 64};
 // Every type that reduces, in every variant.
-const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
-                         DType::kInt32,   DType::kInt64,   DType::kFloat64};
+const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                         DType::kInt64,   DType::kFloat64, DType::kInt8,     DType::kUInt8};
 
 ContextOptions big_heap(int world) {
   ContextOptions o;
@@ -46,41 +46,11 @@ ContextOptions big_heap(int world) {
   return o;
 }
 
+// Element i of a float reduction in double (the integer types: test::reduce_int_ref, exactly).
 double reduce_ref(ReduceOp op, DType dt, uint64_t seed, int world, int64_t i) {
-  const bool adds = op == ReduceOp::kSum || op == ReduceOp::kAvg;
   double acc = test::input_value(dt, seed, 0, i);
-  for (int r = 1; r < world; ++r) {
-    double v = test::input_value(dt, seed, r, i);
-    acc = adds ? acc + v : op == ReduceOp::kMax ? std::max(acc, v) : std::min(acc, v);
-  }
-  if (dt == DType::kInt32 && adds)  // int32 sums wrap (never here: |sum| <= 1000 W)
-    acc = static_cast<double>(static_cast<int32_t>(static_cast<int64_t>(acc)));
-  if (op == ReduceOp::kAvg)  // int32: truncated toward zero
-    acc = dt == DType::kInt32 ? static_cast<double>(static_cast<int64_t>(acc) / world) : acc / world;
-  return acc;
-}
-
-// int64 exactly (its inputs are 53-bit integers, whose sums a double does not hold): the wrapped sum,
-// max, min, or the sum divided with truncation toward zero.
-int64_t reduce_ref_i64(ReduceOp op, uint64_t seed, int world, int64_t i) {
-  uint64_t sum = 0;
-  int64_t hi = INT64_MIN, lo = INT64_MAX;
-  for (int r = 0; r < world; ++r) {
-    const auto v = static_cast<int64_t>(test::input_value(DType::kInt64, seed, r, i));
-    sum += static_cast<uint64_t>(v);
-    hi = std::max(hi, v);
-    lo = std::min(lo, v);
-  }
-  switch (op) {
-    case ReduceOp::kMax:
-      return hi;
-    case ReduceOp::kMin:
-      return lo;
-    case ReduceOp::kAvg:
-      return static_cast<int64_t>(sum) / world;
-    default:
-      return static_cast<int64_t>(sum);
-  }
+  for (int r = 1; r < world; ++r) acc = test::combine_ref(op, acc, test::input_value(dt, seed, r, i));
+  return op == ReduceOp::kAvg ? acc / world : acc;
 }
 
 // One all_reduce of rows x cols (row stride `stride`) on every rank; checks every element against
@@ -106,10 +76,8 @@ void check_once(Context& ctx, const Config& cfg, Workspace& ws, DType dt, Reduce
       const char* bytes = host.data() + (r * stride + c) * esz;
       bool ok;
       double want, got;
-      if (dt == DType::kInt64) {
-        int64_t g;
-        std::memcpy(&g, bytes, 8);
-        const int64_t w = reduce_ref_i64(op, seed, world, i);
+      if (test::is_integer(dt)) {
+        const int64_t g = test::decode_int(dt, bytes), w = test::reduce_int_ref(dt, op, seed, world, i);
         ok = g == w;
         got = static_cast<double>(g), want = static_cast<double>(w);
       } else {
@@ -145,7 +113,7 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtoc
       setup,
       [variant, protocol](Context& ctx) {
         uint64_t seed = 1;
-        const bool adds_only = variant == AllReduceVariant::kAtomic;  // sum and avg
+        const bool adds_only = variant == AllReduceVariant::kAtomic;  // sum and avg only
         Config base;
         base.all_reduce_variant = variant;
         base.all_reduce_one_shot_protocol = protocol;
@@ -172,6 +140,7 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtoc
             if (!adds_only) {
               check_once(ctx, cfg, ws, dt, ReduceOp::kMax, s.m, s.n, s.n, false, true, seed++, what + " max");
               check_once(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, s.n, false, false, seed++, what + " min");
+              check_once(ctx, cfg, ws, dt, ReduceOp::kProd, s.m, s.n, s.n, false, true, seed++, what + " prod");
             }
             // Row stride larger than the row, and in place.
             check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n + 5, false, false, seed++, what + " strided");

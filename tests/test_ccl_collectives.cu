@@ -29,8 +29,8 @@ using test::TestTensor;
 // reduce_scatter: every type it reduces. all_gather, all_to_all and broadcast move bits, one kernel per
 // element width, so their full sweeps take every width (1, 2, 4 and 8 bytes); EveryDtypeMovesItsBits
 // runs every dtype through them on fewer shapes.
-const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
-                         DType::kInt32,   DType::kInt64,   DType::kFloat64};
+const DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                         DType::kInt64,   DType::kFloat64, DType::kInt8,     DType::kUInt8};
 const DType kMovedDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
                               DType::kInt32,   DType::kInt64,   DType::kUInt8};
 
@@ -152,50 +152,25 @@ void check_all_gather(Context& ctx, const Config& cfg, Workspace& ws, DType dt, 
 
 // ---- reduce_scatter ------------------------------------------------------------------------------------
 
-// Element i of the reduction, as the kernel computes it: float32 accumulation (the integer types and
-// float64 in their own type) in rank order 0..W-1, for avg one division by W (IEEE float division; int32 truncated
-// toward zero), one rounding to the dtype at the end.
+// Element i of the reduction, as the kernel computes it, so the bytes must match exactly: integer types
+// exactly in their own arithmetic (test::reduce_int_ref); float64 in double and the other floats in
+// float32, in rank order 0..W-1, for avg one IEEE division by W, one rounding to the dtype at the end.
 void reduced_bytes(DType dt, ReduceOp op, uint64_t seed, int world, int64_t i, char* dst) {
-  const bool adds = op == ReduceOp::kSum || op == ReduceOp::kAvg;
-  if (dt == DType::kInt64) {  // exact: 53-bit inputs, wrapped sums
-    int64_t acc = static_cast<int64_t>(test::input_value(dt, seed, 0, i));
-    for (int s = 1; s < world; ++s) {
-      const auto v = static_cast<int64_t>(test::input_value(dt, seed, s, i));
-      acc = adds                   ? static_cast<int64_t>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v))
-            : op == ReduceOp::kMax ? std::max(acc, v)
-                                   : std::min(acc, v);
-    }
-    if (op == ReduceOp::kAvg) acc /= world;
-    std::memcpy(dst, &acc, 8);
+  if (test::is_integer(dt)) {
+    const int64_t v = test::reduce_int_ref(dt, op, seed, world, i);
+    std::memcpy(dst, &v, dtype_size(dt));  // the low bytes: little-endian
     return;
   }
-  if (dt == DType::kInt32) {
-    int32_t acc = static_cast<int32_t>(test::input_value(dt, seed, 0, i));
-    for (int s = 1; s < world; ++s) {
-      const int32_t v = static_cast<int32_t>(test::input_value(dt, seed, s, i));
-      acc = adds                   ? static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(v))
-            : op == ReduceOp::kMax ? (acc > v ? acc : v)
-                                   : (acc < v ? acc : v);
-    }
-    if (op == ReduceOp::kAvg) acc /= world;
-    std::memcpy(dst, &acc, 4);
-    return;
-  }
-  if (dt == DType::kFloat64) {  // accumulated in double, in the same order: the same bits
+  if (dt == DType::kFloat64) {
     double acc = test::input_value(dt, seed, 0, i);
-    for (int s = 1; s < world; ++s) {
-      const double v = test::input_value(dt, seed, s, i);
-      acc = adds ? acc + v : op == ReduceOp::kMax ? (acc > v ? acc : v) : (acc < v ? acc : v);
-    }
+    for (int s = 1; s < world; ++s) acc = test::combine_ref(op, acc, test::input_value(dt, seed, s, i));
     if (op == ReduceOp::kAvg) acc /= world;
     std::memcpy(dst, &acc, 8);
     return;
   }
   float acc = static_cast<float>(test::input_value(dt, seed, 0, i));
-  for (int s = 1; s < world; ++s) {
-    const float v = static_cast<float>(test::input_value(dt, seed, s, i));
-    acc = adds ? acc + v : op == ReduceOp::kMax ? (acc > v ? acc : v) : (acc < v ? acc : v);
-  }
+  for (int s = 1; s < world; ++s)
+    acc = test::combine_ref(op, acc, static_cast<float>(test::input_value(dt, seed, s, i)));
   if (op == ReduceOp::kAvg) acc /= static_cast<float>(world);
   test::encode(dt, acc, dst);
 }
@@ -340,10 +315,11 @@ TEST_P(Collective, ReduceScatterMatchesRankOrderReference) {
             ctx, kDtypes, true,
             [&](DType dt, const Shape& s, const Mode& mode, const Config& cfg, Workspace& ws, uint64_t seed) {
               check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, mode, seed);
-              if (!mode.in_place && mode.pad == 0 && mode.on_heap) {  // max, min and avg once per dtype and shape
+              if (!mode.in_place && mode.pad == 0 && mode.on_heap) {  // the other ops once per dtype and shape
                 check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMax, s.m, s.n, mode, seed + 1000);
                 check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kMin, s.m, s.n, mode, seed + 2000);
                 check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kAvg, s.m, s.n, mode, seed + 3000);
+                check_reduce_scatter(ctx, cfg, ws, dt, ReduceOp::kProd, s.m, s.n, mode, seed + 4000);
               }
             });
       },
@@ -406,12 +382,12 @@ TEST_P(Collective, EveryDtypeMovesItsBits) {
           EXPECT_EQ(
               test::error_text<std::invalid_argument>([&] { ccl::all_reduce_preamble(ctx, t.view, t.view, cfg, ws); }),
               "all_reduce: cannot reduce " + name +
-                  "; reductions take float64, float32, float16, bfloat16, int32 and int64 (" + name +
+                  "; reductions take float64, float32, float16, bfloat16, int32, int64, int8 and uint8 (" + name +
                   " tensors move with all_gather, all_to_all and broadcast).");
           const Tensor mine = rows_of(t.view, ctx.rank(), 1);
           EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::reduce_scatter(ctx, mine, t.view, cfg, ws); }),
                     "reduce_scatter: cannot reduce " + name +
-                        "; reductions take float64, float32, float16, bfloat16, int32 and int64 (" + name +
+                        "; reductions take float64, float32, float16, bfloat16, int32, int64, int8 and uint8 (" + name +
                         " tensors move with all_gather, all_to_all and broadcast).");
           ctx.barrier();
           t.release();

@@ -120,14 +120,15 @@ TEST(CclConfig, DefaultsAreValidAndBadFieldsAreNamed) {
 }
 
 TEST(CclConfig, ReduceOpsByName) {
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg}) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg, ReduceOp::kProd}) {
     EXPECT_TRUE(valid_reduce_op(op));
     EXPECT_EQ(parse_reduce_op(reduce_op_name(op)), op);
   }
   EXPECT_STREQ(reduce_op_name(ReduceOp::kAvg), "avg");
-  EXPECT_FALSE(valid_reduce_op(static_cast<ReduceOp>(4)));
+  EXPECT_STREQ(reduce_op_name(ReduceOp::kProd), "prod");
+  EXPECT_FALSE(valid_reduce_op(static_cast<ReduceOp>(5)));
   EXPECT_EQ(test::error_text<std::invalid_argument>([] { parse_reduce_op("mean"); }),
-            "reduce op must be one of: 'sum', 'max', 'min', 'avg', got 'mean'");
+            "reduce op must be one of: 'sum', 'max', 'min', 'avg', 'prod', got 'mean'");
 }
 
 TEST(CclWorkspace, MatchesComparesEveryFieldIncludingBlockSizes) {
@@ -442,14 +443,14 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
     EXPECT_NO_THROW(broadcast_needs(t(3, 4096), t(3, 4096), 1, cfg, 2));
     if (ccl::reducible(dt)) continue;
     const std::string name = dtype_name(dt);
-    const std::string tail = "; reductions take float64, float32, float16, bfloat16, int32 and int64 (" + name +
-                             " tensors move with all_gather, all_to_all and broadcast).";
+    const std::string tail = "; reductions take float64, float32, float16, bfloat16, int32, int64, int8 and uint8 (" +
+                             name + " tensors move with all_gather, all_to_all and broadcast).";
     EXPECT_EQ(test::error_text<std::invalid_argument>([&] { all_reduce_needs(t(1, 64), t(1, 64), cfg, 2); }),
               "all_reduce: cannot reduce " + name + tail);
     EXPECT_EQ(test::error_text<std::invalid_argument>([&] { reduce_scatter_needs(t(1, 64), t(2, 64), cfg, 2); }),
               "reduce_scatter: cannot reduce " + name + tail);
   }
-  EXPECT_EQ(reducible, 6);
+  EXPECT_EQ(reducible, 8);  // all but the two float8 types
   EXPECT_NO_THROW(reduce_scatter_needs(shape(DType::kInt64, 1, 64), shape(DType::kInt64, 2, 64), cfg, 2));
   const DType bogus = static_cast<DType>(42);
   EXPECT_EQ(test::error_text<std::invalid_argument>(
@@ -460,38 +461,38 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
             "all_reduce: input has an unknown dtype (42).");
 }
 
-// int64 and float64 reduce in every variant. The tile variants' accumulators are float for the 16-bit types
-// and the element's own type for the rest, so int64 and float64 need twice int32's accumulator bytes and the
-// same flags.
+// The 8-byte and 1-byte types reduce in every variant. The tile variants' accumulators are float for the
+// 16-bit floats, 32 bits for int8 and uint8 and the element's own type for the rest, so int64 and float64
+// need twice int32's accumulator bytes, int8 and uint8 as many as int32, and all of them the same flags.
 TEST(CclNeeds, TileVariantsSizeAccumulatorsByTheElement) {
   const Tensor i64 = shape(DType::kInt64, 300, 1000), i32 = shape(DType::kInt32, 300, 1000);
   const Tensor f32 = shape(DType::kFloat32, 300, 1000), bf16 = shape(DType::kBFloat16, 300, 1000);
   const Tensor f64 = shape(DType::kFloat64, 300, 1000);
+  const Tensor i8 = shape(DType::kInt8, 300, 1000), u8 = shape(DType::kUInt8, 300, 1000);
   for (AllReduceVariant v : {AllReduceVariant::kAuto, AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot,
                              AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kRing}) {
     const ReduceOp op = v == AllReduceVariant::kAtomic ? ReduceOp::kSum : ReduceOp::kMax;
-    EXPECT_NO_THROW(all_reduce_needs(i64, i64, variant(v), 2, op)) << variant_name(v);
-    EXPECT_NO_THROW(all_reduce_needs(f64, f64, variant(v), 2, op)) << variant_name(v);
+    for (const Tensor* t : {&i64, &f64, &i8, &u8})
+      EXPECT_NO_THROW(all_reduce_needs(*t, *t, variant(v), 2, op)) << variant_name(v) << ", " << dtype_name(t->dtype);
   }
   for (AllReduceVariant v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
     const Config c = variant(v);
     const int64_t tiles = tile_count(300, 1000, c.block_size_m, c.block_size_n), owned = (tiles + 1) / 2;
     const size_t tile_elems = static_cast<size_t>(c.block_size_m) * c.block_size_n;
     auto r256 = [](size_t b) { return (b + 255) / 256 * 256; };
-    // Accumulators, then results in the element type.
-    EXPECT_EQ(all_reduce_needs(i64, i64, c, 2).staging_bytes,
-              r256(owned * tile_elems * 8) + r256(owned * tile_elems * 8))
-        << variant_name(v);
-    EXPECT_EQ(all_reduce_needs(i32, i32, c, 2).staging_bytes,
-              r256(owned * tile_elems * 4) + r256(owned * tile_elems * 4))
-        << variant_name(v);
-    EXPECT_EQ(all_reduce_needs(f64, f64, c, 2).staging_bytes,
-              r256(owned * tile_elems * 8) + r256(owned * tile_elems * 8))
-        << variant_name(v);
-    EXPECT_EQ(all_reduce_needs(bf16, bf16, c, 2).staging_bytes,
-              r256(owned * tile_elems * 4) + r256(owned * tile_elems * 2))
-        << variant_name(v);
-    EXPECT_EQ(all_reduce_needs(i64, i64, c, 2).flags, all_reduce_needs(i32, i32, c, 2).flags) << variant_name(v);
+    // Accumulators (bytes each), then results in the element type (bytes each).
+    struct Case {
+      const Tensor& t;
+      size_t acc, elem;
+    };
+    for (const Case& k :
+         {Case{i64, 8, 8}, Case{i32, 4, 4}, Case{f64, 8, 8}, Case{bf16, 4, 2}, Case{i8, 4, 1}, Case{u8, 4, 1}}) {
+      EXPECT_EQ(all_reduce_needs(k.t, k.t, c, 2).staging_bytes,
+                r256(owned * tile_elems * k.acc) + r256(owned * tile_elems * k.elem))
+          << variant_name(v) << ", " << dtype_name(k.t.dtype);
+    }
+    for (const Tensor* t : {&i64, &f64, &i8, &u8})
+      EXPECT_EQ(all_reduce_needs(*t, *t, c, 2).flags, all_reduce_needs(i32, i32, c, 2).flags) << variant_name(v);
   }
   {
     const Config c = variant(AllReduceVariant::kRing);
@@ -501,6 +502,8 @@ TEST(CclNeeds, TileVariantsSizeAccumulatorsByTheElement) {
     EXPECT_EQ(all_reduce_needs(f64, f64, c, 2).staging_bytes, slots * 8);
     EXPECT_EQ(all_reduce_needs(f32, f32, c, 2).staging_bytes, slots * 4);
     EXPECT_EQ(all_reduce_needs(bf16, bf16, c, 2).staging_bytes, slots * 4);  // RS partials travel as float
+    EXPECT_EQ(all_reduce_needs(u8, u8, c, 2).staging_bytes, slots * 4);      // and as 32-bit words for int8, uint8
+    EXPECT_EQ(all_reduce_needs(i8, i8, c, 2).staging_bytes, slots * 4);
   }
 }
 
@@ -535,17 +538,25 @@ TEST(CclNeeds, ShapesAndConfigAreCheckedAsTheCallChecksThem) {
               all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), variant(AllReduceVariant::kAtomic), 2, ReduceOp::kMax);
             }),
             "all_reduce variant 'atomic' supports only sum and avg; use one_shot, two_shot, ring or spinlock for max.");
+  EXPECT_EQ(
+      test::error_text<std::invalid_argument>([&] {
+        all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), variant(AllReduceVariant::kAtomic), 2, ReduceOp::kProd);
+      }),
+      "all_reduce variant 'atomic' supports only sum and avg; use one_shot, two_shot, ring or spinlock for prod.");
   EXPECT_NO_THROW(
       all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), variant(AllReduceVariant::kAtomic), 2, ReduceOp::kAvg));
-  // avg needs what sum needs: it is the sum, divided once at the end.
+  // avg needs what sum needs: it is the sum, divided once at the end; prod the same arrays (not atomic).
   for (AllReduceVariant v : {AllReduceVariant::kAuto, AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock,
                              AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing}) {
     const auto sum = all_reduce_needs(shape(dt, 300, 1000), shape(dt, 300, 1000), variant(v), 2, ReduceOp::kSum);
-    const auto avg = all_reduce_needs(shape(dt, 300, 1000), shape(dt, 300, 1000), variant(v), 2, ReduceOp::kAvg);
-    EXPECT_EQ(avg.locks, sum.locks) << variant_name(v);
-    EXPECT_EQ(avg.flags, sum.flags) << variant_name(v);
-    EXPECT_EQ(avg.staging_bytes, sum.staging_bytes) << variant_name(v);
-    EXPECT_EQ(avg.block_state, sum.block_state) << variant_name(v);
+    for (ReduceOp op : {ReduceOp::kAvg, ReduceOp::kProd}) {
+      if (op == ReduceOp::kProd && v == AllReduceVariant::kAtomic) continue;
+      const auto other = all_reduce_needs(shape(dt, 300, 1000), shape(dt, 300, 1000), variant(v), 2, op);
+      EXPECT_EQ(other.locks, sum.locks) << variant_name(v) << " " << reduce_op_name(op);
+      EXPECT_EQ(other.flags, sum.flags) << variant_name(v) << " " << reduce_op_name(op);
+      EXPECT_EQ(other.staging_bytes, sum.staging_bytes) << variant_name(v) << " " << reduce_op_name(op);
+      EXPECT_EQ(other.block_state, sum.block_state) << variant_name(v) << " " << reduce_op_name(op);
+    }
   }
   EXPECT_EQ(test::error_text<std::invalid_argument>(
                 [&] { all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), cfg, 2, static_cast<ReduceOp>(9)); }),

@@ -36,6 +36,9 @@ void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
       case ReduceOp::kAvg:
         f(t, std::integral_constant<ReduceOp, ReduceOp::kAvg>{});
         return;
+      case ReduceOp::kProd:
+        f(t, std::integral_constant<ReduceOp, ReduceOp::kProd>{});
+        return;
     }
     throw InvalidArgument("unknown reduce op");
   };
@@ -58,8 +61,14 @@ void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
     case DType::kInt64:
       with_op(int64_t{});
       return;
+    case DType::kInt8:
+      with_op(int8_t{});
+      return;
+    case DType::kUInt8:
+      with_op(uint8_t{});
+      return;
     default:
-      break;  // the plans refuse the other types (reducible) before any launch
+      break;  // the plans refuse float8 (reducible) before any launch
   }
   throw InvalidArgument(std::string("no reduction kernel for ") + dtype_name(dtype));
 }

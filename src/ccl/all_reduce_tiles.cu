@@ -1,12 +1,12 @@
 // all_reduce tile variants, on 2-D tiles of block_size_m x block_size_n (Iris's schedules):
 //
-//   atomic    every rank adds its tile into the owner's accumulator (Elem<T>::Acc: float for the float
-//             types, the integer itself for int32 and int64) with remote atomics and
+//   atomic    every rank adds its tile into the owner's accumulator (Elem<T>::Acc: float for the 16-bit
+//             floats, 32 bits for int8 and uint8, the element type for the others) with remote atomics and
 //             counts itself on the owner's arrival word; the owner, once all W arrived, converts the
 //             tile, zeroes the accumulator and publishes the result; peers pull it.
 //   spinlock  like atomic, but each rank takes the owner's per-tile lock, overwrites (first arrival)
 //             or adds into the accumulator with plain accesses, counts itself and unlocks. Locks: one
-//             word per tile. Works for sum, max and min.
+//             word per tile. Works for every op (sum, prod, max, min, avg).
 //   ring      reduce-scatter then all-gather around a ring, per tile and per column slice: the tile
 //             travels owner+1 -> ... -> owner accumulating (RS), then owner -> ... -> owner-1 (AG).
 //             RS partials travel in the accumulator type (float for 16-bit types), so a 16-bit sum is

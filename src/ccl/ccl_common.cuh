@@ -65,15 +65,35 @@ struct Elem<int64_t> {
   __device__ __forceinline__ static Acc to_acc(int64_t v) { return v; }
   __device__ __forceinline__ static int64_t from_acc(Acc v) { return v; }
 };
+// int8 and uint8 accumulate in 32 bits (the atomics and the accumulator packs take no narrower word);
+// sums and products agree with the element type's own modulo 2^8, so from_acc's wrap gives NCCL's bytes.
+template <>
+struct Elem<int8_t> {
+  using Acc = int32_t;
+  __device__ __forceinline__ static Acc to_acc(int8_t v) { return v; }
+  __device__ __forceinline__ static int8_t from_acc(Acc v) { return static_cast<int8_t>(v); }
+};
+template <>
+struct Elem<uint8_t> {
+  using Acc = uint32_t;
+  __device__ __forceinline__ static Acc to_acc(uint8_t v) { return v; }
+  __device__ __forceinline__ static uint8_t from_acc(Acc v) { return static_cast<uint8_t>(v); }
+};
 
 // kAvg combines as a sum; reduced() divides once at the end.
 template <ReduceOp kOp, typename A>
 __device__ __forceinline__ A combine(A a, A b) {
+  using U = std::make_unsigned_t<std::conditional_t<std::is_integral_v<A>, A, int>>;
   if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kAvg) {
     if constexpr (std::is_integral_v<A>)  // two's complement wrap, without signed overflow
-      return static_cast<A>(static_cast<std::make_unsigned_t<A>>(a) + static_cast<std::make_unsigned_t<A>>(b));
+      return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
     else
       return a + b;
+  } else if constexpr (kOp == ReduceOp::kProd) {
+    if constexpr (std::is_integral_v<A>)
+      return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
+    else
+      return a * b;
   } else if constexpr (kOp == ReduceOp::kMax) {
     return a > b ? a : b;
   } else {
@@ -82,12 +102,17 @@ __device__ __forceinline__ A combine(A a, A b) {
 }
 
 // The element a reduction stores from its accumulator of all `world` ranks' values: for kAvg the
-// accumulator divided by the world size (float: IEEE division, then the rounding to T; int32: truncation
-// toward zero), else the accumulator. Every rank that computes a result computes it from the same
-// accumulator, so the bits agree across ranks for kAvg as for the other ops.
+// accumulator divided by the world size (float: IEEE division, then the rounding to T; integers: the sum
+// wrapped to T, then divided with truncation toward zero), else the accumulator. Every rank that
+// computes a result computes it from the same accumulator, so the bits agree across ranks for kAvg as
+// for the other ops.
 template <typename T, ReduceOp kOp>
 __device__ __forceinline__ T reduced(typename Elem<T>::Acc acc, int world) {
-  if constexpr (kOp == ReduceOp::kAvg) acc = acc / static_cast<typename Elem<T>::Acc>(world);
+  using Acc = typename Elem<T>::Acc;
+  if constexpr (kOp == ReduceOp::kAvg) {
+    if constexpr (std::is_integral_v<Acc>) acc = static_cast<Acc>(Elem<T>::from_acc(acc));  // int8, uint8
+    acc = acc / static_cast<Acc>(world);
+  }
   return Elem<T>::from_acc(acc);
 }
 

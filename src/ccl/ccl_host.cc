@@ -16,8 +16,8 @@ PlanScope PlanScope::sizing(const char* op, int world_size) {
 
 void check_reducible(const char* op, DType dtype) {
   IRIS_CHECK_ARG(reducible(dtype), op, ": cannot reduce ", dtype_name(dtype),
-                 "; reductions take float64, float32, float16, bfloat16, int32 and int64 (", dtype_name(dtype),
-                 " tensors move with all_gather, all_to_all and broadcast).");
+                 "; reductions take float64, float32, float16, bfloat16, int32, int64, int8 and uint8 (",
+                 dtype_name(dtype), " tensors move with all_gather, all_to_all and broadcast).");
 }
 
 void check_view(const char* op, const char* what, const Tensor& t, bool shapes_only) {

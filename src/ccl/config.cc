@@ -23,16 +23,18 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::kMin: return "min";
     case ReduceOp::kAvg:
       return "avg";
+    case ReduceOp::kProd:
+      return "prod";
   }
   return "unknown";
 }
 
-bool valid_reduce_op(ReduceOp op) { return static_cast<int>(op) <= static_cast<int>(ReduceOp::kAvg); }
+bool valid_reduce_op(ReduceOp op) { return static_cast<int>(op) <= static_cast<int>(ReduceOp::kProd); }
 
 ReduceOp parse_reduce_op(const std::string& name) {
-  for (auto op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg})
+  for (auto op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg, ReduceOp::kProd})
     if (name == reduce_op_name(op)) return op;
-  throw InvalidArgument("reduce op must be one of: 'sum', 'max', 'min', 'avg', got '" + name + "'");
+  throw InvalidArgument("reduce op must be one of: 'sum', 'max', 'min', 'avg', 'prod', got '" + name + "'");
 }
 
 AllReduceVariant parse_all_reduce_variant(const std::string& name) {

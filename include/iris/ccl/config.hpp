@@ -10,12 +10,15 @@
 namespace iris::ccl {
 
 enum class AllReduceVariant : uint8_t { kAuto = 0, kAtomic, kSpinlock, kOneShot, kTwoShot, kRing };
-// The reduction of all_reduce and reduce_scatter. 16-bit types combine in float, the others in their
-// own type; every rank gets the same bits (collectives.hpp says in which order each variant adds).
-// kAvg is the sum divided by the world size once, at the end (float types: one IEEE division of the
-// accumulated sum, then the rounding to the element type; int32 and int64: the wrapped sum divided
-// with truncation toward zero), the way PyTorch's ReduceOp.AVG and NCCL's ncclAvg are used for gradients.
-enum class ReduceOp : uint8_t { kSum = 0, kMax, kMin, kAvg };
+// The reduction of all_reduce and reduce_scatter. 16-bit floats combine in float, the other types in
+// their own type (int8 and uint8 in 32 bits, which wrap to the same bytes); every rank gets the same
+// bits (collectives.hpp says in which order each variant combines). Integer sums and products wrap in
+// the element type, like NCCL's. kAvg is the sum divided by the world size once, at the end (float types:
+// one IEEE division of the accumulated sum, then the rounding to the element type; integer types: the
+// sum, wrapped in the element type, divided with truncation toward zero, as NCCL's ncclAvg does), the
+// way PyTorch's ReduceOp.AVG and NCCL's ncclAvg are used for gradients. kProd is NCCL's ncclProd
+// (PyTorch's ReduceOp.PRODUCT); every variant but atomic takes it. The values are iris's own, not NCCL's.
+enum class ReduceOp : uint8_t { kSum = 0, kMax, kMin, kAvg, kProd };
 // How all_reduce one_shot moves data. kLL: every 8-byte word carries 4 data bytes and the call's
 // epoch, so no flag and no fence, at twice the traffic. kSimple: 16-byte stores of data, then one
 // flag per segment released at system scope. kAuto picks by size (resolve_one_shot_protocol).
@@ -23,15 +26,15 @@ enum class OneShotProtocol : uint8_t { kAuto = 0, kLL, kSimple };
 
 const char* variant_name(AllReduceVariant v);
 const char* reduce_op_name(ReduceOp op);
-// "sum", "max", "min", "avg" (throws InvalidArgument otherwise).
+// "sum", "max", "min", "avg", "prod" (throws InvalidArgument otherwise).
 ReduceOp parse_reduce_op(const std::string& name);
 // Whether `op` is one of the enumerators above (a value cast from an integer may not be).
 bool valid_reduce_op(ReduceOp op);
-// The types all_reduce and reduce_scatter reduce (float32 accumulation for the 16-bit ones; int64 by
-// one_shot and two_shot only). Every DType moves through all_gather, all_to_all and broadcast.
+// The types all_reduce and reduce_scatter reduce, in every variant (float32 accumulation for the 16-bit
+// floats). Every DType moves through all_gather, all_to_all and broadcast; float8 only moves.
 constexpr bool reducible(DType t) {
   return t == DType::kFloat64 || t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 ||
-         t == DType::kInt32 || t == DType::kInt64;
+         t == DType::kInt32 || t == DType::kInt64 || t == DType::kInt8 || t == DType::kUInt8;
 }
 // "auto", "atomic", "spinlock", "one_shot", "two_shot", "ring" (throws InvalidArgument otherwise).
 AllReduceVariant parse_all_reduce_variant(const std::string& name);
