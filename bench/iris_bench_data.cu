@@ -94,8 +94,6 @@ void fill_input(void* dst, iris::DType t, size_t count, uint64_t seed, int rank,
   IRIS_CUDA_CHECK_LAUNCH();
 }
 
-namespace {
-
 // The reduction over ranks of input element i, in the element type's arithmetic, as NCCL computes it. The
 // float types hold every sum and product of input_value's small integers exactly; integer sums and
 // products wrap modulo 2^bits (uint8 inputs are the bytes of -2..2, so 254 and 255 wrap at once); avg is
@@ -141,6 +139,8 @@ double reduced_at(const Expectation& e, size_t i) {
   if (p.redop != iris::ccl::ReduceOp::kAvg) return static_cast<double>(acc);
   return integer ? static_cast<double>(acc / p.world) : static_cast<double>(acc) / p.world;
 }
+
+namespace {
 
 // Expected integer at output index k of a data movement op.
 int expected_at(const Expectation& e, size_t k) {

@@ -105,6 +105,11 @@ struct Expectation {
   int rank = 0;
 };
 
+// The reduction over ranks of input element i (all_reduce's element i; reduce_scatter's input element i), as
+// NCCL computes it in the element type: integer sums and products wrap modulo 2^bits, avg divides the
+// (wrapped) sum by the world size, truncating integers toward zero.
+double reduced_at(const Expectation& e, size_t i);
+
 // Copies the `e.problem.out_count()` elements at device pointer `out` to the host in chunks (synchronizing `stream`)
 // and returns how many differ from the expectation.
 size_t count_wrong(const void* out, const Expectation& e, cudaStream_t stream);

@@ -328,7 +328,7 @@ Options parse_options(int argc, char** argv, bool* help) {
     o.warmup = 1;
   }
   bool sizes_given = false;
-  optind = 1;
+  optind = 0;  // glibc: 0 rescans from argv[1] with fresh state (the tests parse many command lines)
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, short_options, long_options, nullptr)) != -1) {
@@ -476,6 +476,19 @@ Options parse_options(int argc, char** argv, bool* help) {
   if (o.min_bytes > o.max_bytes) {
     throw iris::InvalidArgument("iris-bench: -b/--min-bytes (" + std::to_string(o.min_bytes) +
                                 ") is larger than -e/--max-bytes (" + std::to_string(o.max_bytes) + ").");
+  }
+
+  // atomic adds with remote atomics: it takes sum and avg only, so its rows leave the other reductions' tables.
+  if (o.redop != iris::ccl::ReduceOp::kSum && o.redop != iris::ccl::ReduceOp::kAvg) {
+    const auto atomic = [](const AllReduceRow& r) { return r.variant == iris::ccl::AllReduceVariant::kAtomic; };
+    if (std::find_if(o.variants.begin(), o.variants.end(), atomic) != o.variants.end()) {
+      std::erase_if(o.variants, atomic);
+      const std::string redop = iris::ccl::reduce_op_name(o.redop);
+      if (o.variants.empty() && std::find(o.ops.begin(), o.ops.end(), Op::kAllReduce) != o.ops.end())
+        throw iris::InvalidArgument("iris-bench: --redop " + redop +
+                                    ": all_reduce variant 'atomic' takes sum and avg only; pick another with -v.");
+      o.variants_left_out = "atomic (it takes sum and avg only, not " + redop + ")";
+    }
   }
 
   if (o.quick && !sizes_given) {

@@ -124,6 +124,7 @@ struct Options {
   int fused_min_band_tiles = 0;     // fused tables: FusedConfig::min_band_tiles (0: the default threshold)
   double gpu_timeout_s = 120;       // a stream that does not drain within this is a hang: report and exit
   std::vector<size_t> sizes;        // filled by parse_options from the above
+  std::string variants_left_out;    // rows parse_options dropped for --redop, and why ("" if none)
   std::string command_line;
 };
 

@@ -143,6 +143,8 @@ void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
       "median us per call, max over ranks; check %s\n",
       o.iters, o.warmup, o.repeats, o.check ? "on (#wrong summed over ranks)" : "off");
   if (o.collectives) std::printf("# ratio = best NCCL time / iris time (>1: iris faster)\n");
+  if (o.collectives && !o.variants_left_out.empty())
+    std::printf("# all_reduce rows left out: %s\n", o.variants_left_out.c_str());
   if (m.world == 1) {
     std::printf(
         "# NOTE: 1 GPU: nothing crosses NVLink; times and ratios measure launch and kernel overhead only, "
