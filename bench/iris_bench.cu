@@ -90,10 +90,9 @@ struct Subject {
   }
 };
 
-// 0x7F in every byte is no value a check accepts (bf16/fp32 ~3.4e38, fp16 and float8 NaN, int32 2139062143,
-// int8/uint8 127, int64 and fp64 as large).
+// poison_byte(dtype) in every byte: no value a check accepts.
 void poison(const Problem& p, const Subject& s, cudaStream_t stream) {
-  IRIS_CUDA_CHECK(cudaMemsetAsync(s.out, 0x7F, p.out_bytes(), stream));
+  IRIS_CUDA_CHECK(cudaMemsetAsync(s.out, poison_byte(p.dtype), p.out_bytes(), stream));
 }
 
 // Collective. Steps 1-3 of the header comment; a failure sets s.timed.error on every rank.

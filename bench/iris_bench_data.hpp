@@ -86,6 +86,13 @@ IRIS_BENCH_HD inline uint64_t encode_int(iris::DType t, int v) {
   }
 }
 
+// The byte every output is filled with before a checked call, so an element the call never writes is
+// counted wrong: it must be no value a check accepts. 0x7F for the wider types (bf16/fp32 ~3.4e38, fp16
+// NaN, int32 2139062143, int64 and fp64 as large); for the 1-byte types 0x5B, because uint8 avg of two
+// ranks can be 127 (the bytes 255 + 255 wrap to 254): 91 is odd (no product of -2..2), above every
+// int8 result and every sum's wrap for fewer than 46 ranks, and no uint8 average (tested).
+inline int poison_byte(iris::DType t) { return iris::dtype_size(t) == 1 ? 0x5B : 0x7F; }
+
 // Value of a stored element of a type that reduces (bits in the low 16, 32 or 64 bits) as a double (NaN
 // for NaN patterns, and for the types that only move: they are compared by bits).
 double decode_value(iris::DType t, uint64_t bits);

@@ -188,5 +188,31 @@ TEST(BenchData, ReductionReferenceComputesInTheElementType) {
   }
 }
 
+// The poison is no value a check accepts: for the 1-byte types, no result of any op at 2 to 8 ranks and no
+// input (what all_gather, all_to_all and broadcast deliver); for the wider ones not -2..2 nor a sum of them.
+TEST(BenchData, PoisonIsNoResultACheckAccepts) {
+  for (DType t : {DType::kUInt8, DType::kInt8}) {
+    const auto poison = static_cast<uint64_t>(poison_byte(t));
+    const double bad = decode_value(t, poison);
+    for (int world = 2; world <= 8; ++world)
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg, ReduceOp::kProd}) {
+        const Expectation e{make_problem(Op::kAllReduce, t, 4096, world, 0, op), 11, 0};
+        for (size_t i = 0; i < 4096; ++i)
+          ASSERT_NE(reduced_at(e, i), bad)
+              << dtype_short_name(t) << " " << iris::ccl::reduce_op_name(op) << " world " << world << " element " << i;
+      }
+    for (int v = -2; v <= 2; ++v) EXPECT_NE(encode_int(t, v), poison) << v;
+  }
+  for (DType t : kAll) {
+    if (iris::dtype_size(t) == 1) continue;
+    uint64_t bits = 0;
+    std::memset(&bits, poison_byte(t), iris::dtype_size(t));
+    for (int v = -16; v <= 16; ++v) EXPECT_NE(encode_int(t, v), bits) << dtype_short_name(t) << " " << v;
+  }
+  // The 1-byte poison in the float8 types that only move: e4m3 22, e5m2 224, neither an input.
+  for (DType t : {DType::kFloat8E4M3, DType::kFloat8E5M2})
+    for (int v = -2; v <= 2; ++v) EXPECT_NE(encode_int(t, v), static_cast<uint64_t>(poison_byte(t)));
+}
+
 }  // namespace
 }  // namespace iris_bench
