@@ -361,12 +361,6 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
   // --fused-only: no collective tables.
   for (iris::DType dtype : o.collectives ? o.dtypes : std::vector<iris::DType>{}) {
     for (Op op : o.ops) {
-      if (is_reduction(op) && !iris::ccl::reducible(dtype)) {
-        if (lead)
-          std::printf("\n# %s of %s: left out (%s only moves; reductions take every type but float8)\n", op_name(op),
-                      iris::dtype_name(dtype), iris::dtype_name(dtype));
-        continue;
-      }
       std::set<std::string> printed_errors;
       if (lead) print_table_header(op, dtype, o, shared.machine);
       const bool table_windows = use_windows && symmetric_column(o, op);

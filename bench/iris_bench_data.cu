@@ -3,6 +3,8 @@
 #include <limits>
 #include <vector>
 
+#include <cuda_fp8.h>
+
 #include "iris/core/cuda_check.hpp"
 #include "iris_bench_data.hpp"
 
@@ -59,6 +61,16 @@ double decode_value(iris::DType t, uint64_t bits) {
       return static_cast<double>(static_cast<int8_t>(bits));
     case iris::DType::kUInt8:
       return static_cast<double>(static_cast<uint8_t>(bits));
+    case iris::DType::kFloat8E4M3: {
+      __nv_fp8_e4m3 x;
+      x.__x = static_cast<__nv_fp8_storage_t>(bits);
+      return static_cast<double>(static_cast<float>(x));
+    }
+    case iris::DType::kFloat8E5M2: {
+      __nv_fp8_e5m2 x;
+      x.__x = static_cast<__nv_fp8_storage_t>(bits);
+      return static_cast<double>(static_cast<float>(x));
+    }
     case iris::DType::kFloat64: {
       double d;
       std::memcpy(&d, &bits, sizeof d);
@@ -78,10 +90,8 @@ double decode_value(iris::DType t, uint64_t bits) {
     }
     case iris::DType::kFloat16:
       return half_bits_to_double(static_cast<uint32_t>(bits & 0xffffu));
-    default:
-      break;  // the types that only move are compared by bits
   }
-  return std::numeric_limits<double>::quiet_NaN();
+  return std::numeric_limits<double>::quiet_NaN();  // not a DType
 }
 
 void fill_input(void* dst, iris::DType t, size_t count, uint64_t seed, int rank, cudaStream_t stream) {
@@ -174,10 +184,28 @@ double avg_tolerance(iris::DType t) {
       return 0x1.0p-23;
     case iris::DType::kFloat64:
       return 0x1.0p-52;
+    case iris::DType::kFloat8E4M3:
+      return 0x1.0p-3;
+    case iris::DType::kFloat8E5M2:
+      return 0x1.0p-2;
     default:
       break;
   }
   return 0;
+}
+
+// The reduction as float8 stores it: rounded to nearest even, saturating at the largest finite value (the
+// kernels round their float accumulator once, with CUDA's conversion). Sums of 9 or more ranks' -2..2
+// are not all e5m2 values; the other types hold every result exactly.
+double as_stored(iris::DType t, double v) {
+  switch (t) {
+    case iris::DType::kFloat8E4M3:
+      return static_cast<float>(__nv_fp8_e4m3(static_cast<float>(v)));
+    case iris::DType::kFloat8E5M2:
+      return static_cast<float>(__nv_fp8_e5m2(static_cast<float>(v)));
+    default:
+      return v;
+  }
 }
 
 template <typename Word>
@@ -188,7 +216,7 @@ size_t count_wrong_chunk(const Word* host, size_t first, size_t n, const Expecta
     const double rel = p.redop == iris::ccl::ReduceOp::kAvg ? avg_tolerance(p.dtype) : 0;
     const size_t offset = p.op == Op::kReduceScatter ? static_cast<size_t>(e.rank) * p.block_count() : 0;
     for (size_t i = 0; i < n; ++i) {
-      const double want = reduced_at(e, offset + first + i);
+      const double want = as_stored(p.dtype, reduced_at(e, offset + first + i));
       if (!(std::fabs(decode_value(p.dtype, host[i]) - want) <= rel * std::fabs(want))) ++wrong;  // NaN fails
     }
   } else {

@@ -2,10 +2,10 @@
 //
 // Rank r's input element i is a small integer v(seed, r, i) in {-2, ..., 2}, stored in the tensor's
 // dtype (exact in every one: the float8 types too; uint8 stores v's int8 bits). Every partial sum of W such
-// values is an integer of magnitude <= 2W, exact in bfloat16 (W <= 128) and in every wider type that reduces,
-// whatever the reduction order, so the host reference is exact: reductions are compared by value (avg of a
-// float type, sum / W, within one unit in the last place of the dtype), data movement (all_gather,
-// all_to_all, broadcast) by bit pattern.
+// values is an integer of magnitude <= 2W, exact in bfloat16 (W <= 128), in e4m3 (W <= 8) and in every wider
+// type, whatever the reduction order, so the host reference is exact (float8: rounded once, as the kernels
+// store it): reductions are compared by value (avg of a float type, sum / W, within one unit in the last
+// place of the dtype), data movement (all_gather, all_to_all, broadcast) by bit pattern.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -90,11 +90,11 @@ IRIS_BENCH_HD inline uint64_t encode_int(iris::DType t, int v) {
 // counted wrong: it must be no value a check accepts. 0x7F for the wider types (bf16/fp32 ~3.4e38, fp16
 // NaN, int32 2139062143, int64 and fp64 as large); for the 1-byte types 0x5B, because uint8 avg of two
 // ranks can be 127 (the bytes 255 + 255 wrap to 254): 91 is odd (no product of -2..2), above every
-// int8 result and every sum's wrap for fewer than 46 ranks, and no uint8 average (tested).
+// int8 result and every sum's wrap for fewer than 46 ranks, and no uint8 average; in float8 it is 22
+// (e4m3) and 224 (e5m2), far from every result at up to 8 ranks (tested).
 inline int poison_byte(iris::DType t) { return iris::dtype_size(t) == 1 ? 0x5B : 0x7F; }
 
-// Value of a stored element of a type that reduces (bits in the low 16, 32 or 64 bits) as a double (NaN
-// for NaN patterns, and for the types that only move: they are compared by bits).
+// Value of a stored element (bits in the low 8, 16, 32 or 64 bits) as a double (NaN for NaN patterns).
 double decode_value(iris::DType t, uint64_t bits);
 
 // Fills `count` elements of rank `rank`'s input with input_value(seed, rank, i), on `stream` (asynchronous).

@@ -165,7 +165,8 @@ inline double decode(DType dt, const void* src) {
 }
 
 // |out - ref| <= atol + rtol * |ref|: the result is accumulated in float32 (float64 in float64) and
-// rounded once to the dtype, so the bound is the dtype's rounding plus the accumulation over `world` terms.
+// rounded once to the dtype, so the bound is the dtype's rounding plus the accumulation over `world` terms
+// (float8: compared with the reference already rounded to float8, within one unit in the last place).
 inline double tolerance(DType dt, double ref, int world) {
   switch (dt) {
     case DType::kFloat32:
@@ -176,9 +177,21 @@ inline double tolerance(DType dt, double ref, int world) {
       return 8e-3 + 8e-3 * std::fabs(ref);
     case DType::kFloat64:  // accumulated in double: far below float32's error, which it would catch
       return 1e-13 * world + 1e-13 * std::fabs(ref);
+    case DType::kFloat8E4M3:  // one unit in the last place (3 mantissa bits), 2^-9 among the subnormals
+      return 0x1.0p-3 * std::fabs(ref) + 0x1.0p-9;
+    case DType::kFloat8E5M2:  // 2 mantissa bits, subnormals down to 2^-16
+      return 0x1.0p-2 * std::fabs(ref) + 0x1.0p-16;
     default:
-      return 0;  // the integer types are exact (reduce_int_ref); float8 is never reduced
+      return 0;  // the integer types are exact (reduce_int_ref)
   }
+}
+
+// v rounded to the dtype as the kernels round their float accumulator: to nearest even, float8 saturating at
+// its largest finite value (a float8 reference must saturate too: an e4m3 sum of 300 and 300 is 448).
+inline double rounded(DType dt, double v) {
+  char bytes[8];
+  encode(dt, v, bytes);
+  return decode(dt, bytes);
 }
 
 // The float references' combine: sum and avg add (avg divides once, after), prod multiplies.

@@ -411,9 +411,9 @@ TEST(CclNeeds, EveryOpSizesFromShapesAlone) {
 }
 
 // Sizing checks what the call checks (same messages), but not the data: null views pass.
-// Types that only move are sized by their width like the others; the reductions refuse them by name, and a
-// dtype value that is no DType is refused by every op.
-TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
+// Every dtype is sized by its width and reduces in every variant; a dtype value that is no DType is refused
+// by every op.
+TEST(CclNeeds, EveryDtypeIsSizedByItsWidthAndReduces) {
   const Config cfg;
   EXPECT_EQ(dtype_size(DType::kInt64), 8u);
   EXPECT_EQ(dtype_size(DType::kFloat64), 8u);
@@ -423,11 +423,9 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
   EXPECT_EQ(dtype_size(DType::kFloat8E5M2), 1u);
   EXPECT_STREQ(dtype_name(DType::kFloat8E4M3), "float8_e4m3");
   EXPECT_STREQ(dtype_name(DType::kFloat8E5M2), "float8_e5m2");
-  int reducible = 0;
   for (DType dt : kAllDTypes) {
     SCOPED_TRACE(dtype_name(dt));
     EXPECT_NE(dtype_size(dt), 0u);
-    reducible += ccl::reducible(dt);
     // The same bytes in any dtype need the same staging: 4096 bytes of one rank's block, 2 ranks.
     const auto t = [&](int64_t rows, int64_t bytes) {
       return shape(dt, rows, bytes / static_cast<int64_t>(dtype_size(dt)));
@@ -441,16 +439,12 @@ TEST(CclNeeds, MovementTypesAreSizedByWidthAndReductionsRefuseThem) {
     EXPECT_EQ(big.staging_bytes, big_int32.staging_bytes);
     EXPECT_EQ(big.flags, big_int32.flags);
     EXPECT_NO_THROW(broadcast_needs(t(3, 4096), t(3, 4096), 1, cfg, 2));
-    if (ccl::reducible(dt)) continue;
-    const std::string name = dtype_name(dt);
-    const std::string tail = "; reductions take float64, float32, float16, bfloat16, int32, int64, int8 and uint8 (" +
-                             name + " tensors move with all_gather, all_to_all and broadcast).";
-    EXPECT_EQ(test::error_text<std::invalid_argument>([&] { all_reduce_needs(t(1, 64), t(1, 64), cfg, 2); }),
-              "all_reduce: cannot reduce " + name + tail);
-    EXPECT_EQ(test::error_text<std::invalid_argument>([&] { reduce_scatter_needs(t(1, 64), t(2, 64), cfg, 2); }),
-              "reduce_scatter: cannot reduce " + name + tail);
+    // Every dtype reduces, in every variant.
+    EXPECT_NO_THROW(reduce_scatter_needs(t(1, 64), t(2, 64), cfg, 2));
+    for (AllReduceVariant v : {AllReduceVariant::kAuto, AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock,
+                               AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing})
+      EXPECT_NO_THROW(all_reduce_needs(t(300, 4096), t(300, 4096), variant(v), 2)) << variant_name(v);
   }
-  EXPECT_EQ(reducible, 8);  // all but the two float8 types
   EXPECT_NO_THROW(reduce_scatter_needs(shape(DType::kInt64, 1, 64), shape(DType::kInt64, 2, 64), cfg, 2));
   const DType bogus = static_cast<DType>(42);
   EXPECT_EQ(test::error_text<std::invalid_argument>(

@@ -56,7 +56,6 @@ void validate(const char* op, const detail::PlanScope& s, const Tensor& out, con
   detail::check_view(op, "output", out, s.shapes_only);
   IRIS_CHECK_ARG(in.dtype == out.dtype, op, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
-  detail::check_reducible(op, in.dtype);
   IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, op, ": input is ", in.rows, "x", in.cols,
                  " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
   if (!s.shapes_only) detail::check_no_partial_overlap(op, out, in, /*allow_same=*/true);

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -67,8 +68,14 @@ void dispatch_typed(DType dtype, ReduceOp op, F&& f) {
     case DType::kUInt8:
       with_op(uint8_t{});
       return;
+    case DType::kFloat8E4M3:
+      with_op(__nv_fp8_e4m3{});
+      return;
+    case DType::kFloat8E5M2:
+      with_op(__nv_fp8_e5m2{});
+      return;
     default:
-      break;  // the plans refuse float8 (reducible) before any launch
+      break;  // not a DType: the plans refuse it before any launch
   }
   throw InvalidArgument(std::string("no reduction kernel for ") + dtype_name(dtype));
 }

@@ -14,6 +14,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -78,6 +79,20 @@ struct Elem<uint8_t> {
   using Acc = uint32_t;
   __device__ __forceinline__ static Acc to_acc(uint8_t v) { return v; }
   __device__ __forceinline__ static uint8_t from_acc(Acc v) { return static_cast<uint8_t>(v); }
+};
+// float8 accumulates in float and rounds once, to nearest even, saturating at the largest finite value
+// (the CUDA conversion's __NV_SATFINITE: e4m3 has no infinity, and a sum past 448 stays finite); NaN stays NaN.
+template <>
+struct Elem<__nv_fp8_e4m3> {
+  using Acc = float;
+  __device__ __forceinline__ static Acc to_acc(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
+  __device__ __forceinline__ static __nv_fp8_e4m3 from_acc(Acc v) { return __nv_fp8_e4m3(v); }
+};
+template <>
+struct Elem<__nv_fp8_e5m2> {
+  using Acc = float;
+  __device__ __forceinline__ static Acc to_acc(__nv_fp8_e5m2 v) { return static_cast<float>(v); }
+  __device__ __forceinline__ static __nv_fp8_e5m2 from_acc(Acc v) { return __nv_fp8_e5m2(v); }
 };
 
 // kAvg combines as a sum; reduced() divides once at the end.

@@ -14,12 +14,6 @@ PlanScope PlanScope::sizing(const char* op, int world_size) {
   return PlanScope{0, world_size, 1, true};
 }
 
-void check_reducible(const char* op, DType dtype) {
-  IRIS_CHECK_ARG(reducible(dtype), op, ": cannot reduce ", dtype_name(dtype),
-                 "; reductions take float64, float32, float16, bfloat16, int32, int64, int8 and uint8 (",
-                 dtype_name(dtype), " tensors move with all_gather, all_to_all and broadcast).");
-}
-
 void check_view(const char* op, const char* what, const Tensor& t, bool shapes_only) {
   IRIS_CHECK_ARG(dtype_size(t.dtype) != 0, op, ": ", what, " has an unknown dtype (", static_cast<int>(t.dtype), ").");
   IRIS_CHECK_ARG(t.rows >= 0 && t.cols >= 0, op, ": ", what, " has negative shape ", t.rows, "x", t.cols, ".");

@@ -35,8 +35,6 @@ struct PlanScope {
 // negative sizes, stride < cols, and unless `shapes_only`: null data for a non-empty view, data not
 // aligned to the element.
 void check_view(const char* op, const char* what, const Tensor& t, bool shapes_only = false);
-// Throws when `op` (all_reduce, reduce_scatter) cannot reduce `dtype`, naming what to use instead.
-void check_reducible(const char* op, DType dtype);
 // Throws when a and b partly overlap (identical views are allowed when `allow_same`).
 void check_no_partial_overlap(const char* op, const Tensor& a, const Tensor& b, bool allow_same);
 // True when the view is contiguous and its data 16-byte aligned.

@@ -18,7 +18,6 @@ detail::ExchangePlan make_plan(const detail::PlanScope& s, const Tensor& out, co
   detail::check_view(kOp, "output", out, s.shapes_only);
   IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
-  detail::check_reducible(kOp, in.dtype);
   IRIS_CHECK_ARG(in.rows == world * out.rows && in.cols == out.cols, kOp, ": output is ", out.rows, "x", out.cols,
                  " on each of ", world, " ranks, so the input must be ", world * out.rows, "x", out.cols, ", got ",
                  in.rows, "x", in.cols, ".");

@@ -22,13 +22,13 @@
 // messages; a workspace that was never prepared is rejected.
 //
 // Reductions: sum, prod, max, min and avg (the sum divided by the world size once, at the end: see
-// ReduceOp), for float64, float32, float16, bfloat16, int32, int64, int8 and uint8, in every variant;
-// atomic takes sum and avg only. 16-bit floats accumulate in float32, int8 and uint8 in 32 bits, the
-// others in their own type (integer sums and products wrap in the element type, as in NCCL). Every rank
-// receives bitwise-identical results: each element is reduced once (in a fixed rank order for one_shot,
-// two_shot and reduce_scatter; in tile order for ring; in arrival order for atomic and spinlock, whose
-// single result is then copied to every rank). all_gather, all_to_all and broadcast move any DType
-// (float8 too) bit for bit.
+// ReduceOp), of every DType, in every variant; atomic takes sum and avg only. 16-bit and 8-bit floats
+// accumulate in float32 and round once (float8 saturating at its largest finite value), int8 and uint8
+// in 32 bits, the others in their own type (integer sums and products wrap in the element type, as in
+// NCCL). Every rank receives bitwise-identical results: each element is reduced once (in a fixed rank
+// order for one_shot, two_shot and reduce_scatter; in tile order for ring; in arrival order for atomic
+// and spinlock, whose single result is then copied to every rank). all_gather, all_to_all and broadcast
+// move any DType bit for bit.
 #pragma once
 
 #include <cuda_runtime_api.h>

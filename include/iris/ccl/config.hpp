@@ -10,8 +10,9 @@
 namespace iris::ccl {
 
 enum class AllReduceVariant : uint8_t { kAuto = 0, kAtomic, kSpinlock, kOneShot, kTwoShot, kRing };
-// The reduction of all_reduce and reduce_scatter. 16-bit floats combine in float, the other types in
-// their own type (int8 and uint8 in 32 bits, which wrap to the same bytes); every rank gets the same
+// The reduction of all_reduce and reduce_scatter, of every DType. 16-bit and 8-bit floats combine in float
+// (float8 rounds once, saturating), the other types in their own type (int8 and uint8 in 32 bits, which
+// wrap to the same bytes); every rank gets the same
 // bits (collectives.hpp says in which order each variant combines). Integer sums and products wrap in
 // the element type, like NCCL's. kAvg is the sum divided by the world size once, at the end (float types:
 // one IEEE division of the accumulated sum, then the rounding to the element type; integer types: the
@@ -30,12 +31,6 @@ const char* reduce_op_name(ReduceOp op);
 ReduceOp parse_reduce_op(const std::string& name);
 // Whether `op` is one of the enumerators above (a value cast from an integer may not be).
 bool valid_reduce_op(ReduceOp op);
-// The types all_reduce and reduce_scatter reduce, in every variant (float32 accumulation for the 16-bit
-// floats). Every DType moves through all_gather, all_to_all and broadcast; float8 only moves.
-constexpr bool reducible(DType t) {
-  return t == DType::kFloat64 || t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 ||
-         t == DType::kInt32 || t == DType::kInt64 || t == DType::kInt8 || t == DType::kUInt8;
-}
 // "auto", "atomic", "spinlock", "one_shot", "two_shot", "ring" (throws InvalidArgument otherwise).
 AllReduceVariant parse_all_reduce_variant(const std::string& name);
 const char* protocol_name(OneShotProtocol p);

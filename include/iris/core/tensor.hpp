@@ -13,8 +13,7 @@ namespace iris {
 // Element types. Every one moves through all_gather, all_to_all and broadcast, which copy bits: int64
 // token ids and indices, uint8/int8 bytes, masks and quantized values, float8 (e4m3 and e5m2, PyTorch's
 // float8_e4m3fn and float8_e5m2) FP8 weights and activations. Reductions (all_reduce, reduce_scatter)
-// take every type but float8 (iris::ccl::reducible); the GEMM and the fused ops take float16 and bfloat16
-// inputs (float32 output too).
+// take every type too; the GEMM and the fused ops take float16 and bfloat16 inputs (float32 output too).
 enum class DType : uint8_t {
   kFloat32 = 0,
   kFloat16 = 1,
