@@ -209,10 +209,8 @@ after the other on the same buffers.
   -w, --warmup N            untimed graph replays before timing                   [2]
   -r, --repeats N           timed graph replays; the median per call is reported  [10]
   -c, --check 0|1           check one eager call and one replay exactly           [1]
-  -d, --dtype LIST          bf16, fp16, fp32, fp64, int32, int64 (these reduce),  [bf16]
-                            uint8, int8, fp8_e4m3, fp8_e5m2 (these only move:
-                            their all_reduce and reduce_scatter tables are left
-                            out); comma-separated
+  -d, --dtype LIST          bf16, fp16, fp32, fp64, int32, int64, uint8, int8,    [bf16]
+                            fp8_e4m3, fp8_e5m2; comma-separated
   -o, --op LIST             all_reduce, all_gather, reduce_scatter, all_to_all,
                             broadcast, or all                                     [all]
   -v, --variants LIST       all_reduce variants: auto, one_shot, two_shot, ring,
