@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ccl/collective_kernels.hpp"
@@ -43,11 +44,50 @@ TEST(CclLayout, LLLinesCarryEightDataBytesInSixteen) {
   // 2 parities x W slots x words x 8 bytes, rounded up to 256.
   EXPECT_EQ(detail::ll_staging_bytes(1000, DType::kFloat32, 2), 32000u);
   EXPECT_EQ(detail::ll_staging_bytes(1, DType::kInt32, 8), 256u);
-  // One block of 512 threads holds 1024 lines (two per thread); more lines, more blocks, up to the limit.
-  EXPECT_EQ(detail::ll_blocks(2, 132), 1);
-  EXPECT_EQ(detail::ll_blocks(2048, 132), 1);
-  EXPECT_EQ(detail::ll_blocks(2050, 132), 2);
-  EXPECT_EQ(detail::ll_blocks(int64_t{1} << 30, 132), 132);
+}
+
+// The LL grid (ll_launch, ll_exchange.cu): each block pushes about block_bytes of 16-byte lines summed over
+// its W - 1 peers, one line per thread, in whole warps; past the block limit, blocks of 512 threads loop.
+TEST(CclLayout, LLGridSpreadsLinesOverBlocksOfAboutBlockBytes) {
+  auto grid = [](int64_t lines, int world, int limit, size_t bytes = 2048) {
+    const detail::LLLaunch g = detail::ll_launch(2 * lines, world, limit, bytes);
+    return std::pair{g.blocks, g.threads};
+  };
+  using P = std::pair<int, int>;
+  // 2 ranks, 2 KiB: 128 lines (1 KiB of bf16) per block.
+  EXPECT_EQ(grid(1, 2, 132), P(1, 32));
+  EXPECT_EQ(grid(128, 2, 132), P(1, 128));
+  EXPECT_EQ(grid(129, 2, 132), P(2, 96));       // 65 lines per block, in whole warps
+  EXPECT_EQ(grid(1024, 2, 132), P(8, 128));     // all_reduce of 8 KiB: 8 blocks, not one of 512 threads
+  EXPECT_EQ(grid(8192, 2, 132), P(64, 128));    // 64 KiB
+  EXPECT_EQ(grid(16896, 2, 132), P(132, 128));  // the last size that fits the limit at 128 lines a block
+  EXPECT_EQ(grid(65536, 2, 132), P(132, 512));  // 512 KiB: the limit; threads loop over their lines
+  EXPECT_EQ(grid(int64_t{1} << 29, 2, 132), P(132, 512));
+  // More peers, fewer lines per block: 4 ranks 64 (2048 / 48 = 43, a warp up), 8 ranks 32.
+  EXPECT_EQ(grid(1024, 4, 132), P(16, 64));
+  EXPECT_EQ(grid(1024, 8, 132), P(32, 32));
+  // comm_sms caps the blocks; their threads grow to take the lines.
+  EXPECT_EQ(grid(1024, 2, 4), P(4, 256));
+  EXPECT_EQ(grid(1024, 2, 1), P(1, 512));
+  // The grid of 512-thread blocks holding 1024 lines each, as before 2026-12-03: block_bytes 16 KiB at 2 ranks.
+  EXPECT_EQ(grid(1024, 2, 132, 16384), P(1, 512));
+  EXPECT_EQ(grid(1025, 2, 132, 16384), P(2, 512));
+  // Every grid: whole warps, within the limits; below the limit one line per thread, no idle warp.
+  for (int world : {2, 3, 4, 8})
+    for (int limit : {1, 7, 132})
+      for (int64_t lines = 1; lines < 40000; lines = lines * 3 / 2 + 1) {
+        const auto [blocks, threads] = grid(lines, world, limit);
+        ASSERT_GE(blocks, 1);
+        ASSERT_LE(blocks, limit);
+        ASSERT_EQ(threads % 32, 0);
+        ASSERT_GE(threads, 32);
+        ASSERT_LE(threads, 512);
+        if (threads < 512) {
+          ASSERT_GE(int64_t{blocks} * threads, lines) << lines << " lines, " << world << " ranks";
+          ASSERT_LT(int64_t{blocks} * (threads - 32), lines) << lines << " lines, " << world << " ranks";
+        }
+        if (blocks < limit) ASSERT_LE((lines + blocks - 1) / blocks * (world - 1) * 16, 2048 + 32 * 16 * (world - 1));
+      }
 }
 
 TEST(CclLayout, LLVec8NeedsContiguousEightByteAlignedBlocks) {

@@ -54,7 +54,7 @@ void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.x.ll) {
     detail::launch_ll(detail::ll_args(ctx, in, out, p.x.block_rows, p.x.ll_words, ws, p.in_place),
-                      detail::LLMode::kAllGather, in.dtype, ReduceOp::kSum, p.x.blocks,
+                      detail::LLMode::kAllGather, in.dtype, ReduceOp::kSum, {p.x.blocks, p.x.threads},
                       detail::pick_stream(ctx, stream));
     IRIS_CUDA_CHECK_LAUNCH();
     ws.count_call();

@@ -42,6 +42,7 @@ struct Plan {
   OpSignature sig;
   WorkspaceNeeds needs;
   int blocks = 1;
+  int threads = detail::kThreads;  // one_shot LL: ll_launch's; kThreads otherwise
   detail::ChunkPlan chunks;  // two_shot
   int64_t words = 0;         // one_shot LL
   detail::SegmentPlan segs;  // one_shot simple
@@ -90,7 +91,10 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
       if (p.protocol == OneShotProtocol::kLL) {
         p.words = detail::ll_words(in.numel(), in.dtype);
         p.needs.staging_bytes = detail::ll_staging_bytes(in.numel(), in.dtype, world);
-        p.blocks = detail::ll_blocks(p.words, config.comm_sms > 0 ? config.comm_sms : sms);
+        const detail::LLLaunch grid =
+            detail::ll_launch(p.words, world, config.comm_sms > 0 ? config.comm_sms : sms, detail::ll_block_bytes());
+        p.blocks = grid.blocks;
+        p.threads = grid.threads;
       } else {
         // Two parities of one slot per source (all_reduce_one_shot.cu), one flag per source and segment.
         p.segs = detail::plan_segments(in.numel(), in.dtype);
@@ -200,7 +204,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       if (p.protocol == OneShotProtocol::kLL) {
         detail::LLArgs a = detail::ll_args(ctx, in, out, in.rows, p.words, ws);
         a.layout_key = key;
-        detail::launch_ll(a, detail::LLMode::kAllReduce, in.dtype, op, p.blocks, stream);
+        detail::launch_ll(a, detail::LLMode::kAllReduce, in.dtype, op, {p.blocks, p.threads}, stream);
       } else {
         detail::OneShotArgs a{};
         a.ctx = dctx;

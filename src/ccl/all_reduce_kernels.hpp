@@ -7,6 +7,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -123,11 +124,17 @@ struct LLArgs {
 // LL words of one slot for a block of `numel` elements, and the staging bytes of a W-rank exchange.
 int64_t ll_words(int64_t numel, DType dtype);
 size_t ll_staging_bytes(int64_t numel, DType dtype, int world);
-// Blocks of a launch over `words`: enough for a few lines per thread, at most `limit`.
-int ll_blocks(int64_t words, int limit);
+// The grid of an LL launch over `words` LL words per slot between `world` ranks, at most `limit` blocks:
+// each block pushes about `block_bytes` (ll_block_bytes()) of lines in all, summed over the W - 1 peers
+// it sends to, and each thread one line, until the limit; then blocks of kThreads threads loop.
+struct LLLaunch {
+  int blocks = 1;
+  int threads = kThreads;
+};
+LLLaunch ll_launch(int64_t words, int world, int limit, size_t block_bytes);
 // True when every block of `block_rows` rows of t can move in 8-byte accesses.
 bool ll_vec8(const Tensor& t, int64_t block_rows);
-void launch_ll(const LLArgs& args, LLMode mode, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+void launch_ll(const LLArgs& args, LLMode mode, DType dtype, ReduceOp op, LLLaunch grid, cudaStream_t stream);
 
 // ---- flat chunked schedules (two_shot, and the other collectives) -------------------------------
 // Elements are split into `nchunks` chunks of `chunk` elements (the last may be shorter); chunk c is

@@ -46,7 +46,7 @@ void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.ll) {
     detail::launch_ll(detail::ll_args(ctx, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kAllToAll, in.dtype,
-                      ReduceOp::kSum, p.blocks, detail::pick_stream(ctx, stream));
+                      ReduceOp::kSum, {p.blocks, p.threads}, detail::pick_stream(ctx, stream));
     IRIS_CUDA_CHECK_LAUNCH();
     ws.count_call();
     return;

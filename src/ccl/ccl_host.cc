@@ -104,4 +104,23 @@ size_t ll_max_bytes(OpKind op) {
   return op == OpKind::kReduceScatter ? kLLMaxBytesReduce : kLLMaxBytesCopy;
 }
 
+// The reasoning and the measurements behind 2 KiB are in ll_exchange.cu (the grid).
+constexpr size_t kLLBlockBytes = size_t{2} << 10;
+
+size_t ll_block_bytes() {
+  static const size_t bytes = [] {
+    const char* env = std::getenv("IRIS_LL_BLOCK_BYTES");
+    if (env == nullptr || *env == '\0') return kLLBlockBytes;
+    try {
+      const size_t b = parse_byte_size(env);
+      if (b == 0) throw InvalidArgument("0 is not a size here");
+      return b;
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("IRIS_LL_BLOCK_BYTES: ") + e.what() +
+                            " (bytes of LL lines per block, e.g. 2K)");
+    }
+  }();
+  return bytes;
+}
+
 }  // namespace iris::ccl::detail

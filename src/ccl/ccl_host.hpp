@@ -50,6 +50,9 @@ inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 // ll_max_bytes(op) bytes: the measured rule in ccl_host.cc, or IRIS_LL_MAX_BYTES for every op (read
 // once; it must be the same on every rank).
 size_t ll_max_bytes(OpKind op);
+// Bytes of LL lines one block of an LL launch pushes, summed over its peers (ll_launch): 2 KiB, or
+// IRIS_LL_BLOCK_BYTES (read once; a launch shape only, so ranks may differ).
+size_t ll_block_bytes();
 // Words from parity 0 to parity 1 of an LL staging: half the capacity, in whole 16-byte lines.
 inline int64_t ll_parity_words(const Workspace& ws) { return static_cast<int64_t>(ws.staging_capacity() / 2 / 16 * 2); }
 

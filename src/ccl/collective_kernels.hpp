@@ -208,6 +208,7 @@ struct ExchangePlan {
   int64_t block_rows = 0;
   int64_t slot = 0;  // elements between staging slots (a multiple of 256 bytes)
   int blocks = 1;
+  int threads = kThreads;  // the LL exchange: ll_launch's; kThreads otherwise
   bool ll = false;       // small blocks: the LL exchange (ll_exchange.cu), no flags
   int64_t ll_words = 0;  // LL words per staging slot
 };
@@ -237,8 +238,14 @@ inline ExchangePlan plan_exchange(const PlanScope& scope, const OpSignature& sig
                                   DType dtype, const Config& config) {
   ExchangePlan p = plan_exchange_layout(sig.op, scope.world, block_rows, cols, dtype);
   p.sig = sig;
-  p.blocks = p.ll ? ll_blocks(p.ll_words, config.comm_sms > 0 ? config.comm_sms : scope.sms)
-                  : launch_blocks(scope, config, p.chunks.nchunks);
+  if (p.ll) {
+    const LLLaunch grid =
+        ll_launch(p.ll_words, scope.world, config.comm_sms > 0 ? config.comm_sms : scope.sms, ll_block_bytes());
+    p.blocks = grid.blocks;
+    p.threads = grid.threads;
+  } else {
+    p.blocks = launch_blocks(scope, config, p.chunks.nchunks);
+  }
   return p;
 }
 

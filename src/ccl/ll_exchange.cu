@@ -26,6 +26,17 @@
 // us. A stand-alone probe of the same protocol (u32 sum, cudaMalloc or cuMemCreate buffers alike)
 // takes 2.5 us; the 1.3 us between the two is not explained yet (not the buffers, not the code size
 // of the wait, not where the PDL trigger sits).
+//
+// The grid (ll_launch): on 2 x H200 (2026-11-29, bf16, one_shot) a call's time grew with the lines one
+// block pushes, whatever the total: one block of 512 threads took 2.95 / 3.07 / 3.33 / 4.05 us for 128
+// / 256 / 512 / 1024 lines (1 to 8 KiB), about 15 GB/s per SM, and 8 blocks of 1024 lines each (64
+// KiB) 4.48 us, while the link carries 16 KiB of lines in 0.05 us. A block's pushes leave its SM one
+// after another, so the last line reaches the peer that much later. The lines are therefore spread
+// over blocks that each push about ll_block_bytes() (2 KiB: 128 lines to one peer, 64 to each of
+// three), one line per thread, up to comm_sms blocks; only then does a thread take more lines. At 8
+// KiB that is 8 blocks of 128 threads instead of one of 512: the model says about the 1 KiB time
+// (3.0 us) instead of 4.05; not yet measured on 2 GPUs (IRIS_LL_BLOCK_BYTES=16K restores the old
+// grid at 2 ranks, for the comparison).
 #include <algorithm>
 
 #include "ccl/ccl_common.cuh"
@@ -252,11 +263,11 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
 }
 
 template <typename T, LLMode kMode, ReduceOp kOp>
-void launch_typed(const LLArgs& args, int blocks, cudaStream_t stream) {
+void launch_typed(const LLArgs& args, LLLaunch grid, cudaStream_t stream) {
   if (args.in_vec8 && args.out_vec8)
-    launch_collective(ll_kernel<T, kMode, kOp, true>, blocks, kThreads, stream, args);
+    launch_collective(ll_kernel<T, kMode, kOp, true>, grid.blocks, grid.threads, stream, args);
   else
-    launch_collective(ll_kernel<T, kMode, kOp, false>, blocks, kThreads, stream, args);
+    launch_collective(ll_kernel<T, kMode, kOp, false>, grid.blocks, grid.threads, stream, args);
 }
 
 }  // namespace
@@ -270,9 +281,19 @@ size_t ll_staging_bytes(int64_t numel, DType dtype, int world) {
   return align256(2 * static_cast<size_t>(world) * static_cast<size_t>(ll_words(numel, dtype)) * sizeof(uint64_t));
 }
 
-int ll_blocks(int64_t words, int limit) {
-  const int64_t want = (words / 2 + int64_t{kThreads} * kLines - 1) / (int64_t{kThreads} * kLines);
-  return static_cast<int>(std::clamp<int64_t>(want, 1, limit));
+LLLaunch ll_launch(int64_t words, int world, int limit, size_t block_bytes) {
+  constexpr int64_t kWarp = 32, kLineBytes = 16;
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const int64_t lines = std::max<int64_t>(1, words / 2);
+  const int64_t peers = std::max(1, world - 1);
+  // Lines per block: block_bytes over the lines' 16 bytes and the peers each line goes to, in whole warps.
+  const int64_t per_block =
+      ceil_div(std::max<int64_t>(1, ceil_div(static_cast<int64_t>(block_bytes), kLineBytes * peers)), kWarp) * kWarp;
+  LLLaunch grid;
+  grid.blocks = static_cast<int>(std::clamp<int64_t>(ceil_div(lines, per_block), 1, std::max(1, limit)));
+  grid.threads =
+      static_cast<int>(std::clamp<int64_t>(ceil_div(ceil_div(lines, grid.blocks), kWarp) * kWarp, kWarp, kThreads));
+  return grid;
 }
 
 bool ll_vec8(const Tensor& t, int64_t block_rows) {
@@ -280,22 +301,22 @@ bool ll_vec8(const Tensor& t, int64_t block_rows) {
   return t.contiguous() && base % 8 == 0 && (static_cast<uint64_t>(block_rows * t.stride) * t.element_size()) % 8 == 0;
 }
 
-void launch_ll(const LLArgs& args, LLMode mode, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
+void launch_ll(const LLArgs& args, LLMode mode, DType dtype, ReduceOp op, LLLaunch grid, cudaStream_t stream) {
   switch (mode) {
     case LLMode::kAllReduce:
       return dispatch_typed(dtype, op, [&](auto t, auto o) {
-        launch_typed<decltype(t), LLMode::kAllReduce, decltype(o)::value>(args, blocks, stream);
+        launch_typed<decltype(t), LLMode::kAllReduce, decltype(o)::value>(args, grid, stream);
       });
     case LLMode::kReduceScatter:
       return dispatch_typed(dtype, op, [&](auto t, auto o) {
-        launch_typed<decltype(t), LLMode::kReduceScatter, decltype(o)::value>(args, blocks, stream);
+        launch_typed<decltype(t), LLMode::kReduceScatter, decltype(o)::value>(args, grid, stream);
       });
     case LLMode::kAllGather:
       return dispatch_bits(
-          dtype, [&](auto u) { launch_typed<decltype(u), LLMode::kAllGather, ReduceOp::kSum>(args, blocks, stream); });
+          dtype, [&](auto u) { launch_typed<decltype(u), LLMode::kAllGather, ReduceOp::kSum>(args, grid, stream); });
     case LLMode::kAllToAll:
       return dispatch_bits(
-          dtype, [&](auto u) { launch_typed<decltype(u), LLMode::kAllToAll, ReduceOp::kSum>(args, blocks, stream); });
+          dtype, [&](auto u) { launch_typed<decltype(u), LLMode::kAllToAll, ReduceOp::kSum>(args, grid, stream); });
   }
   throw InvalidArgument("unknown LL mode");
 }

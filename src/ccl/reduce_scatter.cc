@@ -51,7 +51,7 @@ void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Con
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.ll) {
     detail::launch_ll(detail::ll_args(ctx, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kReduceScatter,
-                      in.dtype, op, p.blocks, detail::pick_stream(ctx, stream));
+                      in.dtype, op, {p.blocks, p.threads}, detail::pick_stream(ctx, stream));
     IRIS_CUDA_CHECK_LAUNCH();
     ws.count_call();
     return;
