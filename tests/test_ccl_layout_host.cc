@@ -90,6 +90,27 @@ TEST(CclLayout, LLGridSpreadsLinesOverBlocksOfAboutBlockBytes) {
       }
 }
 
+// The LL bound of an exchange is part of the signature every rank compares in the preamble: ranks with
+// different IRIS_LL_MAX_BYTES would take different protocols over one staging.
+TEST(CclLayout, ExchangeSignaturesCarryTheirLLBound) {
+  if (std::getenv("IRIS_LL_MAX_BYTES") != nullptr) GTEST_SKIP() << "IRIS_LL_MAX_BYTES overrides the rule";
+  const Config config;
+  auto plan = [&](OpKind op, int world) {
+    const Tensor t{nullptr, DType::kBFloat16, 4, 8, 8};
+    return detail::plan_exchange(detail::PlanScope::sizing("test", world),
+                                 detail::collective_signature(op, t, world, config), 4 / world, 8, DType::kBFloat16,
+                                 config);
+  };
+  EXPECT_EQ(plan(OpKind::kAllGather, 2).sig.ll_max_bytes, 4096);
+  EXPECT_EQ(plan(OpKind::kAllToAll, 2).sig.ll_max_bytes, 4096);
+  EXPECT_EQ(plan(OpKind::kReduceScatter, 2).sig.ll_max_bytes, 65536);
+  EXPECT_EQ(plan(OpKind::kAllGather, 2).sig.describe(),
+            "all_gather 4x8 bfloat16 world 2 blocks 32x64 LL up to 4096 bytes per block (IRIS_LL_MAX_BYTES)");
+  // One rank exchanges nothing: no bound, nothing in the description.
+  EXPECT_EQ(plan(OpKind::kAllGather, 1).sig.ll_max_bytes, -1);
+  EXPECT_EQ(plan(OpKind::kAllGather, 1).sig.describe(), "all_gather 4x8 bfloat16 world 1 blocks 32x64");
+}
+
 TEST(CclLayout, LLVec8NeedsContiguousEightByteAlignedBlocks) {
   alignas(16) static float buf[4096];
   EXPECT_TRUE(detail::ll_vec8(Tensor{buf, DType::kFloat32, 4, 100, 100}, 2));

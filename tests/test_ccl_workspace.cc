@@ -259,6 +259,43 @@ TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
             "sum. Every rank must call with the same shapes and config.");
 }
 
+// Ranks whose IRIS_LL_MAX_BYTES differ would exchange over one staging with two protocols; the preamble
+// names the variable instead.
+TEST(CclWorkspace, RanksWithDifferentLLBoundsAllRaiseTogether) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeHost host(bootstraps[r]);
+      Workspace ws;
+      OpSignature sig;
+      sig.op = OpKind::kAllGather;
+      sig.rows = 16;
+      sig.cols = 128;
+      sig.dtype = DType::kBFloat16;
+      sig.world_size = 2;
+      sig.block_size_m = 32;
+      sig.block_size_n = 64;
+      sig.ll_max_bytes = r == 0 ? 4096 : 8192;
+      try {
+        ws.prepare(host, sig, WorkspaceNeeds{0, 0, 4096, 2});
+      } catch (const std::invalid_argument& e) {
+        errors[r] = e.what();
+      }
+      EXPECT_EQ(host.allocs, 0) << "nothing allocated on a disagreement";
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0],
+            "Collective parameters differ across ranks: rank 0 has all_gather 16x128 bfloat16 world 2 blocks 32x64 LL "
+            "up to 4096 bytes per block (IRIS_LL_MAX_BYTES) but rank 1 has all_gather 16x128 bfloat16 world 2 blocks "
+            "32x64 LL up to 8192 bytes per block (IRIS_LL_MAX_BYTES). Every rank must call with the same shapes and "
+            "config.");
+  EXPECT_NE(errors[1].find("rank 1 has all_gather 16x128 bfloat16 world 2 blocks 32x64 LL up to 8192"),
+            std::string::npos)
+      << errors[1];
+}
+
 // ---- sizing ahead: *_needs and heap_bytes ----------------------------------------------------------
 
 void expect_same_needs(const WorkspaceNeeds& got, const WorkspaceNeeds& want, const std::string& what) {

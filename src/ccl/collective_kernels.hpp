@@ -238,6 +238,7 @@ inline ExchangePlan plan_exchange(const PlanScope& scope, const OpSignature& sig
                                   DType dtype, const Config& config) {
   ExchangePlan p = plan_exchange_layout(sig.op, scope.world, block_rows, cols, dtype);
   p.sig = sig;
+  if (scope.world > 1) p.sig.ll_max_bytes = static_cast<int64_t>(ll_max_bytes(sig.op));
   if (p.ll) {
     const LLLaunch grid =
         ll_launch(p.ll_words, scope.world, config.comm_sms > 0 ? config.comm_sms : scope.sms, ll_block_bytes());

@@ -101,6 +101,11 @@ struct OpSignature {
   // the signature so that every rank takes the same path (a peer writing into a heap that holds no C
   // would corrupt it).
   bool symmetric_output = false;
+  // all_gather, reduce_scatter and all_to_all between ranks: the block bytes up to which they take the
+  // LL exchange (IRIS_LL_MAX_BYTES, or the measured rule), -1 for every other call. Ranks that differ
+  // here would take different protocols over one staging and misread each other's words, so it is
+  // compared like the shapes.
+  int64_t ll_max_bytes = -1;
 
   bool operator==(const OpSignature&) const = default;
   std::string describe() const;
