@@ -231,7 +231,10 @@ TEST(CclWorkspace, LargerArraysAreKeptWithoutReallocation) {
   EXPECT_EQ(host.live, 0);
 }
 
-TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
+// Two ranks (threads on fake hosts) that disagree prepare a workspace with sig_of(rank) and `needs`;
+// returns what each raised ("" if nothing) and checks that neither allocated anything.
+template <typename SigOf>
+std::vector<std::string> prepare_on_two_ranks(SigOf sig_of, const WorkspaceNeeds& needs) {
   auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
@@ -239,16 +242,25 @@ TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
     threads.emplace_back([&, r] {
       FakeHost host(bootstraps[r]);
       Workspace ws;
-      auto sig = spinlock_sig(512, r == 0 ? 512 : 256, 64, 64);  // rank 1 passes another shape
-      sig.world_size = 2;
       try {
-        ws.prepare(host, sig, lock_needs(512, 512, 64, 64));
+        ws.prepare(host, sig_of(r), needs);
       } catch (const std::invalid_argument& e) {
         errors[r] = e.what();
       }
       EXPECT_EQ(host.allocs, 0) << "nothing allocated on a disagreement";
     });
   for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
+  const auto errors = prepare_on_two_ranks(
+      [](int r) {
+        auto sig = spinlock_sig(512, r == 0 ? 512 : 256, 64, 64);  // rank 1 passes another shape
+        sig.world_size = 2;
+        return sig;
+      },
+      lock_needs(512, 512, 64, 64));
   EXPECT_EQ(errors[0],
             "Collective parameters differ across ranks: rank 0 has all_reduce 512x512 float32 world 2 variant spinlock "
             "blocks 64x64 op sum but rank 1 has all_reduce 512x256 float32 world 2 variant spinlock blocks 64x64 op "
@@ -262,30 +274,20 @@ TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
 // Ranks whose IRIS_LL_MAX_BYTES differ would exchange over one staging with two protocols; the preamble
 // names the variable instead.
 TEST(CclWorkspace, RanksWithDifferentLLBoundsAllRaiseTogether) {
-  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      FakeHost host(bootstraps[r]);
-      Workspace ws;
-      OpSignature sig;
-      sig.op = OpKind::kAllGather;
-      sig.rows = 16;
-      sig.cols = 128;
-      sig.dtype = DType::kBFloat16;
-      sig.world_size = 2;
-      sig.block_size_m = 32;
-      sig.block_size_n = 64;
-      sig.ll_max_bytes = r == 0 ? 4096 : 8192;
-      try {
-        ws.prepare(host, sig, WorkspaceNeeds{0, 0, 4096, 2});
-      } catch (const std::invalid_argument& e) {
-        errors[r] = e.what();
-      }
-      EXPECT_EQ(host.allocs, 0) << "nothing allocated on a disagreement";
-    });
-  for (auto& t : threads) t.join();
+  const auto errors = prepare_on_two_ranks(
+      [](int r) {
+        OpSignature sig;
+        sig.op = OpKind::kAllGather;
+        sig.rows = 16;
+        sig.cols = 128;
+        sig.dtype = DType::kBFloat16;
+        sig.world_size = 2;
+        sig.block_size_m = 32;
+        sig.block_size_n = 64;
+        sig.ll_max_bytes = r == 0 ? 4096 : 8192;
+        return sig;
+      },
+      WorkspaceNeeds{0, 0, 4096, 2});
   EXPECT_EQ(errors[0],
             "Collective parameters differ across ranks: rank 0 has all_gather 16x128 bfloat16 world 2 blocks 32x64 LL "
             "up to 4096 bytes per block (IRIS_LL_MAX_BYTES) but rank 1 has all_gather 16x128 bfloat16 world 2 blocks "
