@@ -48,7 +48,8 @@ inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 // LL exchanges (ll_exchange.cu) serve all_gather, reduce_scatter and all_to_all blocks of at most
 // ll_max_bytes(op) bytes: the measured rule in ccl_host.cc, or IRIS_LL_MAX_BYTES for every op (read
-// once; it must be the same on every rank).
+// once; it must be the same on every rank: it is part of the exchange's OpSignature, which the preamble
+// compares).
 size_t ll_max_bytes(OpKind op);
 // Bytes of LL lines one block of an LL launch pushes, summed over its peers (ll_launch): 2 KiB, or
 // IRIS_LL_BLOCK_BYTES (read once; a launch shape only, so ranks may differ).

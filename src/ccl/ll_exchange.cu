@@ -30,13 +30,13 @@
 // The grid (ll_launch): on 2 x H200 (2026-11-29, bf16, one_shot) a call's time grew with the lines one
 // block pushes, whatever the total: one block of 512 threads took 2.95 / 3.07 / 3.33 / 4.05 us for 128
 // / 256 / 512 / 1024 lines (1 to 8 KiB), about 15 GB/s per SM, and 8 blocks of 1024 lines each (64
-// KiB) 4.48 us, while the link carries 16 KiB of lines in 0.05 us. A block's pushes leave its SM one
-// after another, so the last line reaches the peer that much later. The lines are therefore spread
-// over blocks that each push about ll_block_bytes() (2 KiB: 128 lines to one peer, 64 to each of
-// three), one line per thread, up to comm_sms blocks; only then does a thread take more lines. At 8
-// KiB that is 8 blocks of 128 threads instead of one of 512: the model says about the 1 KiB time
-// (3.0 us) instead of 4.05; not yet measured on 2 GPUs (IRIS_LL_BLOCK_BYTES=16K restores the old
-// grid at 2 ranks, for the comparison).
+// KiB) 4.48 us, while the link carries the 16 KiB of lines of an 8 KiB call in 0.05 us and the 128
+// KiB of the 64 KiB call in 0.36. A block's pushes leave its SM one after another, so the last line
+// reaches the peer that much later. The lines are therefore spread over blocks that each push about
+// ll_block_bytes() (2 KiB: 128 lines to one peer, 64 to each of three), one line per thread, up to
+// comm_sms blocks; only then does a thread take more lines. At 8 KiB that is 8 blocks of 128 threads
+// instead of one of 512: the model says about the 1 KiB time (3.0 us) instead of 4.05; not yet
+// measured on 2 GPUs (IRIS_LL_BLOCK_BYTES=16K restores the old grid at 2 ranks, for the comparison).
 #include <algorithm>
 
 #include "ccl/ccl_common.cuh"
