@@ -112,9 +112,7 @@ size_t ll_block_bytes() {
     const char* env = std::getenv("IRIS_LL_BLOCK_BYTES");
     if (env == nullptr || *env == '\0') return kLLBlockBytes;
     try {
-      const size_t b = parse_byte_size(env);
-      if (b == 0) throw InvalidArgument("0 is not a size here");
-      return b;
+      return parse_byte_size(env);  // refuses 0 too
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(std::string("IRIS_LL_BLOCK_BYTES: ") + e.what() +
                             " (bytes of LL lines per block, e.g. 2K)");
