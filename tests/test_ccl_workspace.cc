@@ -359,6 +359,43 @@ TEST(CclNeeds, FoundingNumbersFromTheArgumentsAlone) {
   ring.release(host);
 }
 
+// A tensor of fewer rows than block_size_m (a 1-D buffer is one row) tiles in tiles all its rows high and
+// block_size_n x floor(block_size_m / rows) wide. With block-sized tiles a 4 MiB bfloat16 buffer took 32768
+// tiles of 64 elements: ring asked for 512 MiB of staging (128 times the tensor), atomic and spinlock for
+// 192 MiB. Tensors of block_size_m rows or more keep the config's tiles (the founding numbers above).
+TEST(CclNeeds, TileVariantsWidenTheTilesOfShortTensors) {
+  const size_t mib = size_t{1} << 20;
+  const Tensor vec = shape(DType::kBFloat16, 1, int64_t{1} << 21);  // 4 MiB: 1024 tiles of 1 x 2048
+  const WorkspaceNeeds ring = all_reduce_needs(vec, vec, variant(AllReduceVariant::kRing), 2);
+  EXPECT_EQ(ring.flags, 2u * 1024) << "two parities of one flag per tile and slice";
+  EXPECT_EQ(ring.staging_bytes, 2u * 1024 * 2048 * 4) << "two parities of a float slot per tile: 16 MiB";
+  EXPECT_EQ(ring.staging_bytes, 4 * (4 * mib)) << "four times the tensor, not 128";
+  const WorkspaceNeeds spin = all_reduce_needs(vec, vec, variant(AllReduceVariant::kSpinlock), 2);
+  EXPECT_EQ(spin.locks, 1024u);
+  EXPECT_EQ(spin.flags, 2u * 1024);
+  EXPECT_EQ(spin.staging_bytes, 512u * 2048 * (4 + 2)) << "512 owned tiles: float accumulators and bf16 results";
+  const WorkspaceNeeds atomic = all_reduce_needs(vec, vec, variant(AllReduceVariant::kAtomic), 2);
+  EXPECT_EQ(atomic.flags, spin.flags);
+  EXPECT_EQ(atomic.staging_bytes, spin.staging_bytes);
+  EXPECT_EQ(atomic.locks, 0u);
+
+  // 3 rows with 32x64 blocks: tiles of 3 x 640 (64 x floor(32 / 3)), 157 along 100003 columns.
+  const Tensor three = shape(DType::kFloat32, 3, 100003);
+  EXPECT_EQ(all_reduce_needs(three, three, variant(AllReduceVariant::kSpinlock), 2).locks, 157u);
+  EXPECT_EQ(all_reduce_needs(three, three, variant(AllReduceVariant::kRing), 2).staging_bytes, 2u * 157 * 3 * 640 * 4);
+  // Ring slices keep their count (block_size_n / all_reduce_ring_slice_n) and widen with the tile.
+  Config sliced = variant(AllReduceVariant::kRing);
+  sliced.all_reduce_ring_slice_n = 16;
+  EXPECT_EQ(all_reduce_needs(vec, vec, sliced, 2).flags, 2u * 1024 * 4);
+  // As many rows as block_size_m: the config's tiles.
+  const Tensor tall = shape(DType::kFloat32, 32, 100003);
+  EXPECT_EQ(all_reduce_needs(tall, tall, variant(AllReduceVariant::kSpinlock), 2).locks,
+            static_cast<size_t>(tile_count(32, 100003, 32, 64)));
+  // Different block sizes still mean different needs for a short tensor (matches() compares them too).
+  EXPECT_EQ(all_reduce_needs(vec, vec, variant(AllReduceVariant::kSpinlock, 64, 64), 2).locks, 512u);
+  EXPECT_EQ(all_reduce_needs(vec, vec, variant(AllReduceVariant::kSpinlock, 16, 64), 2).locks, 2048u);
+}
+
 // auto sizes the variant it resolves to: one_shot up to 1 MiB on 2 ranks, two_shot above.
 TEST(CclNeeds, AutoSizesTheVariantItPicks) {
   for (int64_t n : {int64_t{4096}, int64_t{1} << 21}) {

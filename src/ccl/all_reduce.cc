@@ -36,6 +36,23 @@ constexpr size_t kLLMaxBytes = kOneShotMaxBytes;
 // type itself for the others) in atomic/spinlock accumulators and ring slots.
 size_t acc_bytes(DType dtype) { return std::max<size_t>(4, dtype_size(dtype)); }
 
+// The tile of the tile variants (atomic, spinlock, ring): the config's block_size_m x block_size_n, except
+// for a tensor of fewer rows than block_size_m (a 1-D buffer is one row), whose tile is all its rows high
+// and block_size_n x floor(block_size_m / rows) wide, so that it still holds about block_size_m x
+// block_size_n elements. Every tile has its flags (and spinlock its lock), a flag round trip between ranks
+// and a staging slot of tile_m x tile_n accumulators; with block-sized tiles a 1-D buffer of n elements
+// took n / 64 tiles of 64 elements (default blocks), so a 4 MiB bfloat16 ring all_reduce needed 512 MiB of
+// staging (128 times the tensor; atomic and spinlock 48 times) and spent its time in flag waits. Tensors
+// of block_size_m rows or more tile as the config says (DESIGN.md's tile counts).
+struct TileShape {
+  int m, n;
+};
+TileShape tile_of(int64_t rows, const Config& config) {
+  if (rows <= 0 || rows >= config.block_size_m) return {config.block_size_m, config.block_size_n};
+  const int h = static_cast<int>(rows);
+  return {h, config.block_size_n * (config.block_size_m / h)};
+}
+
 struct Plan {
   AllReduceVariant variant;
   OneShotProtocol protocol = OneShotProtocol::kAuto;  // one_shot: LL or simple
@@ -47,6 +64,7 @@ struct Plan {
   int64_t words = 0;         // one_shot LL
   detail::SegmentPlan segs;  // one_shot simple
   int64_t tiles = 0, tiles_per_rank = 0;
+  TileShape tile{0, 0};  // atomic, spinlock, ring: tile_of
   int slices = 1;
 };
 
@@ -118,10 +136,12 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
     case AllReduceVariant::kAtomic:
     case AllReduceVariant::kSpinlock:
     case AllReduceVariant::kRing: {
-      p.tiles = tile_count(in.rows, in.cols, config.block_size_m, config.block_size_n);
+      p.tile = tile_of(in.rows, config);
+      p.tiles = tile_count(in.rows, in.cols, p.tile.m, p.tile.n);
       p.tiles_per_rank = (p.tiles + world - 1) / world;
-      const size_t tile_elems = static_cast<size_t>(config.block_size_m) * config.block_size_n;
+      const size_t tile_elems = static_cast<size_t>(p.tile.m) * p.tile.n;
       if (p.variant == AllReduceVariant::kRing) {
+        // As many slices as the config's block has; a widened tile widens each of them alike.
         p.slices = config.block_size_n / config.ring_slice_n();
         p.needs.flags = static_cast<size_t>(p.tiles) * 2 * p.slices;
         // Slots hold RS partials as accumulators.
@@ -154,9 +174,10 @@ uint64_t layout_key(const Plan& p, size_t esz) {
   mix(static_cast<uint64_t>(p.variant) + 1);
   mix(static_cast<uint64_t>(p.protocol));
   if (p.protocol != OneShotProtocol::kLL) {
-    for (int64_t v : {p.segs.seg, p.segs.nsegs, p.chunks.chunk, p.chunks.nchunks, p.chunks.per_rank,
-                      int64_t{p.chunks.distribution}, p.tiles, p.tiles_per_rank, int64_t{p.slices},
-                      int64_t{p.sig.block_size_m}, int64_t{p.sig.block_size_n}, static_cast<int64_t>(esz)})
+    for (int64_t v :
+         {p.segs.seg, p.segs.nsegs, p.chunks.chunk, p.chunks.nchunks, p.chunks.per_rank, int64_t{p.chunks.distribution},
+          p.tiles, p.tiles_per_rank, int64_t{p.tile.m}, int64_t{p.tile.n}, int64_t{p.slices},
+          int64_t{p.sig.block_size_m}, int64_t{p.sig.block_size_n}, static_cast<int64_t>(esz)})
       mix(static_cast<uint64_t>(v));
   }
   return h | 1;  // 0 means "no fence"
@@ -239,7 +260,6 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
     case AllReduceVariant::kAtomic:
     case AllReduceVariant::kSpinlock:
     case AllReduceVariant::kRing: {
-      const size_t tile_elems = static_cast<size_t>(config.block_size_m) * config.block_size_n;
       detail::TileArgs a{};
       a.ctx = dctx;
       a.in = in.data;
@@ -248,8 +268,8 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       a.cols = in.cols;
       a.in_stride = in.stride;
       a.out_stride = out.stride;
-      a.block_m = config.block_size_m;
-      a.block_n = config.block_size_n;
+      a.tile_m = p.tile.m;
+      a.tile_n = p.tile.n;
       a.swizzle = config.swizzle_size;
       a.tiles = p.tiles;
       a.tiles_per_rank = p.tiles_per_rank;
@@ -260,7 +280,6 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       a.slices = p.slices;
       a.rings = config.all_reduce_num_rings;
       a.layout_key = key;
-      (void)tile_elems;
       if (p.variant == AllReduceVariant::kAtomic)
         detail::launch_atomic(a, in.dtype, op, p.blocks, stream);
       else if (p.variant == AllReduceVariant::kSpinlock)

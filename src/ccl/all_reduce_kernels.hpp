@@ -198,7 +198,7 @@ struct OneShotArgs {
 };
 void launch_one_shot_simple(const OneShotArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 
-// ---- tile schedules (atomic, spinlock, ring): 2-D tiles of block_m x block_n -------------------
+// ---- tile schedules (atomic, spinlock, ring): 2-D tiles of tile_m x tile_n -----------------------
 struct TileArgs {
   DeviceContext ctx;
   const void* in;
@@ -207,10 +207,10 @@ struct TileArgs {
   int64_t cols;
   int64_t in_stride;
   int64_t out_stride;
-  int block_m;
-  int block_n;
+  int tile_m;  // the plan's tile (all_reduce.cc, tile_of): the config's blocks, widened for short tensors
+  int tile_n;
   int swizzle;
-  int64_t tiles;  // ceil(rows / block_m) * ceil(cols / block_n)
+  int64_t tiles;  // ceil(rows / tile_m) * ceil(cols / tile_n)
   int64_t tiles_per_rank;
   uint32_t* locks;  // spinlock: [tiles]
   uint64_t* flags;  // atomic/spinlock: [2 * tiles] (arrivals, done); ring: [tiles][2 * slices]

@@ -38,7 +38,7 @@ namespace {
 using Tile = TileRect;
 
 __device__ __forceinline__ Tile tile_at(const TileArgs& a, int64_t t) {
-  return tile_rect(t, a.rows, a.cols, a.block_m, a.block_n, a.swizzle);
+  return tile_rect(t, a.rows, a.cols, a.tile_m, a.tile_n, a.swizzle);
 }
 
 // Calls f(row, col) for each pack of a tile's column range [c_lo, c_hi), every thread of the block
@@ -62,8 +62,8 @@ struct TileIo {
   __device__ __forceinline__ T* out(const Tile& t, int row, int col) const {
     return static_cast<T*>(a.out) + (t.r0 + row) * a.out_stride + t.c0 + col;
   }
-  // Tile-local layout in staging: block_n elements per row.
-  __device__ __forceinline__ int64_t local(int row, int col) const { return int64_t{row} * a.block_n + col; }
+  // Tile-local layout in staging: tile_n elements per row.
+  __device__ __forceinline__ int64_t local(int row, int col) const { return int64_t{row} * a.tile_n + col; }
 };
 
 // kN accumulators in a row, moved as Pack<A, kVec>s: whole 16-byte words when kVec (kN is then a
@@ -108,7 +108,7 @@ __device__ bool finish_owned_tiles(const TileArgs& a, uint64_t epoch, typename E
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size;
-  const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
+  const int64_t tile_elems = int64_t{a.tile_m} * a.tile_n;
   const TileIo<T, kVec> io{a};
   for (int64_t l = blockIdx.x; l < a.tiles_per_rank; l += gridDim.x) {
     const int64_t t = l * world + me;
@@ -138,7 +138,7 @@ __device__ bool pull_results(const TileArgs& a, uint64_t epoch, T* res_stage, co
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size;
-  const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
+  const int64_t tile_elems = int64_t{a.tile_m} * a.tile_n;
   const TileIo<T, kVec> io{a};
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
     const int o = static_cast<int>(t % world);
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
   const int world = ctx.world_size;
-  const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
+  const int64_t tile_elems = int64_t{a.tile_m} * a.tile_n;
   Acc* acc_stage = static_cast<Acc*>(a.stage);
   T* res_stage = reinterpret_cast<T*>(static_cast<char*>(a.stage) +
                                       (a.tiles_per_rank * tile_elems * int64_t{sizeof(Acc)} + 255) / 256 * 256);
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
   const int world = ctx.world_size;
-  const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
+  const int64_t tile_elems = int64_t{a.tile_m} * a.tile_n;
   Acc* acc_stage = static_cast<Acc*>(a.stage);
   T* res_stage = reinterpret_cast<T*>(static_cast<char*>(a.stage) +
                                       (a.tiles_per_rank * tile_elems * int64_t{sizeof(Acc)} + 255) / 256 * 256);
@@ -264,8 +264,8 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size;
-  const int64_t tile_elems = int64_t{a.block_m} * a.block_n;
-  const int slice_n = a.block_n / a.slices;
+  const int64_t tile_elems = int64_t{a.tile_m} * a.tile_n;
+  const int slice_n = a.tile_n / a.slices;
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
   if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(ring)")) {
@@ -358,9 +358,9 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
 
 bool tile_vec(const TileArgs& a, DType dtype) {
   const int64_t n = 16 / static_cast<int64_t>(dtype_size(dtype));
-  const int slice_n = a.block_n / a.slices;
+  const int slice_n = a.tile_n / a.slices;
   return reinterpret_cast<uintptr_t>(a.in) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0 &&
-         a.cols % n == 0 && a.in_stride % n == 0 && a.out_stride % n == 0 && a.block_n % n == 0 && slice_n % n == 0;
+         a.cols % n == 0 && a.in_stride % n == 0 && a.out_stride % n == 0 && a.tile_n % n == 0 && slice_n % n == 0;
 }
 
 }  // namespace

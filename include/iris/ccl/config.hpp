@@ -39,7 +39,10 @@ OneShotProtocol parse_one_shot_protocol(const std::string& name);
 
 struct Config {
   // Tile of the 2-D tensor that one block handles at a time; edges (sizes that are not multiples)
-  // are handled. Locks and flags are sized by the resulting tile count.
+  // are handled. Locks and flags are sized by the resulting tile count. all_reduce's tile variants
+  // (atomic, spinlock, ring) tile a tensor of fewer rows than block_size_m (a 1-D buffer is one row)
+  // in tiles of all its rows and block_size_n x floor(block_size_m / rows) columns, about as many
+  // elements as a block, not in tiles of a few rows.
   int block_size_m = 32;
   int block_size_n = 64;
   // Tiles grouped together along M in the tile order (better locality for peers' reads).
