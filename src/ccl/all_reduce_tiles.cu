@@ -13,7 +13,8 @@
 //             rounded once, by the owner, as in the other variants; the AG result travels as T.
 //             Bandwidth-optimal in elements (each rank sends about 2(W-1)/W of them; for 16-bit types
 //             the RS half at 4 bytes each, 1.5x NCCL's bytes, which accumulates in the type), pipelined
-//             over tiles, slices and blocks; `all_reduce_num_rings` rings alternate direction.
+//             over tiles (each block runs its tiles' RS steps, then their AG steps), slices and blocks;
+//             `all_reduce_num_rings` rings alternate direction.
 //
 // Tile t is owned by rank t % W. Every block walks tiles t = blockIdx.x, blockIdx.x + gridDim.x, ...
 // in the same order on every rank, so waits only ever go to the same block on another rank for the
@@ -254,6 +255,55 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
   end_call(a.state, epoch, a.layout_key);
 }
 
+// One tile of the ring on this rank: its direction, this rank's places on the tile's two chains, its
+// staging slot here and at the next rank, and its flags (one per column slice).
+template <typename T>
+struct RingTile {
+  using A = typename Elem<T>::Acc;
+  Tile tile;
+  int next;
+  int pos;   // 0 .. W-1 along the reduce-scatter chain; W-1 is the owner
+  int apos;  // 0 (the owner) .. W-1 along the all-gather chain
+  A* rs_slot;
+  A* rs_next;
+  T* ag_slot;
+  T* ag_next;
+  uint64_t* flags;
+
+  __device__ __forceinline__ RingTile(const TileArgs& a, int64_t t, int parity) {
+    const DeviceContext& ctx = a.ctx;
+    const int me = ctx.rank, world = ctx.world_size;
+    tile = tile_at(a, t);
+    const int dir = (t % a.rings) % 2 == 0 ? 1 : world - 1;  // +1 or -1 around the ring
+    next = (me + dir) % world;
+    const int owner = static_cast<int>(t % world);
+    const int start = (owner + dir) % world;
+    pos = ((me - start + world) % world) * (dir == 1 ? 1 : world - 1) % world;
+    apos = ((me - owner + world) % world) * (dir == 1 ? 1 : world - 1) % world;
+    // One slot per tile and parity, sized for accumulators: RS partials travel as Acc (float for 16-bit
+    // types, so the sum is rounded once, by the owner), the AG result as T in the same bytes, each row's
+    // slice of it inside the bytes of the same row's slice of RS partials (ag_local). So an AG slice
+    // overwrites only RS bytes of its own slice, which this rank read before forwarding its partial,
+    // which the owner needed before that AG slice existed; other slices' partials are untouched.
+    char* slot = static_cast<char*>(a.stage) +
+                 (parity * a.tiles + t) * int64_t{a.tile_m} * a.tile_n * static_cast<int64_t>(sizeof(A));
+    rs_slot = reinterpret_cast<A*>(slot);
+    rs_next = dev::translate(ctx, rs_slot, next);
+    ag_slot = reinterpret_cast<T*>(slot);
+    ag_next = dev::translate(ctx, ag_slot, next);
+    flags = a.flags + (parity * a.tiles + t) * a.slices;
+  }
+};
+
+// Two passes over the block's tiles: first every tile's reduce-scatter step, then every tile's all-gather
+// step. A rank's reduce-scatter steps wait only on other ranks' reduce-scatter steps (of the same tile,
+// upstream), so the first pass streams: while the owner of tile t waits for its partial, the block has
+// already pushed its partials of later tiles it does not own, and a wait costs one flag latency per pass,
+// not one round trip per tile. (One pass per tile, reduce-scatter then all-gather, waited for the owner's
+// result before starting the next tile: a 1-D buffer's block went through its tiles one round trip each.)
+// The all-gather chains start at the owners, in the first pass: a first-pass wait depends only on other
+// ranks' first passes, a second-pass wait only on first passes and on the same tile's second-pass steps
+// upstream, so no rank waits in a cycle.
 template <typename T, ReduceOp kOp, bool kVec>
 __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ TileArgs a) {
   pdl_wait();
@@ -263,8 +313,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
   static_assert(sizeof(A) >= sizeof(T), "an AG result fits in the bytes of the RS partials (ag_local)");
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
-  const int me = ctx.rank, world = ctx.world_size;
-  const int64_t tile_elems = int64_t{a.tile_m} * a.tile_n;
+  const int world = ctx.world_size;
   const int slice_n = a.tile_n / a.slices;
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
@@ -272,52 +321,39 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
     end_call(a.state, epoch);
     return;
   }
-  const int parity = static_cast<int>(epoch & 1);
-  char* stage = static_cast<char*>(a.stage);
-  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
-    const Tile tile = tile_at(a, t);
-    if (world == 1) {
+  if (world == 1) {
+    for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+      const Tile tile = tile_at(a, t);
       for_tile_packs<P::kN>(tile, 0, tile.w, [&](int row, int col) {
         store_pack<T, kVec>(io.out(tile, row, col), load_pack<T, kVec>(io.in(tile, row, col)));
       });
-      continue;
     }
-    const int dir = (t % a.rings) % 2 == 0 ? 1 : world - 1;  // +1 or -1 around the ring
-    const int next = (me + dir) % world;
-    const int owner = static_cast<int>(t % world);
-    const int start = (owner + dir) % world;
-    const int pos = ((me - start + world) % world) * (dir == 1 ? 1 : world - 1) % world;  // 0..W-1 along the RS chain
-    const int apos = ((me - owner + world) % world) * (dir == 1 ? 1 : world - 1) % world;  // 0 (owner)..W-1 along AG
-    // One slot per tile and parity, sized for accumulators: RS partials travel as Acc (float for 16-bit
-    // types, so the sum is rounded once, by the owner), the AG result as T in the same bytes, each row's
-    // slice of it inside the bytes of the same row's slice of RS partials (ag_local). So an AG slice
-    // overwrites only RS bytes of its own slice, which this rank read before forwarding its partial,
-    // which the owner needed before that AG slice existed; later slices' partials are untouched.
-    char* slot = stage + (parity * a.tiles + t) * tile_elems * static_cast<int64_t>(sizeof(A));
-    A* rs_slot = reinterpret_cast<A*>(slot);
-    A* rs_next = dev::translate(ctx, rs_slot, next);
-    T* ag_slot = reinterpret_cast<T*>(slot);
-    T* ag_next = dev::translate(ctx, ag_slot, next);
-    // T index, in the slot, of AG element (row, col) of the slice starting at column c_lo: at the start
-    // of the RS bytes of (row, c_lo), contiguous within the slice (16-byte packs stay whole and aligned).
-    const auto ag_local = [&](int row, int col, int c_lo) {
-      return io.local(row, c_lo) * static_cast<int64_t>(sizeof(A) / sizeof(T)) + (col - c_lo);
-    };
-    uint64_t* flags = a.flags + (parity * a.tiles + t) * a.slices;
-    const uint64_t rs_mark = 2 * epoch + 1, ag_mark = 2 * epoch + 2;
+    end_call(a.state, epoch, a.layout_key);
+    return;
+  }
+  const int parity = static_cast<int>(epoch & 1);
+  // T index, in the slot, of AG element (row, col) of the slice starting at column c_lo: at the start
+  // of the RS bytes of (row, c_lo), contiguous within the slice (16-byte packs stay whole and aligned).
+  const auto ag_local = [&](int row, int col, int c_lo) {
+    return io.local(row, c_lo) * static_cast<int64_t>(sizeof(A) / sizeof(T)) + (col - c_lo);
+  };
+  const uint64_t rs_mark = 2 * epoch + 1, ag_mark = 2 * epoch + 2;
+  // Pass 1: reduce-scatter. The owner ends the chain: it rounds the sum into `out` and starts the AG.
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const RingTile<T> r(a, t, parity);
+    const bool is_owner = r.pos == world - 1;
     for (int s = 0; s < a.slices; ++s) {
-      const int c_lo = s * slice_n, c_hi = min(tile.w, (s + 1) * slice_n);
+      const int c_lo = s * slice_n, c_hi = min(r.tile.w, (s + 1) * slice_n);
       if (c_lo >= c_hi) break;
-      if (pos > 0 && !block_wait_flag(ctx, flags + s, rs_mark, "all_reduce(ring) reduce-scatter")) {
+      if (r.pos > 0 && !block_wait_flag(ctx, r.flags + s, rs_mark, "all_reduce(ring) reduce-scatter")) {
         end_call(a.state, epoch);
         return;
       }
-      const bool is_owner = pos == world - 1;
-      for_tile_packs<P::kN>(tile, c_lo, c_hi, [&](int row, int col) {
-        const P v = load_pack<T, kVec>(io.in(tile, row, col));
+      for_tile_packs<P::kN>(r.tile, c_lo, c_hi, [&](int row, int col) {
+        const P v = load_pack<T, kVec>(io.in(r.tile, row, col));
         AccPack<A, P::kN> acc;
-        if (pos > 0) {
-          acc = load_acc_pack<A, P::kN, kVec>(rs_slot + io.local(row, col));
+        if (r.pos > 0) {
+          acc = load_acc_pack<A, P::kN, kVec>(r.rs_slot + io.local(row, col));
 #pragma unroll
           for (int k = 0; k < P::kN; ++k) acc.v[k] = combine<kOp>(acc.v[k], E::to_acc(v.v[k]));
         } else {
@@ -325,32 +361,36 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
           for (int k = 0; k < P::kN; ++k) acc.v[k] = E::to_acc(v.v[k]);
         }
         if (is_owner) {
-          P r;
+          P out;
 #pragma unroll
-          for (int k = 0; k < P::kN; ++k) r.v[k] = reduced<T, kOp>(acc.v[k], world);
-          store_pack<T, kVec>(io.out(tile, row, col), r);
-          store_pack<T, kVec>(ag_next + ag_local(row, col, c_lo), r);  // the owner's AG start
+          for (int k = 0; k < P::kN; ++k) out.v[k] = reduced<T, kOp>(acc.v[k], world);
+          store_pack<T, kVec>(io.out(r.tile, row, col), out);
+          store_pack<T, kVec>(r.ag_next + ag_local(row, col, c_lo), out);  // the owner's AG start
         } else {
-          store_acc_pack<A, P::kN, kVec>(rs_next + io.local(row, col), acc);  // RS partial
+          store_acc_pack<A, P::kN, kVec>(r.rs_next + io.local(row, col), acc);  // RS partial
         }
       });
-      block_signal(ctx, flags + s, is_owner ? ag_mark : rs_mark, next);
+      block_signal(ctx, r.flags + s, is_owner ? ag_mark : rs_mark, r.next);
     }
-    if (apos == 0) continue;  // the owner is done with this tile
+  }
+  // Pass 2: all-gather, on every rank but the owner of each tile.
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const RingTile<T> r(a, t, parity);
+    if (r.apos == 0) continue;
+    const bool forward = r.apos < world - 1;
     for (int s = 0; s < a.slices; ++s) {
-      const int c_lo = s * slice_n, c_hi = min(tile.w, (s + 1) * slice_n);
+      const int c_lo = s * slice_n, c_hi = min(r.tile.w, (s + 1) * slice_n);
       if (c_lo >= c_hi) break;
-      if (!block_wait_flag(ctx, flags + s, ag_mark, "all_reduce(ring) all-gather")) {
+      if (!block_wait_flag(ctx, r.flags + s, ag_mark, "all_reduce(ring) all-gather")) {
         end_call(a.state, epoch);
         return;
       }
-      const bool forward = apos < world - 1;
-      for_tile_packs<P::kN>(tile, c_lo, c_hi, [&](int row, int col) {
-        const P v = load_pack<T, kVec>(ag_slot + ag_local(row, col, c_lo));
-        store_pack<T, kVec>(io.out(tile, row, col), v);
-        if (forward) store_pack<T, kVec>(ag_next + ag_local(row, col, c_lo), v);
+      for_tile_packs<P::kN>(r.tile, c_lo, c_hi, [&](int row, int col) {
+        const P v = load_pack<T, kVec>(r.ag_slot + ag_local(row, col, c_lo));
+        store_pack<T, kVec>(io.out(r.tile, row, col), v);
+        if (forward) store_pack<T, kVec>(r.ag_next + ag_local(row, col, c_lo), v);
       });
-      if (forward) block_signal(ctx, flags + s, ag_mark, next);
+      if (forward) block_signal(ctx, r.flags + s, ag_mark, r.next);
     }
   }
   end_call(a.state, epoch, a.layout_key);
