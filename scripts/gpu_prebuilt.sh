@@ -8,6 +8,14 @@
 # IRIS_SKIP_EXAMPLES=1 runs the tests only. The tests' own variables pass through: with one GPU,
 #   IRIS_TEST_RANKS_PER_GPU=8 IRIS_TEST_MAX_RANKS=8 bash scripts/gpu_prebuilt.sh DIR "*processes_8*@600"
 # runs the 8-rank process tests with every rank on that GPU (logic only: see tests/support/ranks.hpp).
+#
+# IRIS_MPS=P (a percentage) runs it all under an MPS daemon of this script's own, every process limited
+# to P% of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): ranks sharing a GPU then run at once instead of
+# taking turns, so races between ranks can show and a wait costs what a concurrent peer makes it cost
+# (still one GPU's memory, not NVLink). P times IRIS_TEST_RANKS_PER_GPU must be at most 100: a rank
+# sizes its grids by the SMs it sees, and ranks that wait on each other need their blocks resident at
+# once (2026-12-03, 2 ranks at 100%: both one_shot grids of 132 blocks of 512 threads, one per SM, met
+# their device timeout; at 50% every test passed).
 set -uo pipefail
 BIN="${1:-.out/bin}"; shift || true
 LOG_DIR="${IRIS_LOG_DIR:-${OUT:-$PWD/gpu-logs}}"
@@ -17,6 +25,21 @@ export IRIS_TEST_CHILD_TIMEOUT="${IRIS_TEST_CHILD_TIMEOUT:-150}"
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=("*HeapGpu*" "*Device*" "*AllReduce*" "*Collective*")
 summary=()
+if [ -n "${IRIS_MPS:-}" ]; then
+  per_gpu="${IRIS_TEST_RANKS_PER_GPU:-1}"
+  if ! [[ "$IRIS_MPS" =~ ^[0-9]+$ ]] || [ "$IRIS_MPS" -lt 1 ] || [ "$((IRIS_MPS * per_gpu))" -gt 100 ]; then
+    echo "gpu_prebuilt.sh: IRIS_MPS must be a percentage from 1 to 100 / IRIS_TEST_RANKS_PER_GPU ($per_gpu), got '$IRIS_MPS'" >&2
+    exit 2
+  fi
+  command -v nvidia-cuda-mps-control > /dev/null || { echo "gpu_prebuilt.sh: nvidia-cuda-mps-control is not on PATH" >&2; exit 2; }
+  CUDA_MPS_PIPE_DIRECTORY="$(mktemp -d /tmp/iris-mps-pipe.XXXXXX)"
+  CUDA_MPS_LOG_DIRECTORY="$(mktemp -d /tmp/iris-mps-log.XXXXXX)"
+  export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  nvidia-cuda-mps-control -d || { echo "gpu_prebuilt.sh: the MPS daemon did not start" >&2; exit 1; }
+  trap 'echo quit | nvidia-cuda-mps-control > /dev/null 2>&1' EXIT
+  export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="$IRIS_MPS"
+  summary+=("MPS: on, each process limited to $IRIS_MPS% of the SMs (logs: $CUDA_MPS_LOG_DIRECTORY)")
+fi
 nvidia-smi -L > "$LOG_DIR/machine.txt" 2>&1; nvidia-smi topo -m >> "$LOG_DIR/machine.txt" 2>&1
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 summary+=("gpus: $gpus")

@@ -19,8 +19,9 @@
 // ranks per visible GPU run too, rank r on device r % gpus, so the logic of 2 ranks can be tested
 // where one GPU is lent. It checks indexing, protocols and results, not NVLink: the GPU time-slices
 // between the processes (timings mean nothing), a peer's memory is the same HBM, and the ranks'
-// kernels never run at the same instant, so races between ranks rarely show. Threads never share a
-// GPU: kernels of one process that spin on each other need not all be resident at once.
+// kernels never run at the same instant, so races between ranks rarely show. Under MPS they do run at
+// once (scripts/gpu_prebuilt.sh, IRIS_MPS). Threads never share a GPU: kernels of one process that
+// spin on each other need not all be resident at once.
 #pragma once
 
 #include <gtest/gtest.h>
