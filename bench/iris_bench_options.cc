@@ -221,9 +221,10 @@ after the other on the same buffers.
                             environment, instead of one thread per GPU. Started by torchrun,
                             mpirun or srun, iris-bench runs as the launcher's rank anyway
       --ranks-per-gpu N     processes: up to N ranks share each GPU (rank r on GPU r % GPUs),
-                            so -g may exceed the GPUs. For checking results only: the GPU
-                            time-slices between the ranks, so the times mean nothing, and NCCL
-                            (one rank per GPU) is not run                          [1]
+                            so -g may exceed the GPUs. For checking results only: the ranks
+                            take turns on the GPU (under MPS they split its SMs) and reach each
+                            other in its memory, so the times are not NVLink's, and NCCL (one
+                            rank per GPU) is not run                              [1]
   -J, --json FILE           also write every row as JSON (scripts/plot_bench.py plots it)
       --quick               short suite: 8K, 64K, 256K, 1M, 4M, 16M, 64M; 5 repeats
       --root R              broadcast root                                        [0]

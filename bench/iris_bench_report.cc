@@ -127,8 +127,9 @@ void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
   std::printf("# ranks: %s\n", m.launch.c_str());
   if (m.shared_gpus)
     std::printf(
-        "# NOTE: ranks share GPUs: this run checks results (#wrong) only; the GPU time-slices between the ranks, so "
-        "the times, bandwidths and ratios below are not measurements\n");
+        "# NOTE: ranks share GPUs: this run checks results (#wrong) only; the ranks take turns on a GPU (or, under "
+        "MPS, split its SMs) and reach each other in that GPU's memory, so the times, bandwidths and ratios below are "
+        "not NVLink measurements\n");
   std::printf("# iris heap per rank: %s\n", m.heap.c_str());
   if (!nccl_compiled()) {
     std::printf("# NCCL: not built in (CMake found no NCCL); the NCCL columns are unavailable\n");

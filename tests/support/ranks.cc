@@ -22,8 +22,8 @@ void run_as_processes(int world) {
   ASSERT_NE(info, nullptr);
   if (world > gpu_count())
     std::printf(
-        "[ iris     ] %d ranks as processes on %d GPU(s) (IRIS_TEST_RANKS_PER_GPU=%d): the GPU time-slices "
-        "between them\n",
+        "[ iris     ] %d ranks as processes on %d GPU(s) (IRIS_TEST_RANKS_PER_GPU=%d): they take turns on a "
+        "GPU, or split its SMs under MPS\n",
         world, gpu_count(), ranks_per_gpu());
   // This binary again, filtered to the current test, with torchrun's environment (run_local_processes).
   LocalLaunchOptions options;
