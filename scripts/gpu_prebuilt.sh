@@ -36,6 +36,7 @@ if [ -n "${IRIS_MPS:-}" ]; then
   CUDA_MPS_LOG_DIRECTORY="$(mktemp -d /tmp/iris-mps-log.XXXXXX)"
   export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   nvidia-cuda-mps-control -d || { echo "gpu_prebuilt.sh: the MPS daemon did not start" >&2; exit 1; }
+  sleep 2  # as in the runs by hand that this mode repeats: a client that finds no daemon runs without MPS
   trap 'echo quit | nvidia-cuda-mps-control > /dev/null 2>&1' EXIT
   export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="$IRIS_MPS"
   summary+=("MPS: on, each process limited to $IRIS_MPS% of the SMs (logs: $CUDA_MPS_LOG_DIRECTORY)")
