@@ -15,7 +15,7 @@
 # (still one GPU's memory, not NVLink). P times IRIS_TEST_RANKS_PER_GPU must be at most 100: a rank
 # sizes its grids by the SMs it sees, and ranks that wait on each other need their blocks resident at
 # once (2026-12-03, 2 ranks at 100%: both one_shot grids of 132 blocks of 512 threads, one per SM, met
-# their device timeout; at 50% every test passed).
+# their device timeout; at 50% the collective and all_reduce tests passed at 2 ranks).
 set -uo pipefail
 BIN="${1:-.out/bin}"; shift || true
 LOG_DIR="${IRIS_LOG_DIR:-${OUT:-$PWD/gpu-logs}}"
