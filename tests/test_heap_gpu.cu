@@ -178,6 +178,36 @@ TEST_P(HeapGpu, TypedHelpersFillOnEveryRank) {
   }, small_heap());
 }
 
+// Context::ordering_event: one event per index, the same on every call (ops reuse them instead of
+// creating events per call), distinct across indices, and usable to order side_stream() after stream().
+TEST_P(HeapGpu, OrderingEventsAreOnePerIndexAndReused) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const cudaEvent_t e2 = ctx.ordering_event(2);  // creates 0, 1 and 2
+        const cudaEvent_t e0 = ctx.ordering_event(0), e1 = ctx.ordering_event(1);
+        EXPECT_EQ(ctx.ordering_event(2), e2);
+        EXPECT_EQ(ctx.ordering_event(0), e0);
+        EXPECT_NE(e0, e1);
+        EXPECT_NE(e0, e2);
+        EXPECT_NE(e1, e2);
+        auto* x = ctx.zeros<uint32_t>(1024);
+        for (int round = 0; round < 3; ++round) {  // recorded again each round, as every op call does
+          IRIS_CUDA_CHECK(cudaMemsetAsync(x, round + 1, 1024 * sizeof(uint32_t), ctx.stream()));
+          IRIS_CUDA_CHECK(cudaEventRecord(e0, ctx.stream()));
+          IRIS_CUDA_CHECK(cudaStreamWaitEvent(ctx.side_stream(), e0, 0));
+          uint32_t first = 0;
+          IRIS_CUDA_CHECK(cudaMemcpyAsync(&first, x, sizeof(first), cudaMemcpyDeviceToHost, ctx.side_stream()));
+          IRIS_CUDA_CHECK(cudaStreamSynchronize(ctx.side_stream()));
+          EXPECT_EQ(first, 0x01010101u * static_cast<uint32_t>(round + 1)) << "round " << round;
+        }
+        ctx.free(x);
+        ctx.barrier();
+      },
+      small_heap());
+}
+
 TEST_P(HeapGpu, RankAllocatingOutOfStepMakesEveryRankThrow) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";

@@ -80,6 +80,12 @@ class Context {
   // overlap communication with computation (iris::ops) fork onto it from the caller's stream with events
   // and join back before they return, so it never outlives a call and is capturable in CUDA graphs.
   cudaStream_t side_stream();
+  // The context's i-th reusable event (cudaEventDisableTiming, on device()), created on first use and
+  // destroyed with the context: the events with which an op orders side_stream() against the caller's
+  // stream. A call records one and makes a stream wait on it before it returns (a wait binds the record
+  // it follows, so the next call may record the same event again), instead of creating and destroying
+  // events on every call.
+  cudaEvent_t ordering_event(size_t i);
   Bootstrap& bootstrap() { return *bootstrap_; }
 
   // ---- heap ------------------------------------------------------------------------------------
@@ -168,6 +174,7 @@ class Context {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaStream_t side_stream_ = nullptr;
+  std::vector<cudaEvent_t> ordering_events_;
   size_t heap_size_ = 0;
   std::chrono::milliseconds device_timeout_{10000};
   std::unique_ptr<SymmetricHeap> heap_;

@@ -469,9 +469,6 @@ class Pipeline {
   }
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
-  ~Pipeline() {
-    for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  }
 
   int rank() const { return ctx_.rank(); }
   int world() const { return ctx_.world_size(); }
@@ -496,11 +493,11 @@ class Pipeline {
     detail::launch_fused_wait(sync_, first, count, stride, skip, what, s);
   }
   void signal(cudaStream_t s, int index, int to) { detail::launch_fused_signal(sync_, index, to, s); }
-  // An event that completes with everything enqueued on `s` so far.
+  // An event that completes with everything enqueued on `s` so far: the call's next event of the
+  // context's pool (Context::ordering_event), so that a call creates no event once the pool holds as
+  // many as the call needs. Every mark is waited on within the call.
   cudaEvent_t mark(cudaStream_t s) {
-    cudaEvent_t e;
-    IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    events_.push_back(e);
+    cudaEvent_t e = ctx_.ordering_event(events_used_++);
     IRIS_CUDA_CHECK(cudaEventRecord(e, s));
     return e;
   }
@@ -561,7 +558,7 @@ class Pipeline {
   detail::FusedSync sync_;
   char* staging_ = nullptr;
   uint32_t* locks_ = nullptr;
-  std::vector<cudaEvent_t> events_;
+  size_t events_used_ = 0;  // this call's marks so far: Context::ordering_event [0, events_used_)
 };
 
 // Rows of band b when `total` rows are cut into `bands` bands of ceil(total / bands) rows.

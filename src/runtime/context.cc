@@ -288,6 +288,7 @@ Context::~Context() {
   if (error_record_ != nullptr) cudaFreeHost(error_record_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
+  for (cudaEvent_t e : ordering_events_) cudaEventDestroy(e);
 }
 
 cudaStream_t Context::side_stream() {
@@ -297,6 +298,15 @@ cudaStream_t Context::side_stream() {
     IRIS_CUDA_CHECK(cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking, greatest));
   }
   return side_stream_;
+}
+
+cudaEvent_t Context::ordering_event(size_t i) {
+  while (ordering_events_.size() <= i) {
+    cudaEvent_t e = nullptr;
+    IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    ordering_events_.push_back(e);
+  }
+  return ordering_events_[i];
 }
 
 char* Context::heap_base(int r) const {
