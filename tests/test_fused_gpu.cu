@@ -977,8 +977,10 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
 
 // ---- 4. ranks that disagree ------------------------------------------------------------------------
 
-// matmul_all_gather writes peers' rows straight into C when its preamble saw C on the symmetric heap:
-// a call with a C elsewhere must be refused before anything is launched, and the other way round.
+// matmul_all_gather writes peers' rows straight into C when its preamble saw C on the symmetric heap, at
+// the heap offset each rank's preamble saw: a call with a C off the heap, or at another offset, must be
+// refused before anything is launched, and the other way round; ranks whose C lies at different offsets
+// all raise from the preamble.
 TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
@@ -988,6 +990,7 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
         auto* a = ctx.empty<__nv_bfloat16>(mr * k);
         auto* b = ctx.empty<__nv_bfloat16>(k * n);
         auto* c_heap = ctx.empty<__nv_bfloat16>(w * mr * n);
+        auto* c_heap2 = ctx.empty<__nv_bfloat16>(w * mr * n);
         void* c_plain = nullptr;
         IRIS_CUDA_CHECK(cudaMalloc(&c_plain, static_cast<size_t>(w * mr * n) * 2));
         MatmulOperands on_heap;
@@ -1003,6 +1006,27 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
         EXPECT_EQ(error_text([&] { matmul_all_gather(ctx, off_heap, config, ws, nullptr); }),
                   "matmul_all_gather: C is not on the symmetric heap but the workspace was prepared with C on it; "
                   "call matmul_all_gather_preamble again with this C.");
+        MatmulOperands elsewhere = on_heap;
+        elsewhere.c.data = c_heap2;
+        EXPECT_EQ(ws.signature().output_offset, static_cast<int64_t>(ctx.offset_of(c_heap)));
+        EXPECT_EQ(error_text([&] { matmul_all_gather(ctx, elsewhere, config, ws, nullptr); }),
+                  "matmul_all_gather: C is at heap offset " + std::to_string(ctx.offset_of(c_heap2)) +
+                      " but the workspace was prepared with C at heap offset " + std::to_string(ctx.offset_of(c_heap)) +
+                      " (peers write their rows straight into C at the offset they prepared with); call "
+                      "matmul_all_gather_preamble again with this C.");
+        if (w > 1) {  // the last rank's C elsewhere: every rank raises, the workspace keeps its preparation
+          const bool culprit = ctx.rank() == w - 1;
+          const std::string what =
+              error_text([&] { matmul_all_gather_preamble(ctx, culprit ? elsewhere : on_heap, config, ws); });
+          EXPECT_NE(what.find("Collective parameters differ across ranks"), std::string::npos) << what;
+          EXPECT_NE(what.find("C on the symmetric heap at offset " + std::to_string(ctx.offset_of(c_heap2))),
+                    std::string::npos)
+              << what;
+          ctx.barrier();
+        }
+        matmul_all_gather_preamble(ctx, elsewhere, config, ws);  // every rank: C at the second offset
+        matmul_all_gather(ctx, elsewhere, config, ws, nullptr);
+        ctx.synchronize();
         matmul_all_gather_preamble(ctx, off_heap, config, ws);
         EXPECT_FALSE(ws.signature().symmetric_output);
         EXPECT_EQ(error_text([&] { matmul_all_gather(ctx, on_heap, config, ws, nullptr); }),
@@ -1011,6 +1035,7 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
         ctx.synchronize();
         release_workspace(ctx, ws);
         IRIS_CUDA_CHECK(cudaFree(c_plain));
+        ctx.free(c_heap2);
         ctx.free(c_heap);
         ctx.free(b);
         ctx.free(a);

@@ -992,5 +992,37 @@ TEST(OpsFusedWorkspace, RanksThatDisagreeOnKAllRaiseTogether) {
   EXPECT_EQ(allocs[1], 0);
 }
 
+// Peers write matmul_all_gather's (and two_shot's) rows straight into a symmetric C at the heap offset of
+// their own C: ranks whose C lies at different offsets disagree in the preamble, all of them, before
+// anything is allocated, instead of writing into whatever lies at the other offset.
+TEST(OpsFusedWorkspace, RanksWithCAtDifferentHeapOffsetsAllRaiseTogether) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  std::vector<std::string> errors(2);
+  std::vector<int> allocs(2, -1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeWorkspaceHost host(bootstraps[r]);
+      FusedWorkspace ws;
+      auto p = plan_matmul_all_gather(operands(128, 512, 128, 256), blocks(128, 128), 2, kSms);
+      p.sig.symmetric_output = true;  // as context_plan finds a contiguous C on the heap
+      p.sig.output_offset = r == 0 ? 4096 : 1 << 20;
+      errors[r] = error_of([&] { ws.prepare(host, p.sig, p.needs); });
+      allocs[r] = host.allocs;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0],
+            "Collective parameters differ across ranks: rank 0 has matmul_all_gather 256x512 k 128 bfloat16 world 2 "
+            "blocks 128x128 C on the symmetric heap at offset 4096 but rank 1 has matmul_all_gather 256x512 k 128 "
+            "bfloat16 world 2 blocks 128x128 C on the symmetric heap at offset 1048576. Every rank must call with the "
+            "same shapes and config.");
+  EXPECT_NE(errors[1].find("rank 1 has matmul_all_gather 256x512 k 128 bfloat16 world 2 blocks 128x128 C on the "
+                           "symmetric heap at offset 1048576 but rank 0 has"),
+            std::string::npos)
+      << errors[1];
+  EXPECT_EQ(allocs[0], 0) << "nothing allocated on a disagreement";
+  EXPECT_EQ(allocs[1], 0);
+}
+
 }  // namespace
 }  // namespace iris::ops

@@ -407,6 +407,7 @@ FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm
   if (p.sig.op == OpKind::kMatmulAllGather ||
       (p.sig.op == OpKind::kMatmulAllReduce && p.sig.variant == AllReduceVariant::kTwoShot))
     p.sig.symmetric_output = mm.c.stride == mm.c.cols && symmetric_view(ctx, mm.c);
+  if (p.sig.symmetric_output) p.sig.output_offset = static_cast<int64_t>(ctx.offset_of(mm.c.data));
   return p;
 }
 
@@ -1020,6 +1021,13 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
                  p.sig.symmetric_output ? "" : "not ", "on the symmetric heap but the workspace was prepared with C ",
                  ws.signature().symmetric_output ? "" : "not ", "on it; call ", preamble_name(p.sig.op),
                  " again with this C.");
+  // Peers write their rows at the offset of the C they prepared with: a C elsewhere would miss them, and
+  // they would land on whatever lies at that offset now.
+  IRIS_CHECK_ARG(p.sig.output_offset == ws.signature().output_offset, ccl::op_name(p.sig.op), ": C is at heap offset ",
+                 p.sig.output_offset, " but the workspace was prepared with C at heap offset ",
+                 ws.signature().output_offset,
+                 " (peers write their rows straight into C at the offset they prepared with); call ",
+                 preamble_name(p.sig.op), " again with this C.");
   if (mm.c.numel() == 0) return;
   if (ctx.world_size() == 1) {
     run_single_rank(mm, p.sig.op, ws, ccl::detail::pick_stream(ctx, stream));

@@ -97,10 +97,13 @@ struct OpSignature {
   int root = -1;  // broadcast
   ReduceOp reduce_op = ReduceOp::kSum;
   int64_t depth = 0;  // fused ops: K of the GEMM (0 for collectives)
-  // matmul_all_gather: C lies on the symmetric heap, so peers write their rows straight into it. Part of
-  // the signature so that every rank takes the same path (a peer writing into a heap that holds no C
-  // would corrupt it).
+  // matmul_all_gather and matmul_all_reduce two_shot: C lies on the symmetric heap, so peers write their
+  // rows straight into it, at the heap offset of their own C: output_offset, C's byte offset in the heap
+  // (-1 when C is elsewhere). Part of the signature so that every rank takes the same path and has C at
+  // the same offset (a peer writing into a heap that holds no C, or holds it elsewhere, would corrupt
+  // what lies there), and so that a call whose C is not where the preamble saw it is refused.
   bool symmetric_output = false;
+  int64_t output_offset = -1;
   // all_gather, reduce_scatter and all_to_all between ranks: the block bytes up to which they take the
   // LL exchange (IRIS_LL_MAX_BYTES, or the measured rule), -1 for every other call. Ranks that differ
   // here would take different protocols over one staging and misread each other's words, so it is

@@ -57,7 +57,10 @@
 // collective that gathers columns: below the threshold it runs one band (the whole gather, then one
 // GEMM), which is the sequential order. With one rank every op is its GEMM, run as
 // ops::gemm runs an automatic choice (the GEMM core's own tile, not block_size_m/n, and its automatic
-// split of K). A workspace serves one stream at a time.
+// split of K). A workspace serves one stream at a time. Where peers write straight into C (C contiguous on the
+// symmetric heap: matmul_all_gather, matmul_all_reduce two_shot), they write at the heap offset of their own C:
+// the preamble records C's offset, which must be the same on every rank (else every rank raises), and a call
+// with C at another offset is refused until the preamble has seen that C.
 //
 // Shapes (W = world size; every rank passes the same shapes, dtypes and config):
 //   matmul_all_reduce      C (M x N)   = sum over r of A_r (M x K) @ B_r (K x N)
