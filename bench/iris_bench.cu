@@ -20,6 +20,9 @@
 //      from its place in the run; NCCL's graphs are timed again with each iris variant;
 //   5. each is replayed once more into a poisoned output, which is checked again.
 // The per-call time of a rank is the median over the timed replays; the table shows the maximum over ranks.
+// With --eager, step 3 captures nothing: steps 4 and 5 make batches of `iters` direct calls instead of
+// replays, for every implementation alike, so the times carry each one's host cost per call (launches,
+// events, checks) wherever it exceeds the GPU's, as an application without CUDA graphs sees them.
 // Every fallible step ends with an agreement between the ranks (agree()), so a failure (an op that is
 // not implemented, an exhausted heap) skips that column on every rank instead of leaving a peer waiting.
 //
@@ -111,7 +114,7 @@ void ready(iris::Context& ctx, const Options& o, const Expectation& e, Subject& 
                           if (o.check) s.wrong_eager = static_cast<int64_t>(count_wrong(s.out, e, stream));
                         }));
   if (!s.timed.error.empty()) return;
-  prepare_timed(ctx, s.timed, o.iters, o.gpu_timeout_s, /*eager_first=*/false, /*direct_fallback=*/false);
+  prepare_timed(ctx, s.timed, o.iters, o.gpu_timeout_s, o.eager, /*eager_first=*/false, /*direct_fallback=*/false);
 }
 
 // Collective. Step 5 for a subject step 4 timed without error: one more replay into a poisoned output (the

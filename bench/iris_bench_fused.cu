@@ -15,6 +15,8 @@
 //      none gains from its place in the run: a GPU at its power limit runs whatever follows an idle
 //      gap faster. The sequential and GEMM graphs are timed again with every variant;
 //   5. one more fused replay into a poisoned C, compared with the reference again.
+// With --eager, steps 1-3 capture nothing and steps 4-5 make batches of `iters` direct calls instead of
+// replays, for the three paths alike (the host's cost per call shows where it exceeds the GPU's).
 // Times are medians over the timed replays per rank, then the maximum over ranks. As in the
 // collective tables, every fallible step ends with an agreement between the ranks, so a failure (an
 // op that is not implemented, an exhausted heap) marks that column on every rank and the run goes on.
@@ -624,9 +626,10 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
                         wait_stream(stream, "saving the sequential result", o.gpu_timeout_s, rank);
                       }));
     have_ref = seq.error.empty();
-    if (have_ref) prepare_timed(ctx, seq, o.iters, o.gpu_timeout_s, /*eager_first=*/false, /*direct_fallback=*/false);
+    if (have_ref)
+      prepare_timed(ctx, seq, o.iters, o.gpu_timeout_s, o.eager, /*eager_first=*/false, /*direct_fallback=*/false);
   }
-  prepare_timed(ctx, gemm_only, o.iters, o.gpu_timeout_s, /*eager_first=*/true, /*direct_fallback=*/false);
+  prepare_timed(ctx, gemm_only, o.iters, o.gpu_timeout_s, o.eager, /*eager_first=*/true, /*direct_fallback=*/false);
 
   for (size_t i = 0; i < rows.size(); ++i)
     run_variant(rows[i], op, l, variants[i], pa, pb, pc, ref.get(), have_ref, seq, gemm_only);
@@ -668,7 +671,7 @@ void FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
                         }));
   }
   if (fused.error.empty())
-    prepare_timed(ctx, fused, o.iters, o.gpu_timeout_s, /*eager_first=*/false, /*direct_fallback=*/true);
+    prepare_timed(ctx, fused, o.iters, o.gpu_timeout_s, o.eager, /*eager_first=*/false, /*direct_fallback=*/true);
 
   // The three paths in turns, so that none gains from running first on a GPU at its power limit.
   const std::vector<TurnTime> times =
@@ -681,7 +684,7 @@ void FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
   r.fused.ran = true;
   if (fused.ready()) {
     record_time(times[2], r.fused);
-    if (r.fused.error.empty() && fused.direct) {
+    if (r.fused.error.empty() && fused.direct && !o.eager) {
       r.fused_direct = true;
       r.fused.note = "timed as direct launches (marked *): the CUDA graph capture failed: " + fused.capture_error;
     }

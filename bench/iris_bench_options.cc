@@ -209,6 +209,10 @@ after the other on the same buffers.
   -w, --warmup N            untimed graph replays before timing                   [2]
   -r, --repeats N           timed graph replays; the median per call is reported  [10]
   -c, --check 0|1           check one eager call and one replay exactly           [1]
+      --eager               time direct launches instead of CUDA-graph replays, every
+                            path alike (iris, NCCL, cuBLAS + NCCL): -n calls per timed
+                            batch, so the host's cost per call shows where it exceeds
+                            the GPU's, as in an application that captures no graphs
   -d, --dtype LIST          bf16, fp16, fp32, fp64, int32, int64, uint8, int8,    [bf16]
                             fp8_e4m3, fp8_e5m2; comma-separated
   -o, --op LIST             all_reduce, all_gather, reduce_scatter, all_to_all,
@@ -285,7 +289,8 @@ Options parse_options(int argc, char** argv, bool* help) {
     kFusedCommSms,
     kFusedMinBandTiles,
     kProcesses,
-    kRanksPerGpu
+    kRanksPerGpu,
+    kEager
   };
   static const option long_options[] = {{"min-bytes", required_argument, nullptr, 'b'},
                                         {"max-bytes", required_argument, nullptr, 'e'},
@@ -300,6 +305,7 @@ Options parse_options(int argc, char** argv, bool* help) {
                                         {"gpus", required_argument, nullptr, 'g'},
                                         {"json", required_argument, nullptr, 'J'},
                                         {"quick", no_argument, nullptr, kQuick},
+                                        {"eager", no_argument, nullptr, kEager},
                                         {"root", required_argument, nullptr, kRoot},
                                         {"redop", required_argument, nullptr, kRedop},
                                         {"no-nccl", no_argument, nullptr, kNoNccl},
@@ -407,6 +413,9 @@ Options parse_options(int argc, char** argv, bool* help) {
         break;
       case kQuick:
         break;  // handled above
+      case kEager:
+        o.eager = true;
+        break;
       case kRoot:
         o.root = static_cast<int>(parse_int("--root", arg, 0, 4095));
         break;

@@ -96,6 +96,9 @@ struct Options {
   int iters = 20;    // calls captured in one graph
   int warmup = 2;    // untimed graph replays
   int repeats = 10;  // timed graph replays; the median is reported
+  // --eager: every path timed as direct launches (batches of `iters` calls, as an application without CUDA
+  // graphs makes them), so the host's cost per call counts wherever it exceeds the GPU's; no capture.
+  bool eager = false;
   bool check = true;
   std::vector<iris::DType> dtypes{iris::DType::kBFloat16};
   std::vector<Op> ops{std::begin(kAllOps), std::end(kAllOps)};

@@ -139,10 +139,18 @@ void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
     std::printf("# NCCL: %s (NCCL_NVLS_ENABLE=%s); symmetric windows: %s\n", m.nccl_version.c_str(),
                 getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "unset", m.nccl_symmetric.c_str());
   }
-  std::printf(
-      "# timing: %d calls per CUDA graph, %d warm-up + %d timed replays, NCCL's and iris's graphs in turns; time = "
-      "median us per call, max over ranks; check %s\n",
-      o.iters, o.warmup, o.repeats, o.check ? "on (#wrong summed over ranks)" : "off");
+  if (o.eager) {
+    std::printf(
+        "# timing (--eager): batches of %d direct calls, no CUDA graphs; %d warm-up + %d timed batches, NCCL's and "
+        "iris's in turns; time = median us per call, max over ranks: the host's cost per call where it exceeds the "
+        "GPU's; check %s (the eager call and a batch after the timing)\n",
+        o.iters, o.warmup, o.repeats, o.check ? "on (#wrong summed over ranks)" : "off");
+  } else {
+    std::printf(
+        "# timing: %d calls per CUDA graph, %d warm-up + %d timed replays, NCCL's and iris's graphs in turns; time = "
+        "median us per call, max over ranks; check %s\n",
+        o.iters, o.warmup, o.repeats, o.check ? "on (#wrong summed over ranks)" : "off");
+  }
   if (o.collectives) std::printf("# ratio = best NCCL time / iris time (>1: iris faster)\n");
   if (o.collectives && !o.variants_left_out.empty())
     std::printf("# all_reduce rows left out: %s\n", o.variants_left_out.c_str());
@@ -269,8 +277,10 @@ void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) 
   if (o.fused_min_band_tiles > 0)
     std::printf("# min_band_tiles = %d (--fused-min-band-tiles): the fusion threshold\n", o.fused_min_band_tiles);
   std::printf(
-      "# fused_us, seq_us, gemm_us: median us per call over %d timed replays of a CUDA graph of %d calls (after %d "
-      "untimed), the three in turns, max over ranks\n",
+      o.eager ? "# fused_us, seq_us, gemm_us (--eager): median us per call over %d timed batches of %d direct calls "
+                "(after %d untimed), no CUDA graphs, the three in turns, max over ranks\n"
+              : "# fused_us, seq_us, gemm_us: median us per call over %d timed replays of a CUDA graph of %d calls "
+                "(after %d untimed), the three in turns, max over ranks\n",
       o.repeats, o.iters, o.warmup);
   std::printf("# TF = TFLOP/s per GPU = 2*M*N*K / W / time; speedup = seq_us / fused_us (>1: fused faster)\n");
   std::printf(
@@ -429,8 +439,9 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
      << ", \"collectives\": " << (o.collectives ? "true" : "false") << ", \"fused\": " << (o.fused ? "true" : "false")
      << ", \"fused_b\": " << json_string(o.fused_b_nk ? "nk" : "kn")
      << ", \"fused_rel_tolerance\": " << json_number(kFusedRelTolerance)
-     << ", \"time\": \"median us per call over timed graph replays, "
-     << "max over ranks\", \"tflops\": \"per GPU: 2*M*N*K / world / time\"},\n";
+     << ", \"eager\": " << (o.eager ? "true" : "false") << ", \"time\": \"median us per call over timed "
+     << (o.eager ? "batches of direct calls" : "graph replays")
+     << ", max over ranks\", \"tflops\": \"per GPU: 2*M*N*K / world / time\"},\n";
   os << "  \"results\": [";
   for (size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
@@ -461,7 +472,7 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
        << ", \"gpu\": " << json_string(m.gpu_name)
        << ", \"nccl_version\": " << (m.nccl_version.empty() ? "null" : json_string(m.nccl_version));
     json_fused_column(os, "fused", r, r.fused);
-    os << ", \"fused_timing\": " << json_string(r.fused_direct ? "direct launches" : "graph replays")
+    os << ", \"fused_timing\": " << json_string(o.eager || r.fused_direct ? "direct launches" : "graph replays")
        << ", \"fused_note\": " << (r.fused.note.empty() ? "null" : json_string(r.fused.note));
     json_fused_column(os, "seq", r, r.seq);
     json_fused_column(os, "gemm", r, r.gemm);

@@ -198,7 +198,8 @@ Turn Timed::turn(cudaStream_t stream, int iters) const {
   return direct ? direct_turn(iters, call) : graph.turn(stream);
 }
 
-void prepare_timed(iris::Context& ctx, Timed& t, int iters, double timeout_s, bool eager_first, bool direct_fallback) {
+void prepare_timed(iris::Context& ctx, Timed& t, int iters, double timeout_s, bool eager, bool eager_first,
+                   bool direct_fallback) {
   cudaStream_t stream = ctx.stream();
   const int rank = ctx.rank();
   if (eager_first) {
@@ -208,6 +209,10 @@ void prepare_timed(iris::Context& ctx, Timed& t, int iters, double timeout_s, bo
                       if (t.after_drain) t.after_drain();
                     }));
     if (!t.error.empty()) return;
+  }
+  if (eager) {
+    t.direct = true;
+    return;
   }
   const std::string err = agree(ctx, try_step([&] { t.graph.capture(stream, iters, t.call); }));
   if (err.empty()) return;

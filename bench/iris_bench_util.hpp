@@ -129,9 +129,11 @@ struct Timed {
 
 // Collective. Readies t for time_together: one eager call first when eager_first (lazy set-up, such as
 // cuBLAS's first-call work or NCCL's connections, stays out of the capture), then the capture of `iters`
-// calls. A failure sets t.error on every rank, except a failed capture with direct_fallback, which leaves
-// direct launches to time.
-void prepare_timed(iris::Context& ctx, Timed& t, int iters, double timeout_s, bool eager_first, bool direct_fallback);
+// calls, or with `eager` (--eager) no capture: direct launches to time. A failure sets t.error on every
+// rank, except a failed capture with direct_fallback, which leaves direct launches to time
+// (t.capture_error says why).
+void prepare_timed(iris::Context& ctx, Timed& t, int iters, double timeout_s, bool eager, bool eager_first,
+                   bool direct_fallback);
 
 // What time_together measured of one path.
 struct TurnTime {

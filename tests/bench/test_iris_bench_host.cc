@@ -88,6 +88,17 @@ TEST(BenchOptions, AtomicRowsLeaveTheTablesOfReductionsItCannotDo) {
   EXPECT_TRUE(parse({"-v", "atomic", "--redop", "min", "-o", "reduce_scatter"}).variants.empty());
 }
 
+// --eager times direct launches (no graph) and is off unless given; it leaves the other settings alone.
+TEST(BenchOptions, EagerIsOffUnlessGiven) {
+  EXPECT_FALSE(parse({}).eager);
+  EXPECT_FALSE(parse({"--quick"}).eager);
+  const Options o = parse({"--eager", "-n", "7"});
+  EXPECT_TRUE(o.eager);
+  EXPECT_EQ(o.iters, 7);
+  EXPECT_EQ(parse_error({"--eager=1"}),
+            "iris-bench: unknown option or missing value: '--eager=1' (iris-bench --help lists the options).");
+}
+
 TEST(BenchOptions, StrayArgumentsAndUnknownOptionsAreRefused) {
   EXPECT_EQ(parse_error({"--redop", "sum", "extra"}),
             "iris-bench: unexpected argument 'extra' (iris-bench --help lists the options).");
