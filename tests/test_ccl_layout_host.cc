@@ -3,6 +3,7 @@
 // capacity, so for every shape a workspace can serve, the bytes of one parity never reach the other's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -44,6 +45,23 @@ TEST(CclLayout, LLLinesCarryEightDataBytesInSixteen) {
   // 2 parities x W slots x words x 8 bytes, rounded up to 256.
   EXPECT_EQ(detail::ll_staging_bytes(1000, DType::kFloat32, 2), 32000u);
   EXPECT_EQ(detail::ll_staging_bytes(1, DType::kInt32, 8), 256u);
+}
+
+// An LL word's tag is a bijection of the epoch's low 32 bits that leaves no epoch as it is, so a
+// stale element equal to the epoch (an int32 3 in call 3) is not taken for a line of that call; ll_epoch_of
+// inverts it for the timeout message.
+TEST(CclLayout, LLTagsAreAMixedBijectionOfTheEpoch) {
+  std::vector<uint32_t> tags;
+  for (uint64_t e = 1; e <= (1u << 16); ++e) {
+    const uint32_t t = detail::ll_tag(e);
+    ASSERT_EQ(detail::ll_epoch_of(t), static_cast<uint32_t>(e)) << e;
+    ASSERT_NE(t, static_cast<uint32_t>(e)) << "epoch " << e << " tags as itself";
+    tags.push_back(t);
+  }
+  std::sort(tags.begin(), tags.end());
+  EXPECT_EQ(std::adjacent_find(tags.begin(), tags.end()), tags.end()) << "two epochs share a tag";
+  EXPECT_EQ(detail::ll_tag(uint64_t{1} << 32 | 7), detail::ll_tag(7)) << "the low 32 bits";
+  for (uint32_t t : {0u, 1u, 0xdeadbeefu, 0xffffffffu}) EXPECT_EQ(detail::ll_tag(detail::ll_epoch_of(t)), t);
 }
 
 // The LL grid (ll_launch, ll_exchange.cu): each block pushes about block_bytes of 16-byte lines summed over

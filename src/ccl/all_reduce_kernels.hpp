@@ -121,6 +121,32 @@ struct LLArgs {
   bool in_place;  // all_gather: in is out's block `rank` (no local copy)
   uint64_t layout_key;  // all_reduce: layout_fence (ccl_common.cuh); 0 for the other ops
 };
+// The tag an LL word of call `epoch` carries in its high 32 bits: a bijection of the epoch's low 32 bits
+// (murmur3's finalizer), not the epoch itself. A reader takes a line whose two words carry its call's tag,
+// so what lies in the staging from before must not carry it: LL lines of earlier calls carry the tags of
+// other epochs (a bijection: never this one's), but a workspace also serves chunked, two_shot, one_shot
+// simple and tile-variant calls, which leave raw elements and partial sums in the same bytes. With the
+// epoch as the tag, an int32 element equal to the epoch (the 3 of call 3) in both odd positions of a
+// line passed as data of this call when its writer came late; with the mixed tag raw bytes pass only by
+// matching two pseudo-random 32-bit values at once. ll_epoch_of inverts it (for timeout messages).
+constexpr uint32_t ll_tag(uint64_t epoch) {
+  uint32_t h = static_cast<uint32_t>(epoch);
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+constexpr uint32_t ll_epoch_of(uint32_t tag) {
+  uint32_t h = tag;
+  h ^= h >> 16;
+  h *= 0x7ed1b41du;  // the inverse of 0xc2b2ae35 modulo 2^32
+  h ^= (h >> 13) ^ (h >> 26);
+  h *= 0xa5cb9243u;  // of 0x85ebca6b
+  h ^= h >> 16;
+  return h;
+}
 // LL words of one slot for a block of `numel` elements, and the staging bytes of a W-rank exchange.
 int64_t ll_words(int64_t numel, DType dtype);
 size_t ll_staging_bytes(int64_t numel, DType dtype, int world);

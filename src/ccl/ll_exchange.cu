@@ -3,7 +3,7 @@
 //
 // Every rank pushes one block to every peer (its whole input, or input block p to rank p) and then
 // reduces or copies what it received. The data carries its own flag (the LL protocol): it travels in
-// 16-byte lines of two 8-byte words, each word {4 data bytes, low 32 bits of the call's epoch}. A line
+// 16-byte lines of two 8-byte words, each word {4 data bytes, the call's tag: ll_tag(epoch)}. A line
 // is written with one 16-byte store and read with one 16-byte load; each 8-byte half is single-copy
 // atomic, so a reader that sees the epoch in a word sees that word's data, and no release/acquire pair
 // or fence is needed (DESIGN.md rule 1, the LL exception; tested by the graph-replay and back-to-back
@@ -15,9 +15,10 @@
 // parity 1 whatever the shape (collective_kernels.hpp says why). A peer can only start call e + 1 after receiving
 // our data of call e, which we send before reading our staging of call e ... so the buffer it
 // overwrites in call e + 2 (same parity as e) is one we finished reading in call e: before sending
-// our data of call e + 1, which it needed. Two parities are therefore enough, and stale words never
-// match: they carry epoch e - 2 or older. Every thread pushes all its lines before it waits for any,
-// so no wait depends on how the peer's grid maps lines to threads.
+// our data of call e + 1, which it needed. Two parities are therefore enough, and stale LL words never
+// match: they carry the tag of epoch e - 2 or older (ll_tag is a bijection); stale bytes of other
+// protocols match only by chance, two pseudo-random 32-bit values at once (ll_tag says why). Every thread pushes all
+// its lines before it waits for any, so no wait depends on how the peer's grid maps lines to threads.
 //
 // Latency is what this path is for, so every thread keeps kLines lines in flight: all its input loads
 // are issued before the first store, and all its loads of up to kSources sources before the first tag
@@ -99,7 +100,7 @@ struct LLWait {
   bool ok;
 };
 __device__ __noinline__ LLWait wait_ll(const DeviceContext& ctx, const uint64_t* slot, uint64_t epoch, const char* op) {
-  const uint64_t tag = (epoch & 0xffffffffull) << 32;
+  const uint64_t tag = uint64_t{ll_tag(epoch)} << 32;
   LLWait r{0, 0, true};
   for (int spin = 0; spin < 64; ++spin) {  // most lines arrive within a few polls: no clock yet
     load_ll(slot, r.a, r.b);
@@ -110,7 +111,9 @@ __device__ __noinline__ LLWait wait_ll(const DeviceContext& ctx, const uint64_t*
     load_ll(slot, r.a, r.b);
     if (tagged(r.a, r.b, tag)) return r;
     const uint64_t seen = (r.a & kTagMask) != tag ? r.a : r.b;
-    if (!bound.keep_waiting(ctx, op, slot, seen >> 32, epoch & 0xffffffffull)) {
+    // The message names epochs: the one whose tag the word carries (anything, for bytes of another
+    // protocol), and this call's.
+    if (!bound.keep_waiting(ctx, op, slot, ll_epoch_of(static_cast<uint32_t>(seen >> 32)), epoch & 0xffffffffull)) {
       r.ok = false;
       return r;
     }
@@ -155,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
     return View<T>{static_cast<T*>(a.out) + first_row * a.out_stride, a.cols, a.out_stride};
   };
   const uint64_t epoch = begin_call(a.state);
-  const uint64_t tag = (epoch & 0xffffffffull) << 32;
+  const uint64_t tag = uint64_t{ll_tag(epoch)} << 32;
   const int64_t words = a.words, lines = words / 2, numel = a.numel;
   uint64_t* stage = a.staging + (epoch & 1) * a.parity_words;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, step = int64_t{gridDim.x} * blockDim.x;
