@@ -463,6 +463,69 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
   }, big_heap(GetParam().world));
 }
 
+// A workspace prepared again for another op starts that op's flags from zero (Workspace::prepare): a ring
+// all_reduce leaves 2e + 2 in its flags, which an all_gather's waits for the epochs that follow took for
+// their own (and read slots nobody had written yet); back on all_reduce, atomic's arrival counts start
+// again from the first call of its layout (without the clearing, its owners waited for arrivals the
+// other op's flags had shifted, and timed out).
+TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int w = ctx.world_size();
+        const DType dt = DType::kFloat32;
+        const int64_t m = 64, n = 1000;
+        Config ring, atomic, gather;
+        ring.all_reduce_variant = AllReduceVariant::kRing;
+        atomic.all_reduce_variant = AllReduceVariant::kAtomic;
+        const Tensor shape = Tensor::matrix(nullptr, dt, m, n), gathered_shape = Tensor::matrix(nullptr, dt, w * m, n);
+        // The ring's preamble allocates the flags (the most of the three), one_shot LL's the staging.
+        ASSERT_GE(ccl::all_reduce_needs(shape, shape, ring, w).flags,
+                  ccl::all_reduce_needs(shape, shape, atomic, w).flags);
+        ASSERT_GE(ccl::all_reduce_needs(shape, shape, ring, w).flags,
+                  ccl::all_gather_needs(gathered_shape, shape, gather, w).flags);
+        Workspace ws;
+        {
+          Config ll;
+          ll.all_reduce_variant = AllReduceVariant::kOneShot;
+          ll.all_reduce_one_shot_protocol = OneShotProtocol::kLL;
+          auto big = TestTensor::make(ctx, dt, 1024, 1000, 1000, true);
+          ccl::all_reduce_preamble(ctx, big.view, big.view, ll, ws);
+          big.release();
+        }
+        uint64_t seed = 7000;
+        for (int call = 0; call < 3; ++call)
+          check_once(ctx, ring, ws, dt, ReduceOp::kSum, m, n, n, false, true, seed++,
+                     "ring call " + std::to_string(call));
+        auto in = TestTensor::make(ctx, dt, m, n, n, true);
+        auto out = TestTensor::make(ctx, dt, w * m, n, n, true);
+        ccl::all_gather_preamble(ctx, out.view, in.view, gather, ws);
+        for (int call = 0; call < 3; ++call, ++seed) {
+          in.upload(ctx.stream(), test::make_input(dt, m, n, n, seed, ctx.rank()));
+          out.poison(ctx.stream());
+          ccl::all_gather(ctx, out.view, in.view, gather, ws);
+          ctx.synchronize();
+          const auto host = out.download(ctx.stream());
+          int64_t wrong = 0;
+          for (int r = 0; r < w; ++r)
+            for (int64_t i = 0; i < m * n; ++i)
+              wrong += test::decode(dt, host.data() + (r * m * n + i) * 4) != test::input_value(dt, seed, r, i);
+          EXPECT_EQ(wrong, 0) << "all_gather call " << call << " after the ring";
+        }
+        ctx.barrier();
+        out.release();
+        in.release();
+        for (int call = 0; call < 3; ++call)
+          check_once(ctx, atomic, ws, dt, ReduceOp::kSum, m, n, n, false, true, seed++,
+                     "atomic call " + std::to_string(call));
+        ctx.barrier();
+        ccl::ContextWorkspaceHost host_ws(ctx);
+        ws.release(host_ws);
+      },
+      big_heap(GetParam().world));
+}
+
 // ---- the founding regressions (names as in Iris) ----------------------------------------------------
 
 void expect_too_small_after_large_blocks(Context& ctx, AllReduceVariant v, const char* message) {

@@ -231,6 +231,46 @@ TEST(CclWorkspace, LargerArraysAreKeptWithoutReallocation) {
   EXPECT_EQ(host.live, 0);
 }
 
+// A workspace prepared again for another op starts from zero flags and block state, but for the epoch,
+// which keeps running (the old op's LL lines then carry other epochs' tags); prepared again for the same
+// op (another shape or variant) it keeps them: that op's kernels order their own layouts (layout_fence).
+TEST(CclWorkspace, PreparedForAnotherOpItsFlagsAndStateStartFromZeroButTheEpoch) {
+  FakeHost host;
+  Workspace ws;
+  WorkspaceNeeds needs;
+  needs.flags = 128;
+  needs.block_state = 7;
+  needs.staging_bytes = 4096;
+  auto sig = spinlock_sig(512, 512, 64, 64);
+  sig.variant = AllReduceVariant::kRing;
+  ws.prepare(host, sig, needs);
+  auto scribble = [&] {
+    for (size_t i = 0; i < ws.flag_capacity(); ++i) ws.flags()[i] = 1000 + i;
+    for (size_t i = 0; i < ws.block_state_capacity(); ++i) ws.block_state()[i] = 50 + i;
+  };
+  scribble();
+  auto two_shot = spinlock_sig(256, 512, 64, 64);
+  two_shot.variant = AllReduceVariant::kTwoShot;
+  ws.prepare(host, two_shot, needs);
+  EXPECT_EQ(ws.flags()[127], 1127u) << "same op: the kernels' layout fence orders the change";
+  EXPECT_EQ(ws.block_state()[2], 52u);
+  OpSignature gather;
+  gather.op = OpKind::kAllGather;
+  gather.rows = 64;
+  gather.cols = 512;
+  gather.world_size = 1;
+  ws.prepare(host, gather, needs);
+  for (size_t i = 0; i < ws.flag_capacity(); ++i) ASSERT_EQ(ws.flags()[i], 0u) << "flag " << i;
+  EXPECT_EQ(ws.block_state()[0], 50u) << "the epoch keeps running";
+  for (size_t i = 1; i < ws.block_state_capacity(); ++i) EXPECT_EQ(ws.block_state()[i], 0u) << "state word " << i;
+  scribble();
+  ws.prepare(host, sig, needs);  // and back
+  EXPECT_EQ(ws.flags()[5], 0u);
+  EXPECT_EQ(ws.block_state()[0], 50u);
+  EXPECT_EQ(ws.block_state()[6], 0u);
+  ws.release(host);
+}
+
 // Two ranks (threads on fake hosts) that disagree prepare a workspace with sig_of(rank) and `needs`;
 // returns what each raised ("" if nothing) and checks that neither allocated anything.
 template <typename SigOf>

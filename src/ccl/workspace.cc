@@ -121,7 +121,16 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   if (flag_capacity_ > 0) check_flag_capacity(flag_capacity_, needs.flags);
   if (staging_capacity_ > 0) check_staging_capacity(staging_capacity_, needs.staging_bytes);
   if (block_state_capacity_ > 0) check_block_state_capacity(block_state_capacity_, needs.block_state);
-  // 3. Allocate and zero what is missing (collective, same order on every rank).
+  // 3. A workspace that served another op: its flags hold that op's values, on that op's scale (a ring's
+  //    2e + 2, a tile's arrival count), which a wait of the new op could take for its own; its block state
+  //    holds that op's layout words. Both start from zero but the epoch, which keeps running, so that the
+  //    LL lines the old op left carry tags of other epochs than the new calls' (ll_tag). The caller
+  //    has let every call of the old op end (prepare_everywhere); peers write only after step 5.
+  if (prepared_ && signature_.op != sig.op) {
+    if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
+    if (block_state_capacity_ > 1) host.zero(block_state_ + 1, (block_state_capacity_ - 1) * sizeof(uint64_t));
+  }
+  // 4. Allocate and zero what is missing (collective, same order on every rank).
   auto grow = [&](auto*& ptr, size_t& capacity, size_t need, size_t elem) {
     if (capacity > 0 || need == 0) return;
     void* p = host.alloc(need * elem);
@@ -137,7 +146,7 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
     host.zero(staging_, needs.staging_bytes);
     staging_capacity_ = needs.staging_bytes;
   }
-  // 4. Peers may write into our arrays as soon as they launch: they must all be zeroed first.
+  // 5. Peers may write into our arrays as soon as they launch: they must all be zeroed first.
   host.allgather("");
   signature_ = sig;
   prepared_ = true;
