@@ -12,9 +12,10 @@ namespace {
 
 using detail::align256;
 
-// Epoch (2 words), then the layout fence's words: the last call's layout key, its first epoch, the
-// clearing count and one word per rank (ccl_common.cuh, layout_fence).
-int state_words(int world) { return detail::kLayoutWords + world; }
+// Epoch (2 words), then the layout fence's words: the last call's layout key and one word per rank
+// (ccl_common.cuh, layout_fence).
+constexpr int kEpochWords = 2;
+int state_words(int world) { return kEpochWords + 1 + world; }
 // Chunk plans do not depend on the launch's block count, so a workspace serves any comm_sms.
 constexpr int kPlanBlocks = 128;
 

@@ -20,9 +20,6 @@ namespace iris::ccl::detail {
 
 // Threads per block of every collective kernel.
 inline constexpr int kThreads = 512;
-// all_reduce state words before the layout fence's one word per rank (ccl_common.cuh, layout_fence):
-// epoch, end_call's block count, layout key, the layout's first epoch, the fence's clearing count.
-inline constexpr int kLayoutWords = 5;
 
 // Calls f(T{}, std::integral_constant<ReduceOp, op>{}) for the runtime dtype and op.
 template <typename F>

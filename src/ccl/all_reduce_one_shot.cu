@@ -102,8 +102,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_simple_kernel(const __grid_
   const View<T> out{static_cast<T*>(a.io.out), a.io.cols, a.io.out_stride};
   const int64_t seg = a.plan.seg, nsegs = a.plan.nsegs, slot = a.plan.slot;
   const uint64_t epoch = begin_call(a.state);
-  // On a change of layout the flags start from zero (layout_fence): other layouts leave larger values.
-  if (!layout_fence(ctx, a.state, a.layout_key, epoch, kOpName, LayoutClear{a.flags, world * nsegs})) {
+  if (!layout_fence(ctx, a.state, a.layout_key, epoch, kOpName)) {
     end_call(a.state, epoch);
     return;
   }

@@ -22,10 +22,8 @@
 //
 // atomic/spinlock reuse across calls: a rank adds into the owner's accumulator for call e + 1 only
 // after it received every tile of call e, and the owner zeroes (atomic) or stops reading (spinlock)
-// the accumulator before it publishes. Arrival words count monotonically (W per call) from the first
-// call of the layout (layout_fence clears the flags and atomic's accumulators on a change of layout,
-// and reports the epoch e0 of that first call: call e waits for (e - e0 + 1) W arrivals); done words
-// and ring flags carry the epoch, so nothing is reset between calls of one layout.
+// the accumulator before it publishes. Arrival words count monotonically (W per call), done words
+// and ring flags carry the epoch, so nothing is reset.
 //
 // ring reuse: staging slots and flags come in two parities (e & 1). A peer writes slot [p][t] of
 // call e + 2 only after finishing call e + 1, whose tile t passed through this rank, which started
@@ -104,10 +102,9 @@ __device__ __forceinline__ void store_acc_pack(A* p, const AccPack<A, kN>& v) {
 }
 
 // The owner side shared by atomic and spinlock: wait for W arrivals, convert the accumulator, publish.
-// `arrivals`: the count every owned tile's arrival word reaches once all W ranks added this call's tile.
 template <typename T, ReduceOp kOp, bool kVec, bool kZeroAfter>
-__device__ bool finish_owned_tiles(const TileArgs& a, uint64_t epoch, uint64_t arrivals,
-                                   typename Elem<T>::Acc* acc_stage, T* res_stage, const char* op) {
+__device__ bool finish_owned_tiles(const TileArgs& a, uint64_t epoch, typename Elem<T>::Acc* acc_stage, T* res_stage,
+                                   const char* op) {
   using E = Elem<T>;
   using P = Pack<T, kVec>;
   const DeviceContext& ctx = a.ctx;
@@ -117,7 +114,7 @@ __device__ bool finish_owned_tiles(const TileArgs& a, uint64_t epoch, uint64_t a
   for (int64_t l = blockIdx.x; l < a.tiles_per_rank; l += gridDim.x) {
     const int64_t t = l * world + me;
     if (t >= a.tiles) continue;
-    if (!block_wait_flag(ctx, a.flags + t, arrivals, op)) return false;
+    if (!block_wait_flag(ctx, a.flags + t, epoch * world, op)) return false;
     const Tile tile = tile_at(a, t);
     typename E::Acc* acc = acc_stage + l * tile_elems;
     T* res = res_stage + l * tile_elems;
@@ -173,11 +170,7 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
                                       (a.tiles_per_rank * tile_elems * int64_t{sizeof(Acc)} + 255) / 256 * 256);
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
-  // On a change of layout: the arrival and done words, and the accumulators the peers add into, from zero.
-  const int64_t acc_bytes = a.tiles_per_rank * tile_elems * int64_t{sizeof(Acc)};
-  uint64_t layout_epoch = 0;
-  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(atomic)",
-                    LayoutClear{a.flags, 2 * a.tiles, acc_stage, (acc_bytes + 15) / 16 * 16}, &layout_epoch)) {
+  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(atomic)")) {
     end_call(a.state, epoch);
     return;
   }
@@ -198,10 +191,10 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
       dev::atomic_add<dev::Order::kRelease, dev::Scope::kSys>(dev::translate(ctx, a.flags + t, o), uint64_t{1});
   }
   // 2. owners publish; 3. everyone pulls.
-  if (finish_owned_tiles<T, kOp, kVec, /*kZeroAfter=*/true>(a, epoch, (epoch - layout_epoch + 1) * world, acc_stage,
-                                                            res_stage, "all_reduce(atomic) reduce"))
+  if (finish_owned_tiles<T, kOp, kVec, /*kZeroAfter=*/true>(a, epoch, acc_stage, res_stage,
+                                                            "all_reduce(atomic) reduce"))
     pull_results<T, kVec>(a, epoch, res_stage, "all_reduce(atomic) gather");
-  end_call(a.state, epoch, a.layout_key, layout_epoch);
+  end_call(a.state, epoch, a.layout_key);
 }
 
 template <typename T, ReduceOp kOp, bool kVec>
@@ -219,11 +212,7 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
                                       (a.tiles_per_rank * tile_elems * int64_t{sizeof(Acc)} + 255) / 256 * 256);
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
-  // On a change of layout: the arrival and done words from zero (the first writer overwrites, so the
-  // accumulators need no clearing).
-  uint64_t layout_epoch = 0;
-  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(spinlock)", LayoutClear{a.flags, 2 * a.tiles},
-                    &layout_epoch)) {
+  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(spinlock)")) {
     end_call(a.state, epoch);
     return;
   }
@@ -238,7 +227,7 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
       s_ok = acquire_spinlock(ctx, lock, "all_reduce(spinlock) lock") ? 1 : 0;
       if (s_ok) {
         const uint64_t seen = dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(arrivals);
-        s_first = seen == (epoch - layout_epoch) * world;  // nobody has written this call's value yet
+        s_first = seen == (epoch - 1) * world;  // nobody has written this call's value yet
       }
     }
     __syncthreads();
@@ -260,10 +249,10 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
     }
     __syncthreads();  // s_first / s_ok are rewritten for the next tile
   }
-  if (finish_owned_tiles<T, kOp, kVec, /*kZeroAfter=*/false>(a, epoch, (epoch - layout_epoch + 1) * world, acc_stage,
-                                                             res_stage, "all_reduce(spinlock) reduce"))
+  if (finish_owned_tiles<T, kOp, kVec, /*kZeroAfter=*/false>(a, epoch, acc_stage, res_stage,
+                                                             "all_reduce(spinlock) reduce"))
     pull_results<T, kVec>(a, epoch, res_stage, "all_reduce(spinlock) gather");
-  end_call(a.state, epoch, a.layout_key, layout_epoch);
+  end_call(a.state, epoch, a.layout_key);
 }
 
 // One tile of the ring on this rank: its direction, this rank's places on the tile's two chains, its
@@ -328,10 +317,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
   const int slice_n = a.tile_n / a.slices;
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
-  // On a change of layout the flags start from zero: a ring's 2e + 2 left in a word another layout reads
-  // would pass its waits for epochs up to 2e + 2, and that layout's values ours.
-  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(ring)",
-                    LayoutClear{a.flags, 2 * a.tiles * a.slices})) {
+  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(ring)")) {
     end_call(a.state, epoch);
     return;
   }

@@ -76,9 +76,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
   T* rs_stage = static_cast<T*>(args.rs_stage);
   T* ag_stage = static_cast<T*>(args.ag_stage);
   const uint64_t epoch = begin_call(args.state);
-  // On a change of layout the flags (rs_flags, then ag_flags) start from zero (layout_fence).
-  if (!layout_fence(ctx, args.state, args.layout_key, epoch, "all_reduce(two_shot)",
-                    LayoutClear{args.rs_flags, args.plan.per_rank * world + nchunks})) {
+  if (!layout_fence(ctx, args.state, args.layout_key, epoch, "all_reduce(two_shot)")) {
     end_call(args.state, epoch);
     return;
   }

@@ -220,21 +220,13 @@ __device__ __forceinline__ uint64_t begin_call(const uint64_t* state) {
 // but "this block has read the epoch", which it did before using it at the start, and an acq_rel
 // count would put a fence behind thread 0's stores to peers. (On 2 x H200 the one_shot call at
 // 8 KiB went from 6.05 to 5.91 us with this change: a small part of the gap to the 3 us target.)
-// `layout_key` (all_reduce only, whose state has kLayoutWords + W words; all_reduce.cc): when
-// non-zero, stored as the last call's layout next to the epoch, with `layout_epoch`, the epoch of the
-// layout's first call (layout_fence below reads both).
-__device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64_t layout_key = 0,
-                                         uint64_t layout_epoch = 0) {
+// `layout_key` (all_reduce only, whose state has 1 + W more words; all_reduce.cc): when non-zero, stored as
+// the last call's layout next to the epoch (layout_fence below reads it).
+__device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64_t layout_key = 0) {
   __syncthreads();
-  auto last = [&] {
-    if (layout_key != 0) {
-      dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2, layout_key);
-      dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 3, layout_epoch);
-    }
-  };
   if (gridDim.x == 1) {  // one block: it has read the epoch (bar.sync above); no count needed
     if (threadIdx.x == 0) {
-      last();
+      if (layout_key != 0) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2, layout_key);
       dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state, epoch);
     }
     return;
@@ -242,7 +234,7 @@ __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64
   if (threadIdx.x == 0) {
     const uint64_t done = dev::atomic_add<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 1, uint64_t{1});
     if (done == gridDim.x - 1) {  // the last block: every block has read the epoch already
-      last();
+      if (layout_key != 0) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2, layout_key);
       dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 1, uint64_t{0});
       dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state, epoch);
     }
@@ -254,62 +246,28 @@ __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64
 // The reuse arguments of the all_reduce kernels ("a peer is at most one call ahead, so it cannot
 // overwrite what we still read") hold between calls with the same staging layout. One workspace may
 // serve calls of different variants and shapes (one_shot's LL lines and two_shot's slots and tiles
-// overlap in the staging, and their flags overlap in the flag array), so when a call's layout differs
-// from the previous call's on this workspace, nobody may touch a peer's staging or flags before every
-// rank has finished the previous call.
-//
-// The all_reduce state: [0] epoch, [1] end_call's block count, [2] the last call's layout key, [3] the
-// epoch of that layout's first call, [4] the clearing count below, [kLayoutWords + s] the epoch at which
-// rank s last passed a fence (written by s). Every rank makes the same calls, so every rank sees the
-// same change and fences in the same call. On a change, every block first clears its share of what the
-// new layout reads before any peer writes it (`clear`: the layout's flags, which other layouts left at
-// values of their own scale, a ring's 2e + 2 or a tile count, that a wait of this layout could take for
-// its own; and atomic's accumulators, which other layouts left holding data), then counts itself; block
-// 0, once every block has cleared, tells every peer it has started this call (release at system scope:
-// its earlier kernels, the previous call included, have completed, their staging reads are ordered
-// before the word, and so are the clearing stores, through the count); every block waits, with acquire,
-// until every peer said the same. Peers write into our staging and flags only after that, so they find
-// them cleared. Cost: one NVLink round trip, on a change of layout only (the first call on a workspace
-// included), plus the clearing. *layout_epoch receives the epoch of the layout's first call (this one
-// after a change): counts that grow by W per call (atomic and spinlock arrivals) count from there.
-// False on timeout (the kernel must end).
-struct LayoutClear {
-  uint64_t* flags = nullptr;  // flags[0, flag_words) = 0
-  int64_t flag_words = 0;
-  void* bytes = nullptr;  // 16-byte aligned; bytes[0, byte_count) = 0 (byte_count a multiple of 16)
-  int64_t byte_count = 0;
-};
+// overlap in the staging), so when a call's layout differs from the previous call's on this
+// workspace, nobody may touch a peer's staging before every rank has finished the previous call.
+// The all_reduce state has 1 + W more words: state[2] is the layout key of the last call
+// (end_call stores it), state[3 + s] the epoch at which rank s last passed a fence (written by s).
+// Every rank makes the same calls, so every rank sees the same change and fences in the same call.
+// Block 0 tells every peer it has started this call (release at system scope: its earlier kernels,
+// the previous call included, have completed, and their staging reads are ordered before the word);
+// every block waits, with acquire, until every peer said the same. Cost: one NVLink round trip, on
+// a change of layout only (the first call on a workspace included). False on timeout (the kernel
+// must end).
 __device__ __forceinline__ bool layout_fence(const DeviceContext& ctx, uint64_t* state, uint64_t layout_key,
-                                             uint64_t epoch, const char* op, const LayoutClear& clear = {},
-                                             uint64_t* layout_epoch = nullptr) {
-  if (layout_key == 0 || dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2) == layout_key) {
-    if (layout_epoch != nullptr) *layout_epoch = dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 3);
-    return true;
-  }
-  if (layout_epoch != nullptr) *layout_epoch = epoch;
+                                             uint64_t epoch, const char* op) {
+  if (layout_key == 0 || dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2) == layout_key) return true;
   const int me = ctx.rank, world = ctx.world_size;
-  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, step = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = first; i < clear.flag_words; i += step) clear.flags[i] = 0;
-  uint4* words16 = static_cast<uint4*>(clear.bytes);
-  for (int64_t i = first; i < clear.byte_count / 16; i += step) words16[i] = make_uint4(0, 0, 0, 0);
-  __syncthreads();  // the block's clearing stores come before thread 0's count (cumulative release)
   __shared__ int fence_ok;
   if (threadIdx.x == 0) {
-    bool ok = true;
-    if (gridDim.x > 1) {
-      dev::atomic_add<dev::Order::kRelease, dev::Scope::kGpu>(state + 4, uint64_t{1});
-      if (blockIdx.x == 0) {
-        ok = dev::wait_until<dev::Order::kAcquire, dev::Scope::kGpu>(ctx, state + 4, dev::Cmp::kEq, uint64_t{gridDim.x},
-                                                                     op);
-        // Every block has counted: none counts again in this call, and the next fence starts from 0.
-        dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 4, uint64_t{0});
-      }
-    }
-    if (ok && blockIdx.x == 0)
+    if (blockIdx.x == 0)
       for (int k = 1; k < world; ++k)
-        dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, state + kLayoutWords + me, epoch, (me + k) % world);
+        dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, state + 3 + me, epoch, (me + k) % world);
+    bool ok = true;
     for (int k = 1; k < world && ok; ++k)
-      ok = dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(ctx, state + kLayoutWords + (me + k) % world,
+      ok = dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(ctx, state + 3 + (me + k) % world,
                                                                    dev::Cmp::kReached, epoch, op);
     fence_ok = ok ? 1 : 0;
   }
