@@ -12,6 +12,7 @@
 
 #include "ccl_test_util.cuh"
 #include "iris/ccl/collectives.hpp"
+#include "support/error_text.hpp"
 #include "support/ranks.hpp"
 
 namespace iris {
@@ -449,9 +450,8 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
 
 // A workspace prepared again for another op starts that op's flags from zero (Workspace::prepare): a ring
 // all_reduce leaves 2e + 2 in its flags, which an all_gather's waits for the epochs that follow took for
-// their own (and read slots nobody had written yet); back on all_reduce, atomic's arrival counts start
-// again from the first call of its layout (without the clearing, its owners waited for arrivals the
-// other op's flags had shifted, and timed out).
+// their own (and read slots nobody had written yet). Back on all_reduce, two_shot (epoch-valued flags)
+// works; atomic, which counts arrivals from the workspace's first call, is refused.
 TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
@@ -500,12 +500,89 @@ TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
         ctx.barrier();
         out.release();
         in.release();
+        Config two_shot;
+        two_shot.all_reduce_variant = AllReduceVariant::kTwoShot;
         for (int call = 0; call < 3; ++call)
-          check_once(ctx, atomic, ws, dt, ReduceOp::kSum, m, n, n, false, true, seed++,
-                     "atomic call " + std::to_string(call));
+          check_once(ctx, two_shot, ws, dt, ReduceOp::kSum, m, n, n, false, true, seed++,
+                     "two_shot call " + std::to_string(call));
+        auto x = TestTensor::make(ctx, dt, m, n, n, true);
+        ccl::all_reduce_preamble(ctx, x.view, x.view, atomic, ws);
+        EXPECT_EQ(
+            test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, x.view, x.view, atomic, ws); }),
+            "all_reduce: variant atomic keeps arrival counts in the workspace's flags from its first call, so it "
+            "needs a workspace that has served calls of this layout only (all_reduce 64x1000 float32 world " +
+                std::to_string(w) +
+                " variant atomic blocks 32x64 op sum), but this one has served calls of other layouts or ops. Use "
+                "a workspace of its own for each atomic, spinlock or ring layout.");
         ctx.barrier();
+        x.release();
         ccl::ContextWorkspaceHost host_ws(ctx);
         ws.release(host_ws);
+      },
+      big_heap(GetParam().world));
+}
+
+// The tile variants keep counts (atomic, spinlock) and marks (ring) in the flags that no other layout can
+// share: a call that would mix one of them with another layout on one workspace is refused before it
+// launches, whichever comes first, with one rank as with more (before, an atomic call after a one_shot
+// call timed out waiting for arrivals, and a two_shot call after a ring took the ring's marks for its
+// own flags). The same layout again is fine: the other tests make many such calls.
+TEST_P(AllReduce, TileVariantsRefuseAWorkspaceThatServedAnotherLayout) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const std::string world = std::to_string(ctx.world_size());
+        const DType dt = DType::kFloat32;
+        Config one_shot, atomic, ring, two_shot;
+        one_shot.all_reduce_variant = AllReduceVariant::kOneShot;
+        atomic.all_reduce_variant = AllReduceVariant::kAtomic;
+        ring.all_reduce_variant = AllReduceVariant::kRing;
+        two_shot.all_reduce_variant = AllReduceVariant::kTwoShot;
+        auto x = TestTensor::make(ctx, dt, 64, 1000, 1000, true);
+        auto y = TestTensor::make(ctx, dt, 32, 1000, 1000, true);
+        {
+          Workspace ws;
+          check_once(ctx, one_shot, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, 31, "one_shot first");
+          ccl::all_reduce_preamble(ctx, x.view, x.view, atomic, ws);
+          EXPECT_EQ(
+              test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, x.view, x.view, atomic, ws); }),
+              "all_reduce: variant atomic keeps arrival counts in the workspace's flags from its first call, so it "
+              "needs a workspace that has served calls of this layout only (all_reduce 64x1000 float32 world " +
+                  world +
+                  " variant atomic blocks 32x64 op sum), but this one has served other calls (all_reduce "
+                  "64x1000 float32 world " +
+                  world +
+                  " variant one_shot protocol ll blocks 32x64 op sum). Use a workspace of its own for each "
+                  "atomic, spinlock or ring layout.");
+          ctx.barrier();
+          ccl::ContextWorkspaceHost host_ws(ctx);
+          ws.release(host_ws);
+        }
+        {
+          Workspace ws;
+          check_once(ctx, ring, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, 32, "ring first");
+          check_once(ctx, ring, ws, dt, ReduceOp::kMax, 64, 1000, 1000, true, true, 33, "ring again, max, in place");
+          ccl::all_reduce_preamble(ctx, y.view, y.view, two_shot, ws);
+          EXPECT_EQ(
+              test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, y.view, y.view, two_shot, ws); }),
+              "all_reduce: this workspace has served calls of variant ring (all_reduce 64x1000 float32 world " + world +
+                  " variant ring blocks 32x64 op sum), whose marks and counts in the flags a call of another "
+                  "layout would take for its own; use another workspace for this call (all_reduce 32x1000 "
+                  "float32 world " +
+                  world + " variant two_shot blocks 32x64 op sum).");
+          ccl::all_reduce_preamble(ctx, y.view, y.view, ring, ws);
+          EXPECT_NE(test::error_text<std::invalid_argument>([&] {
+                      ccl::all_reduce(ctx, y.view, y.view, ring, ws);
+                    }).find("keeps marks in the workspace's flags from its first call"),
+                    std::string::npos)
+              << "another ring layout (other tiles) is refused too";
+          ctx.barrier();
+          ccl::ContextWorkspaceHost host_ws(ctx);
+          ws.release(host_ws);
+        }
+        y.release();
+        x.release();
       },
       big_heap(GetParam().world));
 }

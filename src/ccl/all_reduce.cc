@@ -183,6 +183,47 @@ uint64_t layout_key(const Plan& p, size_t esz) {
   return h | 1;  // 0 means "no fence"
 }
 
+bool tile_variant(AllReduceVariant v) {
+  return v == AllReduceVariant::kAtomic || v == AllReduceVariant::kSpinlock || v == AllReduceVariant::kRing;
+}
+
+// One workspace serves calls of every one_shot and two_shot layout in any order: their flags carry the
+// epoch, which only grows, and the layout fence orders the staging. The tile variants keep more in the
+// flags: atomic and spinlock count W arrivals per call from the workspace's first call (call e waits for
+// e W), and the ring marks 2e + 1 and 2e + 2. After calls of another layout (or op) those counts are off,
+// and owners wait for arrivals that never come (TimeoutError); after a ring or an atomic call, the marks
+// and counts pass another layout's waits for the next epochs before its data is there (wrong results).
+// So a call that would mix a tile variant with another layout on one workspace is refused before
+// anything launches, on every rank alike (they make the same calls). Checked on the host: a CUDA graph's
+// replays repeat the calls its capture checked. (Clearing the flags on the device at the change needs
+// every block of a grid resident at once, which ranks sharing a GPU under MPS do not get.)
+void check_call_layout(Workspace& ws, const Plan& p, uint64_t key) {
+  Workspace::CallLayouts& seen = ws.call_layouts();
+  const bool tiles = tile_variant(p.variant);
+  if (seen.key != 0 && seen.key != key) {
+    IRIS_CHECK_ARG(!tiles, "all_reduce: variant ", variant_name(p.variant), " keeps ",
+                   p.variant == AllReduceVariant::kRing ? "marks" : "arrival counts",
+                   " in the workspace's flags from its first call, so it needs a workspace that has served calls of "
+                   "this layout only (",
+                   p.sig.describe(), "), but this one has served ",
+                   seen.key == Workspace::CallLayouts::kMixed ? std::string("calls of other layouts or ops")
+                                                              : "other calls (" + seen.first.describe() + ")",
+                   ". Use a workspace of its own for each atomic, spinlock or ring layout.");
+    IRIS_CHECK_ARG(!seen.tiles, "all_reduce: this workspace has served calls of variant ",
+                   variant_name(seen.first.variant), " (", seen.first.describe(),
+                   "), whose marks and counts in the flags a call of another layout would take for its own; use "
+                   "another workspace for this call (",
+                   p.sig.describe(), ").");
+  }
+  if (seen.key == 0) {
+    seen.key = key;
+    seen.first = p.sig;
+  } else if (seen.key != key) {
+    seen.key = Workspace::CallLayouts::kMixed;
+  }
+  seen.tiles = seen.tiles || tiles;
+}
+
 }  // namespace
 
 AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size, size_t bytes, DType dtype,
@@ -216,10 +257,11 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   detail::require_op("all_reduce", "all_reduce_preamble", ws, OpKind::kAllReduce);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;
+  const uint64_t key = layout_key(p, in.element_size());
+  check_call_layout(ws, p, key);  // with one rank too, so that a mix fails the same way as with more
   stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   const DeviceContext dctx = ctx.device_context();
-  const uint64_t key = layout_key(p, in.element_size());
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
       if (p.protocol == OneShotProtocol::kLL) {

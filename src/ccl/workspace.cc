@@ -97,6 +97,7 @@ Workspace& Workspace::operator=(Workspace&& other) noexcept {
     staging_capacity_ = std::exchange(other.staging_capacity_, 0);
     block_state_capacity_ = std::exchange(other.block_state_capacity_, 0);
     calls_ = std::exchange(other.calls_, 0);
+    layouts_ = std::exchange(other.layouts_, CallLayouts{});
   }
   return *this;
 }
@@ -129,6 +130,9 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   if (prepared_ && signature_.op != sig.op) {
     if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
     if (block_state_capacity_ > 1) host.zero(block_state_ + 1, (block_state_capacity_ - 1) * sizeof(uint64_t));
+    // No tile variant's values remain in the flags, but the epoch ran on: atomic and spinlock, which
+    // count arrivals from the workspace's first call, cannot start here (all_reduce refuses them).
+    if (calls_ > 0) layouts_ = CallLayouts{CallLayouts::kMixed, false, {}};
   }
   // 4. Allocate and zero what is missing (collective, same order on every rank).
   auto grow = [&](auto*& ptr, size_t& capacity, size_t need, size_t elem) {

@@ -150,6 +150,19 @@ class Workspace {
   uint64_t calls() const { return calls_; }
   void count_call() { ++calls_; }
 
+  // all_reduce's record of the layouts its calls had (all_reduce.cc): the tile variants (atomic, spinlock,
+  // ring) keep counts and marks in the flags that no other layout can share, so all_reduce refuses a call
+  // that would mix one of them with another layout or op on this workspace. Kept on the host: every
+  // replay of a CUDA graph repeats the calls its capture checked.
+  struct CallLayouts {
+    uint64_t key = 0;                      // the layout of every call so far (0: none yet; kMixed: more than one)
+    bool tiles = false;                    // a tile variant's calls have been among them
+    OpSignature first{};                   // the call that set `key`, for messages
+    static constexpr uint64_t kMixed = 2;  // even: never a layout key (all_reduce's keys are odd)
+  };
+  const CallLayouts& call_layouts() const { return layouts_; }
+  CallLayouts& call_layouts() { return layouts_; }
+
  private:
   bool prepared_ = false;
   OpSignature signature_{};
@@ -162,6 +175,7 @@ class Workspace {
   size_t staging_capacity_ = 0;
   size_t block_state_capacity_ = 0;
   uint64_t calls_ = 0;
+  CallLayouts layouts_;
 };
 
 // WorkspaceHost over a Context's heap, stream and bootstrap.
