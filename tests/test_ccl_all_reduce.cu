@@ -509,11 +509,11 @@ TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
         ccl::all_reduce_preamble(ctx, x.view, x.view, atomic, ws);
         EXPECT_EQ(
             test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, x.view, x.view, atomic, ws); }),
-            "all_reduce: variant atomic keeps arrival counts in the workspace's flags from its first call, so it "
-            "needs a workspace that has served calls of this layout only (all_reduce 64x1000 float32 world " +
+            "all_reduce: variant atomic counts arrivals in the workspace's flags from its first call, so it needs "
+            "a workspace that has served calls of this layout only (all_reduce 64x1000 float32 world " +
                 std::to_string(w) +
-                " variant atomic blocks 32x64 op sum), but this one has served calls of other layouts or ops. Use "
-                "a workspace of its own for each atomic, spinlock or ring layout.");
+                " variant atomic blocks 32x64 op sum), but this one has served calls of other layouts or ops. Use a "
+                "workspace of its own for each atomic or spinlock layout.");
         ctx.barrier();
         x.release();
         ccl::ContextWorkspaceHost host_ws(ctx);
@@ -522,11 +522,12 @@ TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
       big_heap(GetParam().world));
 }
 
-// The tile variants keep counts (atomic, spinlock) and marks (ring) in the flags that no other layout can
-// share: a call that would mix one of them with another layout on one workspace is refused before it
-// launches, whichever comes first, with one rank as with more (before, an atomic call after a one_shot
-// call timed out waiting for arrivals, and a two_shot call after a ring took the ring's marks for its
-// own flags). The same layout again is fine: the other tests make many such calls.
+// The tile variants keep counts (atomic, spinlock) and marks (ring) in the flags that other layouts cannot
+// share. all_reduce refuses, before anything launches and with one rank as with more: atomic or spinlock
+// on a workspace that served another layout (before, the owners timed out waiting for arrivals), any other
+// layout after them, and one_shot or two_shot after a ring (before, they took the ring's marks for their
+// own flags). Another ring layout after a ring is safe (it waits for marks above any earlier call's) and
+// runs; the same layout again is fine (the other tests make many such calls).
 TEST_P(AllReduce, TileVariantsRefuseAWorkspaceThatServedAnotherLayout) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
@@ -541,45 +542,56 @@ TEST_P(AllReduce, TileVariantsRefuseAWorkspaceThatServedAnotherLayout) {
         two_shot.all_reduce_variant = AllReduceVariant::kTwoShot;
         auto x = TestTensor::make(ctx, dt, 64, 1000, 1000, true);
         auto y = TestTensor::make(ctx, dt, 32, 1000, 1000, true);
-        {
-          Workspace ws;
-          check_once(ctx, one_shot, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, 31, "one_shot first");
-          ccl::all_reduce_preamble(ctx, x.view, x.view, atomic, ws);
-          EXPECT_EQ(
-              test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, x.view, x.view, atomic, ws); }),
-              "all_reduce: variant atomic keeps arrival counts in the workspace's flags from its first call, so it "
-              "needs a workspace that has served calls of this layout only (all_reduce 64x1000 float32 world " +
-                  world +
-                  " variant atomic blocks 32x64 op sum), but this one has served other calls (all_reduce "
-                  "64x1000 float32 world " +
-                  world +
-                  " variant one_shot protocol ll blocks 32x64 op sum). Use a workspace of its own for each "
-                  "atomic, spinlock or ring layout.");
+        auto refusal = [&](const Config& cfg, TestTensor& t, Workspace& ws) {
+          ccl::all_reduce_preamble(ctx, t.view, t.view, cfg, ws);
+          return test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, t.view, t.view, cfg, ws); });
+        };
+        auto release = [&](Workspace& ws) {
           ctx.barrier();
           ccl::ContextWorkspaceHost host_ws(ctx);
           ws.release(host_ws);
+        };
+        {  // another layout, then atomic
+          Workspace ws;
+          check_once(ctx, one_shot, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, 31, "one_shot first");
+          EXPECT_EQ(refusal(atomic, x, ws),
+                    "all_reduce: variant atomic counts arrivals in the workspace's flags from its first call, so it "
+                    "needs a workspace that has served calls of this layout only (all_reduce 64x1000 float32 world " +
+                        world +
+                        " variant atomic blocks 32x64 op sum), but this one has served other calls (all_reduce "
+                        "64x1000 float32 world " +
+                        world +
+                        " variant one_shot protocol ll blocks 32x64 op sum). Use a workspace of its own for each "
+                        "atomic or spinlock layout.");
+          release(ws);
         }
-        {
+        {  // atomic, then another layout
+          Workspace ws;
+          check_once(ctx, atomic, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, 34, "atomic first");
+          EXPECT_EQ(refusal(one_shot, y, ws),
+                    "all_reduce: this workspace has served calls of variant atomic (all_reduce 64x1000 float32 world " +
+                        world +
+                        " variant atomic blocks 32x64 op sum), whose marks and counts in the flags a call of another "
+                        "layout would take for its own; use another workspace for this call (all_reduce 32x1000 "
+                        "float32 world " +
+                        world + " variant one_shot protocol ll blocks 32x64 op sum).");
+          release(ws);
+        }
+        {  // ring, then two_shot (refused), another ring layout (runs), atomic (refused)
           Workspace ws;
           check_once(ctx, ring, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, 32, "ring first");
           check_once(ctx, ring, ws, dt, ReduceOp::kMax, 64, 1000, 1000, true, true, 33, "ring again, max, in place");
-          ccl::all_reduce_preamble(ctx, y.view, y.view, two_shot, ws);
-          EXPECT_EQ(
-              test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, y.view, y.view, two_shot, ws); }),
-              "all_reduce: this workspace has served calls of variant ring (all_reduce 64x1000 float32 world " + world +
-                  " variant ring blocks 32x64 op sum), whose marks and counts in the flags a call of another "
-                  "layout would take for its own; use another workspace for this call (all_reduce 32x1000 "
-                  "float32 world " +
-                  world + " variant two_shot blocks 32x64 op sum).");
-          ccl::all_reduce_preamble(ctx, y.view, y.view, ring, ws);
-          EXPECT_NE(test::error_text<std::invalid_argument>([&] {
-                      ccl::all_reduce(ctx, y.view, y.view, ring, ws);
-                    }).find("keeps marks in the workspace's flags from its first call"),
-                    std::string::npos)
-              << "another ring layout (other tiles) is refused too";
-          ctx.barrier();
-          ccl::ContextWorkspaceHost host_ws(ctx);
-          ws.release(host_ws);
+          EXPECT_EQ(refusal(two_shot, y, ws),
+                    "all_reduce: this workspace has served calls of variant ring (all_reduce 64x1000 float32 world " +
+                        world +
+                        " variant ring blocks 32x64 op max), whose marks and counts in the flags a call of another "
+                        "layout would take for its own; use another workspace for this call (all_reduce 32x1000 "
+                        "float32 world " +
+                        world + " variant two_shot blocks 32x64 op sum).");
+          check_once(ctx, ring, ws, dt, ReduceOp::kSum, 32, 1000, 1000, false, true, 35, "another ring layout");
+          EXPECT_NE(refusal(atomic, x, ws).find("but this one has served calls of other layouts or ops"),
+                    std::string::npos);
+          release(ws);
         }
         y.release();
         x.release();

@@ -250,7 +250,7 @@ TEST(CclWorkspace, PreparedForAnotherOpItsFlagsAndStateStartFromZeroButTheEpoch)
   };
   scribble();
   ws.call_layouts().key = 77;  // as all_reduce records a ring call's layout
-  ws.call_layouts().tiles = true;
+  ws.call_layouts().marks = true;
   ws.count_call();
   auto two_shot = spinlock_sig(256, 512, 64, 64);
   two_shot.variant = AllReduceVariant::kTwoShot;
@@ -268,7 +268,8 @@ TEST(CclWorkspace, PreparedForAnotherOpItsFlagsAndStateStartFromZeroButTheEpoch)
   EXPECT_EQ(ws.block_state()[0], 50u) << "the epoch keeps running";
   // all_reduce then refuses atomic and spinlock (counts from the first call), but no ring mark is left.
   EXPECT_EQ(ws.call_layouts().key, Workspace::CallLayouts::kMixed);
-  EXPECT_FALSE(ws.call_layouts().tiles);
+  EXPECT_FALSE(ws.call_layouts().marks);
+  EXPECT_FALSE(ws.call_layouts().counts);
   for (size_t i = 1; i < ws.block_state_capacity(); ++i) EXPECT_EQ(ws.block_state()[i], 0u) << "state word " << i;
   scribble();
   ws.prepare(host, sig, needs);  // and back

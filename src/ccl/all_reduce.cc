@@ -183,34 +183,32 @@ uint64_t layout_key(const Plan& p, size_t esz) {
   return h | 1;  // 0 means "no fence"
 }
 
-bool tile_variant(AllReduceVariant v) {
-  return v == AllReduceVariant::kAtomic || v == AllReduceVariant::kSpinlock || v == AllReduceVariant::kRing;
-}
-
 // One workspace serves calls of every one_shot and two_shot layout in any order: their flags carry the
 // epoch, which only grows, and the layout fence orders the staging. The tile variants keep more in the
-// flags: atomic and spinlock count W arrivals per call from the workspace's first call (call e waits for
-// e W), and the ring marks 2e + 1 and 2e + 2. After calls of another layout (or op) those counts are off,
-// and owners wait for arrivals that never come (TimeoutError); after a ring or an atomic call, the marks
-// and counts pass another layout's waits for the next epochs before its data is there (wrong results).
-// So a call that would mix a tile variant with another layout on one workspace is refused before
-// anything launches, on every rank alike (they make the same calls). Checked on the host: a CUDA graph's
-// replays repeat the calls its capture checked. (Clearing the flags on the device at the change needs
-// every block of a grid resident at once, which ranks sharing a GPU under MPS do not get.)
+// flags. atomic and spinlock count W arrivals per call from the workspace's first call (call e waits for
+// e W): after calls of another layout (or op) the counts are off and owners wait for arrivals that never
+// come (TimeoutError), and after them another layout's waits for the next epochs pass on the counts
+// before its data is there (wrong results). The ring marks 2e + 1 and 2e + 2: the waits of a one_shot or
+// two_shot after it pass on the marks, while another ring layout, which waits for 2e + 1 and up, is safe
+// after any of them. So all_reduce refuses, before anything launches and on every rank alike (they make
+// the same calls): atomic and spinlock on a workspace that served another layout; any other layout after
+// atomic or spinlock; one_shot and two_shot after a ring. Checked on the host: a CUDA graph's replays
+// repeat the calls its capture checked. (Clearing the flags on the device at a change of layout needs
+// every block of a grid resident at once, which ranks sharing a GPU under MPS did not get.)
 void check_call_layout(Workspace& ws, const Plan& p, uint64_t key) {
   Workspace::CallLayouts& seen = ws.call_layouts();
-  const bool tiles = tile_variant(p.variant);
+  const bool counts = p.variant == AllReduceVariant::kAtomic || p.variant == AllReduceVariant::kSpinlock;
+  const bool marks = p.variant == AllReduceVariant::kRing;
   if (seen.key != 0 && seen.key != key) {
-    IRIS_CHECK_ARG(!tiles, "all_reduce: variant ", variant_name(p.variant), " keeps ",
-                   p.variant == AllReduceVariant::kRing ? "marks" : "arrival counts",
-                   " in the workspace's flags from its first call, so it needs a workspace that has served calls of "
-                   "this layout only (",
+    IRIS_CHECK_ARG(!counts, "all_reduce: variant ", variant_name(p.variant),
+                   " counts arrivals in the workspace's flags from its first call, so it needs a workspace that has "
+                   "served calls of this layout only (",
                    p.sig.describe(), "), but this one has served ",
                    seen.key == Workspace::CallLayouts::kMixed ? std::string("calls of other layouts or ops")
                                                               : "other calls (" + seen.first.describe() + ")",
-                   ". Use a workspace of its own for each atomic, spinlock or ring layout.");
-    IRIS_CHECK_ARG(!seen.tiles, "all_reduce: this workspace has served calls of variant ",
-                   variant_name(seen.first.variant), " (", seen.first.describe(),
+                   ". Use a workspace of its own for each atomic or spinlock layout.");
+    IRIS_CHECK_ARG(!(seen.counts || (seen.marks && !marks)), "all_reduce: this workspace has served calls of variant ",
+                   variant_name(seen.marked.variant), " (", seen.marked.describe(),
                    "), whose marks and counts in the flags a call of another layout would take for its own; use "
                    "another workspace for this call (",
                    p.sig.describe(), ").");
@@ -221,7 +219,9 @@ void check_call_layout(Workspace& ws, const Plan& p, uint64_t key) {
   } else if (seen.key != key) {
     seen.key = Workspace::CallLayouts::kMixed;
   }
-  seen.tiles = seen.tiles || tiles;
+  seen.counts = seen.counts || counts;
+  seen.marks = seen.marks || marks;
+  if (counts || marks) seen.marked = p.sig;
 }
 
 }  // namespace

@@ -132,7 +132,7 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
     if (block_state_capacity_ > 1) host.zero(block_state_ + 1, (block_state_capacity_ - 1) * sizeof(uint64_t));
     // No tile variant's values remain in the flags, but the epoch ran on: atomic and spinlock, which
     // count arrivals from the workspace's first call, cannot start here (all_reduce refuses them).
-    if (calls_ > 0) layouts_ = CallLayouts{CallLayouts::kMixed, false, {}};
+    if (calls_ > 0) layouts_ = CallLayouts{CallLayouts::kMixed, false, false, {}, {}};
   }
   // 4. Allocate and zero what is missing (collective, same order on every rank).
   auto grow = [&](auto*& ptr, size_t& capacity, size_t need, size_t elem) {

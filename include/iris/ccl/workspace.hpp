@@ -150,14 +150,16 @@ class Workspace {
   uint64_t calls() const { return calls_; }
   void count_call() { ++calls_; }
 
-  // all_reduce's record of the layouts its calls had (all_reduce.cc): the tile variants (atomic, spinlock,
-  // ring) keep counts and marks in the flags that no other layout can share, so all_reduce refuses a call
-  // that would mix one of them with another layout or op on this workspace. Kept on the host: every
-  // replay of a CUDA graph repeats the calls its capture checked.
+  // all_reduce's record of the layouts its calls had (all_reduce.cc, check_call_layout): atomic and
+  // spinlock count arrivals in the flags, and the ring marks them 2e + 1 and 2e + 2, which other layouts
+  // cannot share, so all_reduce refuses the mixes that would misread them. Kept on the host: every replay
+  // of a CUDA graph repeats the calls its capture checked.
   struct CallLayouts {
     uint64_t key = 0;                      // the layout of every call so far (0: none yet; kMixed: more than one)
-    bool tiles = false;                    // a tile variant's calls have been among them
+    bool counts = false;                   // atomic or spinlock calls have been among them
+    bool marks = false;                    // ring calls have been among them
     OpSignature first{};                   // the call that set `key`, for messages
+    OpSignature marked{};                  // the last call that left counts or marks, for messages
     static constexpr uint64_t kMixed = 2;  // even: never a layout key (all_reduce's keys are odd)
   };
   const CallLayouts& call_layouts() const { return layouts_; }
