@@ -966,20 +966,33 @@ TEST(OpsFusedWorkspace, LaunchRequiresThisOpsPreamble) {
   ws.release(host);
 }
 
-TEST(OpsFusedWorkspace, RanksThatDisagreeOnKAllRaiseTogether) {
+// Two ranks (threads on fake hosts) prepare a FusedWorkspace with plan_of(rank): what each raised ("" if
+// nothing), and how many arrays each allocated.
+struct TwoRanks {
+  std::vector<std::string> errors = std::vector<std::string>(2);
+  std::vector<int> allocs = std::vector<int>(2, -1);
+};
+template <typename PlanOf>
+TwoRanks prepare_on_two_ranks(PlanOf plan_of) {
   auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
-  std::vector<std::string> errors(2);
-  std::vector<int> allocs(2, -1);
+  TwoRanks out;
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
       FakeWorkspaceHost host(bootstraps[r]);
       FusedWorkspace ws;
-      const auto p = plan_all_gather_matmul(operands(256, 512, r == 0 ? 128 : 64, 512), blocks(128, 128), 2, kSms);
-      errors[r] = error_of([&] { ws.prepare(host, p.sig, p.needs); });
-      allocs[r] = host.allocs;
+      const FusedPlan p = plan_of(r);
+      out.errors[r] = error_of([&] { ws.prepare(host, p.sig, p.needs); });
+      out.allocs[r] = host.allocs;
     });
   for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST(OpsFusedWorkspace, RanksThatDisagreeOnKAllRaiseTogether) {
+  const auto [errors, allocs] = prepare_on_two_ranks([](int r) {
+    return plan_all_gather_matmul(operands(256, 512, r == 0 ? 128 : 64, 512), blocks(128, 128), 2, kSms);
+  });
   EXPECT_EQ(errors[0],
             "Collective parameters differ across ranks: rank 0 has all_gather_matmul 512x512 k 128 bfloat16 world 2 "
             "blocks 128x128 but rank 1 has all_gather_matmul 512x512 k 64 bfloat16 world 2 blocks 128x128. Every rank "
@@ -996,21 +1009,12 @@ TEST(OpsFusedWorkspace, RanksThatDisagreeOnKAllRaiseTogether) {
 // their own C: ranks whose C lies at different offsets disagree in the preamble, all of them, before
 // anything is allocated, instead of writing into whatever lies at the other offset.
 TEST(OpsFusedWorkspace, RanksWithCAtDifferentHeapOffsetsAllRaiseTogether) {
-  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
-  std::vector<std::string> errors(2);
-  std::vector<int> allocs(2, -1);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      FakeWorkspaceHost host(bootstraps[r]);
-      FusedWorkspace ws;
-      auto p = plan_matmul_all_gather(operands(128, 512, 128, 256), blocks(128, 128), 2, kSms);
-      p.sig.symmetric_output = true;  // as context_plan finds a contiguous C on the heap
-      p.sig.output_offset = r == 0 ? 4096 : 1 << 20;
-      errors[r] = error_of([&] { ws.prepare(host, p.sig, p.needs); });
-      allocs[r] = host.allocs;
-    });
-  for (auto& t : threads) t.join();
+  const auto [errors, allocs] = prepare_on_two_ranks([](int r) {
+    auto p = plan_matmul_all_gather(operands(128, 512, 128, 256), blocks(128, 128), 2, kSms);
+    p.sig.symmetric_output = true;  // as context_plan finds a contiguous C on the heap
+    p.sig.output_offset = r == 0 ? 4096 : 1 << 20;
+    return p;
+  });
   EXPECT_EQ(errors[0],
             "Collective parameters differ across ranks: rank 0 has matmul_all_gather 256x512 k 128 bfloat16 world 2 "
             "blocks 128x128 C on the symmetric heap at offset 4096 but rank 1 has matmul_all_gather 256x512 k 128 "
