@@ -415,15 +415,17 @@ TEST(CclNeeds, TileVariantsWidenTheTilesOfShortTensors) {
   const size_t mib = size_t{1} << 20;
   const Tensor vec = shape(DType::kBFloat16, 1, int64_t{1} << 21);  // 4 MiB: 1024 tiles of 1 x 2048
   const WorkspaceNeeds ring = all_reduce_needs(vec, vec, variant(AllReduceVariant::kRing), 2);
-  EXPECT_EQ(ring.flags, 2u * 1024) << "two parities of one flag per tile and slice";
+  EXPECT_EQ(ring.flags, 2u * 1024) << "a reduce-scatter and an all-gather flag per tile and slice";
   EXPECT_EQ(ring.staging_bytes, 2u * 1024 * 2048 * 4) << "two parities of a float slot per tile: 16 MiB";
   EXPECT_EQ(ring.staging_bytes, 4 * (4 * mib)) << "four times the tensor, not 128";
   const WorkspaceNeeds spin = all_reduce_needs(vec, vec, variant(AllReduceVariant::kSpinlock), 2);
   EXPECT_EQ(spin.locks, 1024u);
-  EXPECT_EQ(spin.flags, 2u * 1024);
+  EXPECT_EQ(spin.flags, (2u + 2) * 1024) << "arrivals by source, done and a first-writer mark per tile";
   EXPECT_EQ(spin.staging_bytes, 512u * 2048 * (4 + 2)) << "512 owned tiles: float accumulators and bf16 results";
   const WorkspaceNeeds atomic = all_reduce_needs(vec, vec, variant(AllReduceVariant::kAtomic), 2);
   EXPECT_EQ(atomic.flags, spin.flags);
+  EXPECT_EQ(all_reduce_needs(vec, vec, variant(AllReduceVariant::kAtomic), 8).flags, (8u + 2) * 1024)
+      << "arrivals by source grow with the world; done and the cleared mark do not";
   EXPECT_EQ(atomic.staging_bytes, spin.staging_bytes);
   EXPECT_EQ(atomic.locks, 0u);
 

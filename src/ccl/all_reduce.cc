@@ -147,7 +147,8 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
         // Slots hold RS partials as accumulators.
         p.needs.staging_bytes = align256(2 * static_cast<size_t>(p.tiles) * tile_elems * acc_bytes(in.dtype));
       } else {
-        p.needs.flags = 2 * static_cast<size_t>(p.tiles);
+        // Arrivals by (tile, source), done by tile, and one more word per tile (all_reduce_tiles.cu).
+        p.needs.flags = static_cast<size_t>(p.tiles) * (static_cast<size_t>(world) + 2);
         p.needs.staging_bytes = align256(p.tiles_per_rank * tile_elems * acc_bytes(in.dtype)) +
                                 align256(p.tiles_per_rank * tile_elems * esz);
         if (p.variant == AllReduceVariant::kSpinlock) p.needs.locks = static_cast<size_t>(p.tiles);

@@ -239,7 +239,8 @@ struct TileArgs {
   int64_t tiles;  // ceil(rows / tile_m) * ceil(cols / tile_n)
   int64_t tiles_per_rank;
   uint32_t* locks;  // spinlock: [tiles]
-  uint64_t* flags;  // atomic/spinlock: [2 * tiles] (arrivals, done); ring: [2 parities][tiles][slices]
+  uint64_t* flags;  // atomic/spinlock: [tiles][W] arrivals, [tiles] done, [tiles] cleared / marks; ring:
+                    // [2][tiles][slices] (reduce-scatter, all-gather). Epochs only (all_reduce_tiles.cu).
   void* stage;      // see each variant
   uint64_t* state;
   int slices;  // ring: column slices per tile

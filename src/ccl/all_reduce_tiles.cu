@@ -2,11 +2,11 @@
 //
 //   atomic    every rank adds its tile into the owner's accumulator (Elem<T>::Acc: float for the 16-bit
 //             floats, 32 bits for int8 and uint8, the element type for the others) with remote atomics and
-//             counts itself on the owner's arrival word; the owner, once all W arrived, converts the
-//             tile, zeroes the accumulator and publishes the result; peers pull it.
+//             marks its arrival on the owner's word for (tile, itself); the owner, once all W arrived,
+//             converts the tile, zeroes the accumulator and publishes the result; peers pull it.
 //   spinlock  like atomic, but each rank takes the owner's per-tile lock, overwrites (first arrival)
-//             or adds into the accumulator with plain accesses, counts itself and unlocks. Locks: one
-//             word per tile. Works for every op (sum, prod, max, min, avg).
+//             or adds into the accumulator with plain accesses, unlocks and marks its arrival. Locks:
+//             one word per tile. Works for every op (sum, prod, max, min, avg).
 //   ring      reduce-scatter then all-gather around a ring, per tile and per column slice: the tile
 //             travels owner+1 -> ... -> owner accumulating (RS), then owner -> ... -> owner-1 (AG).
 //             RS partials travel in the accumulator type (float for 16-bit types), so a 16-bit sum is
@@ -17,19 +17,34 @@
 //             `all_reduce_num_rings` rings alternate direction.
 //
 // Tile t is owned by rank t % W. Every block walks tiles t = blockIdx.x, blockIdx.x + gridDim.x, ...
-// in the same order on every rank, so waits only ever go to the same block on another rank for the
-// same tile, and the chains start with a rank that waits for nobody.
+// in the same order on every rank, so the ring's steps and atomic's wait for a zeroed accumulator only
+// ever wait on the same block of another rank for the same tile, and the chains start with a rank that
+// waits for nobody. An owner's finish waits on every rank's adds, which wait on no finish.
+//
+// Flags: every word holds the epoch of the call that last wrote it, never more, so what one layout (or
+// op) leaves in them is below every later call's epoch and no wait of a later call passes on it. One
+// workspace thus serves every variant and shape in any order (the layout fence orders the staging).
+//   atomic, spinlock  [tiles][W] arrivals by (tile, source): source s has added its share of tile t;
+//                     [tiles] done: the owner has published tile t's result;
+//                     [tiles] atomic: the owner has zeroed tile t's accumulator at a change of layout
+//                     (cleared); spinlock: the call whose value tile t's accumulator holds (first-writer
+//                     mark: a writer that finds an older call's there overwrites it).
+//   ring              [2][tiles][slices]: reduce-scatter, then all-gather flags, by (tile, slice).
 //
 // atomic/spinlock reuse across calls: a rank adds into the owner's accumulator for call e + 1 only
 // after it received every tile of call e, and the owner zeroes (atomic) or stops reading (spinlock)
-// the accumulator before it publishes. Arrival words count monotonically (W per call), done words
-// and ring flags carry the epoch, so nothing is reset.
+// the accumulator before it publishes. What another layout left in the accumulators is not zero: at a
+// change of layout (layout_fence, the first call on a workspace included) atomic's owners zero their
+// accumulator tiles first and signal it, and adders wait for that before adding.
 //
-// ring reuse: staging slots and flags come in two parities (e & 1). A peer writes slot [p][t] of
-// call e + 2 only after finishing call e + 1, whose tile t passed through this rank, which started
-// call e + 1 only after finishing call e. Within a call, the AG message of tile t overwrites the RS
-// message in the same slot only after this rank forwarded its RS partial (the AG exists only once the
-// reduction, which needed that partial, is complete). Ring flag values: 2e + 1 (RS), 2e + 2 (AG).
+// ring reuse: staging slots come in two parities (e & 1). A peer writes slot [p][t] of call e + 2 only
+// after finishing call e + 1, whose tile t passed through this rank, which started call e + 1 only after
+// finishing call e. Within a call, the AG message of tile t overwrites the RS message in the same slot
+// only after this rank forwarded its RS partial (the AG exists only once the reduction, which needed
+// that partial, is complete). Flags need no parity: no rank writes a flag of call e + 1 into this rank
+// before this rank has consumed call e's (an RS message of e + 1 comes from a rank that finished call e,
+// which needed this rank's RS step of e for the tile; an AG message of e + 1 needs this rank's RS step of
+// e + 1), whichever way the tile's ring turns in each call (all_reduce_num_rings is not in the layout).
 #include "ccl/all_reduce_kernels.hpp"
 #include "ccl/ccl_common.cuh"
 
@@ -66,6 +81,18 @@ struct TileIo {
   // Tile-local layout in staging: tile_n elements per row.
   __device__ __forceinline__ int64_t local(int row, int col) const { return int64_t{row} * a.tile_n + col; }
 };
+
+// atomic and spinlock flags (see the top of the file): arrivals by (tile, source), done by tile, and the
+// per-tile word that atomic's clearing and spinlock's first-writer mark use.
+__device__ __forceinline__ uint64_t* arrival_flag(const TileArgs& a, int64_t t, int source) {
+  return a.flags + t * a.ctx.world_size + source;
+}
+__device__ __forceinline__ uint64_t* done_flag(const TileArgs& a, int64_t t) {
+  return a.flags + a.tiles * a.ctx.world_size + t;
+}
+__device__ __forceinline__ uint64_t* tile_word(const TileArgs& a, int64_t t) {
+  return a.flags + a.tiles * (a.ctx.world_size + 1) + t;
+}
 
 // kN accumulators in a row, moved as Pack<A, kVec>s: whole 16-byte words when kVec (kN is then a
 // multiple of 16 / sizeof(A) and the slot offsets of 16 bytes), else one by one.
@@ -114,7 +141,8 @@ __device__ bool finish_owned_tiles(const TileArgs& a, uint64_t epoch, typename E
   for (int64_t l = blockIdx.x; l < a.tiles_per_rank; l += gridDim.x) {
     const int64_t t = l * world + me;
     if (t >= a.tiles) continue;
-    if (!block_wait_flag(ctx, a.flags + t, epoch * world, op)) return false;
+    const auto arrival = [&](int s) { return arrival_flag(a, t, s); };
+    if (!block_wait_each(ctx, world, arrival, epoch, op)) return false;
     const Tile tile = tile_at(a, t);
     typename E::Acc* acc = acc_stage + l * tile_elems;
     T* res = res_stage + l * tile_elems;
@@ -128,7 +156,8 @@ __device__ bool finish_owned_tiles(const TileArgs& a, uint64_t epoch, typename E
       store_pack<T, kVec>(io.out(tile, row, col), r);
       if (world > 1) store_pack<T, kVec>(res + io.local(row, col), r);
     });
-    for (int k = 1; k < world; ++k) block_signal(ctx, a.flags + a.tiles + t, epoch, (me + k) % world);
+    block_signal_each(
+        ctx, world - 1, [&](int) { return done_flag(a, t); }, [&](int i) { return (me + 1 + i) % world; }, epoch);
   }
   return true;
 }
@@ -144,7 +173,7 @@ __device__ bool pull_results(const TileArgs& a, uint64_t epoch, T* res_stage, co
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
     const int o = static_cast<int>(t % world);
     if (o == me) continue;
-    if (!block_wait_flag(ctx, a.flags + a.tiles + t, epoch, op)) return false;
+    if (!block_wait_flag(ctx, done_flag(a, t), epoch, op)) return false;
     const Tile tile = tile_at(a, t);
     const T* res = dev::translate(ctx, res_stage + (t / world) * tile_elems, o);
     for_tile_packs<P::kN>(tile, 0, tile.w, [&](int row, int col) {
@@ -152,6 +181,30 @@ __device__ bool pull_results(const TileArgs& a, uint64_t epoch, T* res_stage, co
     });
   }
   return true;
+}
+
+// atomic at a change of layout: the accumulator tiles hold what the last layout (or op) left in the same
+// bytes. Each block zeroes this rank's tiles among those it walks (the tiles whose adds it makes) and
+// tells every peer, whose same block waits for it before adding (atomic_kernel).
+template <typename Acc>
+__device__ void clear_owned_accumulators(const TileArgs& a, uint64_t epoch, Acc* acc_stage) {
+  const DeviceContext& ctx = a.ctx;
+  const int me = ctx.rank, world = ctx.world_size;
+  const int64_t tile_elems = int64_t{a.tile_m} * a.tile_n;
+  const bool vec = tile_elems * static_cast<int64_t>(sizeof(Acc)) % 16 == 0;  // the stage is 256-byte aligned
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    if (t % world != me) continue;
+    Acc* acc = acc_stage + (t / world) * tile_elems;
+    if (vec) {
+      const int64_t n = tile_elems * static_cast<int64_t>(sizeof(Acc)) / 16;
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) reinterpret_cast<uint4*>(acc)[j] = make_uint4(0, 0, 0, 0);
+    } else {
+      for (int64_t j = threadIdx.x; j < tile_elems; j += blockDim.x) acc[j] = Acc{};
+    }
+    block_signal_each(
+        ctx, world - 1, [&](int) { return tile_word(a, t); }, [&](int i) { return (me + 1 + i) % world; }, epoch);
+  }
+  __syncthreads();  // with one rank, this block's own adds follow its zeroing
 }
 
 // kOp: kSum or kAvg (the atomics add; the owner divides for kAvg).
@@ -170,13 +223,19 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
                                       (a.tiles_per_rank * tile_elems * int64_t{sizeof(Acc)} + 255) / 256 * 256);
   const TileIo<T, kVec> io{a};
   const uint64_t epoch = begin_call(a.state);
-  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(atomic)")) {
+  bool fenced = false;
+  if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(atomic)", &fenced)) {
     end_call(a.state, epoch);
     return;
   }
-  // 1. add my tile into its owner's accumulator; count myself.
+  if (fenced) clear_owned_accumulators(a, epoch, acc_stage);
+  // 1. add my tile into its owner's accumulator (after the owner zeroed it, at a change of layout); arrive.
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
     const int o = static_cast<int>(t % world);
+    if (fenced && o != ctx.rank && !block_wait_flag(ctx, tile_word(a, t), epoch, "all_reduce(atomic) clear")) {
+      end_call(a.state, epoch);
+      return;
+    }
     const Tile tile = tile_at(a, t);
     Acc* acc = dev::translate(ctx, acc_stage + (t / world) * tile_elems, o);
     for_tile_packs<P::kN>(tile, 0, tile.w, [&](int row, int col) {
@@ -186,9 +245,7 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
         dev::atomic_add<dev::Order::kRelaxed, dev::Scope::kSys>(acc + io.local(row, col) + k, E::to_acc(v.v[k]));
     });
     // The block's atomics are ordered before thread 0's release (bar.sync; the release is cumulative).
-    __syncthreads();
-    if (threadIdx.x == 0)
-      dev::atomic_add<dev::Order::kRelease, dev::Scope::kSys>(dev::translate(ctx, a.flags + t, o), uint64_t{1});
+    block_signal(ctx, arrival_flag(a, t, ctx.rank), epoch, o);
   }
   // 2. owners publish; 3. everyone pulls.
   if (finish_owned_tiles<T, kOp, kVec, /*kZeroAfter=*/true>(a, epoch, acc_stage, res_stage,
@@ -221,14 +278,12 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
     const int o = static_cast<int>(t % world);
     const Tile tile = tile_at(a, t);
     uint32_t* lock = dev::translate(ctx, a.locks + t, o);
-    uint64_t* arrivals = dev::translate(ctx, a.flags + t, o);
+    uint64_t* mark = dev::translate(ctx, tile_word(a, t), o);
     if (threadIdx.x == 0) {
-      // Take the owner's lock for this tile (the previous holder's writes are visible).
+      // Take the owner's lock for this tile (the previous holder's writes, its mark included, are visible).
       s_ok = acquire_spinlock(ctx, lock, "all_reduce(spinlock) lock") ? 1 : 0;
-      if (s_ok) {
-        const uint64_t seen = dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(arrivals);
-        s_first = seen == (epoch - 1) * world;  // nobody has written this call's value yet
-      }
+      // Nobody has written this call's value yet: overwrite what an older call (or layout) left.
+      if (s_ok) s_first = dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(mark) < epoch;
     }
     __syncthreads();
     if (!s_ok) break;
@@ -242,11 +297,12 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
         *slot = first ? E::to_acc(v.v[k]) : combine<kOp>(*slot, E::to_acc(v.v[k]));
       }
     });
-    __syncthreads();  // the block's writes to the accumulator come before the count and the unlock
+    __syncthreads();  // the block's writes to the accumulator come before the mark, the unlock and the arrival
     if (threadIdx.x == 0) {
-      dev::atomic_add<dev::Order::kRelease, dev::Scope::kSys>(arrivals, uint64_t{1});
+      if (first) dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(mark, epoch);
       release_spinlock(lock);
     }
+    block_signal(ctx, arrival_flag(a, t, ctx.rank), epoch, o);
     __syncthreads();  // s_first / s_ok are rewritten for the next tile
   }
   if (finish_owned_tiles<T, kOp, kVec, /*kZeroAfter=*/false>(a, epoch, acc_stage, res_stage,
@@ -256,7 +312,7 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
 }
 
 // One tile of the ring on this rank: its direction, this rank's places on the tile's two chains, its
-// staging slot here and at the next rank, and its flags (one per column slice).
+// staging slot here and at the next rank, and its flags (one per column slice, for each half).
 template <typename T>
 struct RingTile {
   using A = typename Elem<T>::Acc;
@@ -268,7 +324,8 @@ struct RingTile {
   A* rs_next;
   T* ag_slot;
   T* ag_next;
-  uint64_t* flags;
+  uint64_t* rs_flags;  // [slices]: the upstream rank's partial of the slice is here
+  uint64_t* ag_flags;  // [slices]: the result of the slice is here
 
   __device__ __forceinline__ RingTile(const TileArgs& a, int64_t t, int parity) {
     const DeviceContext& ctx = a.ctx;
@@ -291,7 +348,8 @@ struct RingTile {
     rs_next = dev::translate(ctx, rs_slot, next);
     ag_slot = reinterpret_cast<T*>(slot);
     ag_next = dev::translate(ctx, ag_slot, next);
-    flags = a.flags + (parity * a.tiles + t) * a.slices;
+    rs_flags = a.flags + t * a.slices;
+    ag_flags = a.flags + (a.tiles + t) * a.slices;
   }
 };
 
@@ -337,7 +395,6 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
   const auto ag_local = [&](int row, int col, int c_lo) {
     return io.local(row, c_lo) * static_cast<int64_t>(sizeof(A) / sizeof(T)) + (col - c_lo);
   };
-  const uint64_t rs_mark = 2 * epoch + 1, ag_mark = 2 * epoch + 2;
   // Pass 1: reduce-scatter. The owner ends the chain: it rounds the sum into `out` and starts the AG.
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
     const RingTile<T> r(a, t, parity);
@@ -345,7 +402,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
     for (int s = 0; s < a.slices; ++s) {
       const int c_lo = s * slice_n, c_hi = min(r.tile.w, (s + 1) * slice_n);
       if (c_lo >= c_hi) break;
-      if (r.pos > 0 && !block_wait_flag(ctx, r.flags + s, rs_mark, "all_reduce(ring) reduce-scatter")) {
+      if (r.pos > 0 && !block_wait_flag(ctx, r.rs_flags + s, epoch, "all_reduce(ring) reduce-scatter")) {
         end_call(a.state, epoch);
         return;
       }
@@ -370,7 +427,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
           store_acc_pack<A, P::kN, kVec>(r.rs_next + io.local(row, col), acc);  // RS partial
         }
       });
-      block_signal(ctx, r.flags + s, is_owner ? ag_mark : rs_mark, r.next);
+      block_signal(ctx, (is_owner ? r.ag_flags : r.rs_flags) + s, epoch, r.next);
     }
   }
   // Pass 2: all-gather, on every rank but the owner of each tile.
@@ -381,7 +438,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
     for (int s = 0; s < a.slices; ++s) {
       const int c_lo = s * slice_n, c_hi = min(r.tile.w, (s + 1) * slice_n);
       if (c_lo >= c_hi) break;
-      if (!block_wait_flag(ctx, r.flags + s, ag_mark, "all_reduce(ring) all-gather")) {
+      if (!block_wait_flag(ctx, r.ag_flags + s, epoch, "all_reduce(ring) all-gather")) {
         end_call(a.state, epoch);
         return;
       }
@@ -390,7 +447,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
         store_pack<T, kVec>(io.out(r.tile, row, col), v);
         if (forward) store_pack<T, kVec>(r.ag_next + ag_local(row, col, c_lo), v);
       });
-      if (forward) block_signal(ctx, r.flags + s, ag_mark, r.next);
+      if (forward) block_signal(ctx, r.ag_flags + s, epoch, r.next);
     }
   }
   end_call(a.state, epoch, a.layout_key);

@@ -255,10 +255,13 @@ __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64
 // the previous call included, have completed, and their staging reads are ordered before the word);
 // every block waits, with acquire, until every peer said the same. Cost: one NVLink round trip, on
 // a change of layout only (the first call on a workspace included). False on timeout (the kernel
-// must end).
+// must end). `fenced`, when given, is set to whether this call fenced: the same on every rank, so a
+// kernel may do work at a change of layout that its peers wait for (atomic clears its accumulators).
 __device__ __forceinline__ bool layout_fence(const DeviceContext& ctx, uint64_t* state, uint64_t layout_key,
-                                             uint64_t epoch, const char* op) {
-  if (layout_key == 0 || dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2) == layout_key) return true;
+                                             uint64_t epoch, const char* op, bool* fenced = nullptr) {
+  const bool change = layout_key != 0 && dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2) != layout_key;
+  if (fenced != nullptr) *fenced = change;
+  if (!change) return true;
   const int me = ctx.rank, world = ctx.world_size;
   __shared__ int fence_ok;
   if (threadIdx.x == 0) {
