@@ -12,7 +12,6 @@
 
 #include "ccl_test_util.cuh"
 #include "iris/ccl/collectives.hpp"
-#include "support/error_text.hpp"
 #include "support/ranks.hpp"
 
 namespace iris {
@@ -262,7 +261,9 @@ TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
         for (const Case& c : {Case{AllReduceVariant::kOneShot, OneShotProtocol::kLL, 4096, 1000},
                               Case{AllReduceVariant::kOneShot, OneShotProtocol::kSimple, 300001, 1000},
                               Case{AllReduceVariant::kTwoShot, OneShotProtocol::kAuto, 300001, 1000},
-                              Case{AllReduceVariant::kRing, OneShotProtocol::kAuto, 4096, 200}}) {
+                              Case{AllReduceVariant::kRing, OneShotProtocol::kAuto, 4096, 200},
+                              Case{AllReduceVariant::kAtomic, OneShotProtocol::kAuto, 4096, 200},
+                              Case{AllReduceVariant::kSpinlock, OneShotProtocol::kAuto, 4096, 200}}) {
           const AllReduceVariant v = c.v;
           const int64_t n = c.n;
           const int replays = c.replays;
@@ -318,16 +319,109 @@ TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
       big_heap(GetParam().world));
 }
 
+// One graph holding an input refresh and an all_reduce of every variant, all on one workspace, replayed
+// 200 times: every replay changes layout six times, so each call fences and atomic zeroes its
+// accumulators (which hold what the other variants left in the staging) inside the graph, with nothing
+// on the host between the calls. Every output of every replay is checked.
+TEST_P(AllReduce, GraphOfEveryVariantOnOneWorkspaceReplaysCorrectly) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        constexpr int64_t n = 3 * 4096 + 5;
+        constexpr int kReplays = 200;
+        struct Call {
+          AllReduceVariant v;
+          OneShotProtocol protocol;
+        };
+        const Call calls[] = {{AllReduceVariant::kOneShot, OneShotProtocol::kLL},
+                              {AllReduceVariant::kAtomic, OneShotProtocol::kAuto},
+                              {AllReduceVariant::kRing, OneShotProtocol::kAuto},
+                              {AllReduceVariant::kTwoShot, OneShotProtocol::kAuto},
+                              {AllReduceVariant::kSpinlock, OneShotProtocol::kAuto},
+                              {AllReduceVariant::kOneShot, OneShotProtocol::kSimple}};
+        constexpr int kCalls = sizeof(calls) / sizeof(calls[0]);
+        const int world = ctx.world_size();
+        auto* in = ctx.empty<__nv_bfloat16>(n);
+        int* k = ctx.zeros<int>(1);
+        const Tensor tin = Tensor::vector(in, DType::kBFloat16, n);
+        std::vector<__nv_bfloat16*> outs;
+        std::vector<Config> cfgs;
+        ccl::WorkspaceNeeds most;
+        for (const Call& c : calls) {
+          outs.push_back(ctx.empty<__nv_bfloat16>(n));
+          Config cfg;
+          cfg.all_reduce_variant = c.v;
+          cfg.all_reduce_one_shot_protocol = c.protocol;
+          cfgs.push_back(cfg);
+          const ccl::WorkspaceNeeds need = ccl::all_reduce_needs(tin, tin, cfg, world);
+          most.locks = std::max(most.locks, need.locks);
+          most.flags = std::max(most.flags, need.flags);
+          most.staging_bytes = std::max(most.staging_bytes, need.staging_bytes);
+          most.block_state = std::max(most.block_state, need.block_state);
+        }
+        Workspace ws;
+        {  // room for every call first (each array is sized by the first preamble that needs it)
+          ccl::OpSignature sig;
+          sig.op = ccl::OpKind::kAllReduce;
+          sig.world_size = world;
+          ccl::ContextWorkspaceHost host_ws(ctx);
+          ws.prepare(host_ws, sig, most);
+        }
+        auto out_of = [&](int i) { return Tensor::vector(outs[i], DType::kBFloat16, n); };
+        for (int i = 0; i < kCalls; ++i) ccl::all_reduce_preamble(ctx, out_of(i), tin, cfgs[i], ws);
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+        fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, n, ctx.rank(), k);
+        for (int i = 0; i < kCalls; ++i) ccl::all_reduce(ctx, out_of(i), tin, cfgs[i], ws);
+        IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+        IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        std::vector<__nv_bfloat16> host(n);
+        int bad = 0;
+        for (int rep = 0; rep < kReplays; ++rep) {
+          IRIS_CUDA_CHECK(cudaMemcpyAsync(k, &rep, sizeof(int), cudaMemcpyHostToDevice, ctx.stream()));
+          for (__nv_bfloat16* o : outs) IRIS_CUDA_CHECK(cudaMemsetAsync(o, 0xFF, n * 2, ctx.stream()));
+          IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+          for (int i = 0; i < kCalls; ++i) {
+            IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), outs[i], n * 2, cudaMemcpyDeviceToHost, ctx.stream()));
+            ctx.synchronize();
+            int64_t wrong = 0;
+            for (int64_t e = 0; e < n; ++e) {
+              int want = 0;
+              for (int r = 0; r < world; ++r) want += replay_value(e, rep, r);
+              wrong += __bfloat162float(host[e]) != static_cast<float>(want);
+            }
+            if (wrong && bad++ < 3)
+              ADD_FAILURE() << "replay " << rep << ", call " << i << " (" << ccl::variant_name(calls[i].v) << " "
+                            << ccl::protocol_name(calls[i].protocol) << "): " << wrong << " wrong elements";
+          }
+        }
+        EXPECT_EQ(bad, 0);
+        EXPECT_EQ(ws.calls(), static_cast<uint64_t>(kCalls)) << "captured once";
+        IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+        IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+        ctx.barrier();
+        ccl::ContextWorkspaceHost host_ws(ctx);
+        ws.release(host_ws);
+        for (__nv_bfloat16* o : outs) ctx.free(o);
+        ctx.free(k);
+        ctx.free(in);
+      },
+      big_heap(GetParam().world));
+}
+
 // 100 calls with one workspace: the arrays are not reallocated and every result is right.
 TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        for (int k = 0; k < 4; ++k) {
-          const AllReduceVariant v = k < 2    ? AllReduceVariant::kOneShot
-                                     : k == 2 ? AllReduceVariant::kTwoShot
-                                              : AllReduceVariant::kSpinlock;
+        const AllReduceVariant variants[] = {AllReduceVariant::kOneShot, AllReduceVariant::kOneShot,
+                                             AllReduceVariant::kTwoShot, AllReduceVariant::kSpinlock,
+                                             AllReduceVariant::kAtomic,  AllReduceVariant::kRing};
+        for (int k = 0; k < 6; ++k) {
+          const AllReduceVariant v = variants[k];
           Config cfg;
           cfg.all_reduce_variant = v;
           cfg.all_reduce_one_shot_protocol = k == 1 ? OneShotProtocol::kSimple : OneShotProtocol::kAuto;
@@ -362,10 +456,15 @@ TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
       big_heap(GetParam().world));
 }
 
-// One workspace serving one_shot (LL and simple) and two_shot calls of six shapes, enqueued back to back
-// with no host synchronization in between: one_shot's LL lines and slots and two_shot's slots overlap in
-// the staging, so a rank running ahead into a call of another layout would overwrite what a peer still
-// reads unless the call fences first (layout_fence). Every output is checked afterwards.
+// One workspace serving every variant (one_shot LL and simple, two_shot, ring, atomic, spinlock) over
+// several shapes and tiles, enqueued back to back with no host synchronization in between: the layouts
+// overlap in the staging, so a rank running ahead into a call of another layout would overwrite what a
+// peer still reads unless the call fences first (layout_fence), and every flag must hold only epochs, or
+// a wait would pass on what another layout left (before 2026-12-03 atomic and spinlock counted arrivals
+// and the ring marked 2e + 1 and 2e + 2: an atomic call after another layout timed out, a two_shot after a
+// ring read slots nobody had written). atomic after another layout zeroes its accumulators first; the
+// same variant and shape twice in a row checks the reuse without a fence. Every output is checked
+// afterwards.
 TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
@@ -373,12 +472,22 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
       AllReduceVariant variant;
       int64_t rows, cols;
       OneShotProtocol protocol = OneShotProtocol::kAuto;
+      int block_m = 32, block_n = 64;
     };
     const Call calls[] = {{AllReduceVariant::kOneShot, 32, 1000},
+                          {AllReduceVariant::kAtomic, 64, 1000},
+                          {AllReduceVariant::kAtomic, 64, 1000},
                           {AllReduceVariant::kOneShot, 1024, 1000, OneShotProtocol::kSimple},
+                          {AllReduceVariant::kRing, 100, 333},
+                          {AllReduceVariant::kRing, 100, 333},
                           {AllReduceVariant::kTwoShot, 1024, 1000},
+                          {AllReduceVariant::kSpinlock, 64, 1000},
+                          {AllReduceVariant::kSpinlock, 64, 1000},
                           {AllReduceVariant::kOneShot, 1, 777},
+                          {AllReduceVariant::kAtomic, 100, 333, OneShotProtocol::kAuto, 16, 128},
+                          {AllReduceVariant::kRing, 64, 1000, OneShotProtocol::kAuto, 16, 128},
                           {AllReduceVariant::kOneShot, 1000, 333, OneShotProtocol::kSimple},
+                          {AllReduceVariant::kSpinlock, 1, 777},
                           {AllReduceVariant::kTwoShot, 17, 1000}};
     constexpr int kRounds = 8;
     const DType dt = DType::kFloat32;
@@ -390,6 +499,8 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
       Config cfg;
       cfg.all_reduce_variant = c.variant;
       cfg.all_reduce_one_shot_protocol = c.protocol;
+      cfg.block_size_m = c.block_m;
+      cfg.block_size_n = c.block_n;
       return cfg;
     };
     const Call* most_flags = &calls[0];
@@ -451,7 +562,8 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
 // A workspace prepared again for another op starts that op's flags from zero (Workspace::prepare): a ring
 // all_reduce leaves 2e + 2 in its flags, which an all_gather's waits for the epochs that follow took for
 // their own (and read slots nobody had written yet). Back on all_reduce, two_shot (epoch-valued flags)
-// works; atomic, which counts arrivals from the workspace's first call, is refused.
+// works, and so do atomic and spinlock (before 2026-12-03 they counted arrivals from the workspace's first
+// call, and all_reduce refused them here).
 TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
@@ -464,10 +576,10 @@ TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
         ring.all_reduce_variant = AllReduceVariant::kRing;
         atomic.all_reduce_variant = AllReduceVariant::kAtomic;
         const Tensor shape = Tensor::matrix(nullptr, dt, m, n), gathered_shape = Tensor::matrix(nullptr, dt, w * m, n);
-        // The ring's preamble allocates the flags (the most of the three), one_shot LL's the staging.
-        ASSERT_GE(ccl::all_reduce_needs(shape, shape, ring, w).flags,
-                  ccl::all_reduce_needs(shape, shape, atomic, w).flags);
-        ASSERT_GE(ccl::all_reduce_needs(shape, shape, ring, w).flags,
+        // atomic's preamble allocates the flags (the most of the three), one_shot LL's the staging.
+        ASSERT_GE(ccl::all_reduce_needs(shape, shape, atomic, w).flags,
+                  ccl::all_reduce_needs(shape, shape, ring, w).flags);
+        ASSERT_GE(ccl::all_reduce_needs(shape, shape, atomic, w).flags,
                   ccl::all_gather_needs(gathered_shape, shape, gather, w).flags);
         Workspace ws;
         {
@@ -476,6 +588,9 @@ TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
           ll.all_reduce_one_shot_protocol = OneShotProtocol::kLL;
           auto big = TestTensor::make(ctx, dt, 1024, 1000, 1000, true);
           ccl::all_reduce_preamble(ctx, big.view, big.view, ll, ws);
+          auto small = TestTensor::make(ctx, dt, m, n, n, true);
+          ccl::all_reduce_preamble(ctx, small.view, small.view, atomic, ws);
+          small.release();
           big.release();
         }
         uint64_t seed = 7000;
@@ -505,96 +620,74 @@ TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
         for (int call = 0; call < 3; ++call)
           check_once(ctx, two_shot, ws, dt, ReduceOp::kSum, m, n, n, false, true, seed++,
                      "two_shot call " + std::to_string(call));
-        auto x = TestTensor::make(ctx, dt, m, n, n, true);
-        ccl::all_reduce_preamble(ctx, x.view, x.view, atomic, ws);
-        EXPECT_EQ(
-            test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, x.view, x.view, atomic, ws); }),
-            "all_reduce: variant atomic counts arrivals in the workspace's flags from its first call, so it needs "
-            "a workspace that has served calls of this layout only (all_reduce 64x1000 float32 world " +
-                std::to_string(w) +
-                " variant atomic blocks 32x64 op sum), but this one has served calls of other layouts or ops. Use a "
-                "workspace of its own for each atomic or spinlock layout.");
+        Config spinlock;
+        spinlock.all_reduce_variant = AllReduceVariant::kSpinlock;
+        for (int call = 0; call < 2; ++call)
+          check_once(ctx, atomic, ws, dt, ReduceOp::kSum, m, n, n, false, true, seed++,
+                     "atomic call " + std::to_string(call));
+        check_once(ctx, spinlock, ws, dt, ReduceOp::kMax, m, n, n, false, true, seed++, "spinlock max");
+        check_once(ctx, two_shot, ws, dt, ReduceOp::kSum, m, n, n, false, true, seed++, "two_shot after them");
         ctx.barrier();
-        x.release();
         ccl::ContextWorkspaceHost host_ws(ctx);
         ws.release(host_ws);
       },
       big_heap(GetParam().world));
 }
 
-// The tile variants keep counts (atomic, spinlock) and marks (ring) in the flags that other layouts cannot
-// share. all_reduce refuses, before anything launches and with one rank as with more: atomic or spinlock
-// on a workspace that served another layout (before, the owners timed out waiting for arrivals), any other
-// layout after them, and one_shot or two_shot after a ring (before, they took the ring's marks for their
-// own flags). Another ring layout after a ring is safe (it waits for marks above any earlier call's) and
-// runs; the same layout again is fine (the other tests make many such calls).
-TEST_P(AllReduce, TileVariantsRefuseAWorkspaceThatServedAnotherLayout) {
+// The tile variants on a workspace that served other layouts, and other layouts after them, one call at a
+// time (the back-to-back test above runs such a mix without host synchronization). Before 2026-12-03
+// atomic and spinlock counted arrivals from the workspace's first call and the ring marked its flags
+// 2e + 1 and 2e + 2: atomic after one_shot timed out waiting for arrivals that never came, and a two_shot
+// after a ring took the ring's marks for its own flags; all_reduce then refused these mixes. Now every
+// flag holds an epoch, and atomic zeroes its accumulators, which hold what other layouts left in the
+// staging, at a change of layout: every call here must be right. Ops other than sum where the variant
+// has them, in place and not, so that a first-writer mark or a zeroing that went wrong shows.
+TEST_P(AllReduce, TileVariantsShareAWorkspaceWithEveryOtherLayout) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        const std::string world = std::to_string(ctx.world_size());
         const DType dt = DType::kFloat32;
-        Config one_shot, atomic, ring, two_shot;
-        one_shot.all_reduce_variant = AllReduceVariant::kOneShot;
-        atomic.all_reduce_variant = AllReduceVariant::kAtomic;
-        ring.all_reduce_variant = AllReduceVariant::kRing;
-        two_shot.all_reduce_variant = AllReduceVariant::kTwoShot;
-        auto x = TestTensor::make(ctx, dt, 64, 1000, 1000, true);
-        auto y = TestTensor::make(ctx, dt, 32, 1000, 1000, true);
-        auto refusal = [&](const Config& cfg, TestTensor& t, Workspace& ws) {
-          ccl::all_reduce_preamble(ctx, t.view, t.view, cfg, ws);
-          return test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, t.view, t.view, cfg, ws); });
+        auto cfg = [](AllReduceVariant v, int bm = 32, int bn = 64) {
+          Config c;
+          c.all_reduce_variant = v;
+          c.block_size_m = bm;
+          c.block_size_n = bn;
+          return c;
         };
-        auto release = [&](Workspace& ws) {
-          ctx.barrier();
-          ccl::ContextWorkspaceHost host_ws(ctx);
-          ws.release(host_ws);
+        const Config one_shot = cfg(AllReduceVariant::kOneShot), two_shot = cfg(AllReduceVariant::kTwoShot),
+                     atomic = cfg(AllReduceVariant::kAtomic), spinlock = cfg(AllReduceVariant::kSpinlock),
+                     ring = cfg(AllReduceVariant::kRing), atomic_wide = cfg(AllReduceVariant::kAtomic, 16, 128),
+                     ring_wide = cfg(AllReduceVariant::kRing, 16, 128);
+        Workspace ws;
+        {  // the largest staging and flags first, so that every later preamble fits
+          Config ll = one_shot;
+          ll.all_reduce_one_shot_protocol = OneShotProtocol::kLL;
+          auto big = TestTensor::make(ctx, dt, 1024, 1000, 1000, true);
+          ccl::all_reduce_preamble(ctx, big.view, big.view, ll, ws);
+          ccl::all_reduce_preamble(ctx, big.view, big.view, spinlock, ws);
+          big.release();
+        }
+        uint64_t seed = 31;
+        auto call = [&](const Config& c, ReduceOp op, int64_t m, int64_t n, bool in_place, const std::string& what) {
+          check_once(ctx, c, ws, dt, op, m, n, n, in_place, true, seed++, what);
         };
-        {  // another layout, then atomic
-          Workspace ws;
-          check_once(ctx, one_shot, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, 31, "one_shot first");
-          EXPECT_EQ(refusal(atomic, x, ws),
-                    "all_reduce: variant atomic counts arrivals in the workspace's flags from its first call, so it "
-                    "needs a workspace that has served calls of this layout only (all_reduce 64x1000 float32 world " +
-                        world +
-                        " variant atomic blocks 32x64 op sum), but this one has served other calls (all_reduce "
-                        "64x1000 float32 world " +
-                        world +
-                        " variant one_shot protocol ll blocks 32x64 op sum). Use a workspace of its own for each "
-                        "atomic or spinlock layout.");
-          release(ws);
-        }
-        {  // atomic, then another layout
-          Workspace ws;
-          check_once(ctx, atomic, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, 34, "atomic first");
-          EXPECT_EQ(refusal(one_shot, y, ws),
-                    "all_reduce: this workspace has served calls of variant atomic (all_reduce 64x1000 float32 world " +
-                        world +
-                        " variant atomic blocks 32x64 op sum), whose marks and counts in the flags a call of another "
-                        "layout would take for its own; use another workspace for this call (all_reduce 32x1000 "
-                        "float32 world " +
-                        world + " variant one_shot protocol ll blocks 32x64 op sum).");
-          release(ws);
-        }
-        {  // ring, then two_shot (refused), another ring layout (runs), atomic (refused)
-          Workspace ws;
-          check_once(ctx, ring, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, 32, "ring first");
-          check_once(ctx, ring, ws, dt, ReduceOp::kMax, 64, 1000, 1000, true, true, 33, "ring again, max, in place");
-          EXPECT_EQ(refusal(two_shot, y, ws),
-                    "all_reduce: this workspace has served calls of variant ring (all_reduce 64x1000 float32 world " +
-                        world +
-                        " variant ring blocks 32x64 op max), whose marks and counts in the flags a call of another "
-                        "layout would take for its own; use another workspace for this call (all_reduce 32x1000 "
-                        "float32 world " +
-                        world + " variant two_shot blocks 32x64 op sum).");
-          check_once(ctx, ring, ws, dt, ReduceOp::kSum, 32, 1000, 1000, false, true, 35, "another ring layout");
-          EXPECT_NE(refusal(atomic, x, ws).find("but this one has served calls of other layouts or ops"),
-                    std::string::npos);
-          release(ws);
-        }
-        y.release();
-        x.release();
+        call(one_shot, ReduceOp::kSum, 64, 1000, false, "one_shot first");
+        call(atomic, ReduceOp::kSum, 64, 1000, false, "atomic after one_shot");
+        call(atomic, ReduceOp::kAvg, 64, 1000, true, "atomic again, avg, in place");
+        call(one_shot, ReduceOp::kMax, 32, 1000, false, "one_shot after atomic");
+        call(ring, ReduceOp::kSum, 64, 1000, false, "ring");
+        call(ring, ReduceOp::kMax, 64, 1000, true, "ring again, max, in place");
+        call(two_shot, ReduceOp::kSum, 32, 1000, false, "two_shot after the ring");
+        call(spinlock, ReduceOp::kMin, 100, 333, false, "spinlock min after two_shot");
+        call(spinlock, ReduceOp::kSum, 100, 333, false, "spinlock again, sum");
+        call(atomic_wide, ReduceOp::kSum, 100, 333, false, "atomic, other tiles, after spinlock");
+        call(ring_wide, ReduceOp::kSum, 17, 1000, false, "ring, other tiles, after atomic");
+        call(atomic, ReduceOp::kSum, 64, 1000, false, "atomic after the ring");
+        call(one_shot, ReduceOp::kSum, 1, 777, false, "one_shot after atomic");
+        ctx.barrier();
+        ccl::ContextWorkspaceHost host_ws(ctx);
+        ws.release(host_ws);
       },
       big_heap(GetParam().world));
 }

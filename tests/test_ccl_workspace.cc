@@ -249,15 +249,12 @@ TEST(CclWorkspace, PreparedForAnotherOpItsFlagsAndStateStartFromZeroButTheEpoch)
     for (size_t i = 0; i < ws.block_state_capacity(); ++i) ws.block_state()[i] = 50 + i;
   };
   scribble();
-  ws.call_layouts().key = 77;  // as all_reduce records a ring call's layout
-  ws.call_layouts().marks = true;
   ws.count_call();
   auto two_shot = spinlock_sig(256, 512, 64, 64);
   two_shot.variant = AllReduceVariant::kTwoShot;
   ws.prepare(host, two_shot, needs);
   EXPECT_EQ(ws.flags()[127], 1127u) << "same op: the kernels' layout fence orders the change";
   EXPECT_EQ(ws.block_state()[2], 52u);
-  EXPECT_EQ(ws.call_layouts().key, 77u) << "all_reduce checks its own layouts";
   OpSignature gather;
   gather.op = OpKind::kAllGather;
   gather.rows = 64;
@@ -266,10 +263,6 @@ TEST(CclWorkspace, PreparedForAnotherOpItsFlagsAndStateStartFromZeroButTheEpoch)
   ws.prepare(host, gather, needs);
   for (size_t i = 0; i < ws.flag_capacity(); ++i) ASSERT_EQ(ws.flags()[i], 0u) << "flag " << i;
   EXPECT_EQ(ws.block_state()[0], 50u) << "the epoch keeps running";
-  // all_reduce then refuses atomic and spinlock (counts from the first call), but no ring mark is left.
-  EXPECT_EQ(ws.call_layouts().key, Workspace::CallLayouts::kMixed);
-  EXPECT_FALSE(ws.call_layouts().marks);
-  EXPECT_FALSE(ws.call_layouts().counts);
   for (size_t i = 1; i < ws.block_state_capacity(); ++i) EXPECT_EQ(ws.block_state()[i], 0u) << "state word " << i;
   scribble();
   ws.prepare(host, sig, needs);  // and back

@@ -184,47 +184,6 @@ uint64_t layout_key(const Plan& p, size_t esz) {
   return h | 1;  // 0 means "no fence"
 }
 
-// One workspace serves calls of every one_shot and two_shot layout in any order: their flags carry the
-// epoch, which only grows, and the layout fence orders the staging. The tile variants keep more in the
-// flags. atomic and spinlock count W arrivals per call from the workspace's first call (call e waits for
-// e W): after calls of another layout (or op) the counts are off and owners wait for arrivals that never
-// come (TimeoutError), and after them another layout's waits for the next epochs pass on the counts
-// before its data is there (wrong results). The ring marks 2e + 1 and 2e + 2: the waits of a one_shot or
-// two_shot after it pass on the marks, while another ring layout, which waits for 2e + 1 and up, is safe
-// after any of them. So all_reduce refuses, before anything launches and on every rank alike (they make
-// the same calls): atomic and spinlock on a workspace that served another layout; any other layout after
-// atomic or spinlock; one_shot and two_shot after a ring. Checked on the host: a CUDA graph's replays
-// repeat the calls its capture checked. (Clearing the flags on the device at a change of layout needs
-// every block of a grid resident at once, which ranks sharing a GPU under MPS did not get.)
-void check_call_layout(Workspace& ws, const Plan& p, uint64_t key) {
-  Workspace::CallLayouts& seen = ws.call_layouts();
-  const bool counts = p.variant == AllReduceVariant::kAtomic || p.variant == AllReduceVariant::kSpinlock;
-  const bool marks = p.variant == AllReduceVariant::kRing;
-  if (seen.key != 0 && seen.key != key) {
-    IRIS_CHECK_ARG(!counts, "all_reduce: variant ", variant_name(p.variant),
-                   " counts arrivals in the workspace's flags from its first call, so it needs a workspace that has "
-                   "served calls of this layout only (",
-                   p.sig.describe(), "), but this one has served ",
-                   seen.key == Workspace::CallLayouts::kMixed ? std::string("calls of other layouts or ops")
-                                                              : "other calls (" + seen.first.describe() + ")",
-                   ". Use a workspace of its own for each atomic or spinlock layout.");
-    IRIS_CHECK_ARG(!(seen.counts || (seen.marks && !marks)), "all_reduce: this workspace has served calls of variant ",
-                   variant_name(seen.marked.variant), " (", seen.marked.describe(),
-                   "), whose marks and counts in the flags a call of another layout would take for its own; use "
-                   "another workspace for this call (",
-                   p.sig.describe(), ").");
-  }
-  if (seen.key == 0) {
-    seen.key = key;
-    seen.first = p.sig;
-  } else if (seen.key != key) {
-    seen.key = Workspace::CallLayouts::kMixed;
-  }
-  seen.counts = seen.counts || counts;
-  seen.marks = seen.marks || marks;
-  if (counts || marks) seen.marked = p.sig;
-}
-
 }  // namespace
 
 AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size, size_t bytes, DType dtype,
@@ -259,7 +218,6 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;
   const uint64_t key = layout_key(p, in.element_size());
-  check_call_layout(ws, p, key);  // with one rank too, so that a mix fails the same way as with more
   stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   const DeviceContext dctx = ctx.device_context();

@@ -97,7 +97,6 @@ Workspace& Workspace::operator=(Workspace&& other) noexcept {
     staging_capacity_ = std::exchange(other.staging_capacity_, 0);
     block_state_capacity_ = std::exchange(other.block_state_capacity_, 0);
     calls_ = std::exchange(other.calls_, 0);
-    layouts_ = std::exchange(other.layouts_, CallLayouts{});
   }
   return *this;
 }
@@ -122,17 +121,15 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   if (flag_capacity_ > 0) check_flag_capacity(flag_capacity_, needs.flags);
   if (staging_capacity_ > 0) check_staging_capacity(staging_capacity_, needs.staging_bytes);
   if (block_state_capacity_ > 0) check_block_state_capacity(block_state_capacity_, needs.block_state);
-  // 3. A workspace that served another op: its flags hold that op's values, on that op's scale (a ring's
-  //    2e + 2, a tile's arrival count), which a wait of the new op could take for its own; its block state
-  //    holds that op's layout words. Both start from zero but the epoch, which keeps running, so that the
-  //    LL lines the old op left carry tags of other epochs than the new calls' (ll_tag). The caller
-  //    has let every call of the old op end (prepare_everywhere); peers write only after step 5.
+  // 3. A workspace that served another op: its block state holds that op's words (all_reduce's layout key
+  //    and fence words), which start from zero but the epoch, which keeps running: every flag holds the
+  //    epoch of the call that wrote it, so what the old op left stays below every new call's epoch, and
+  //    the LL lines it left carry tags of other epochs than the new calls' (ll_tag). The flags start from
+  //    zero too, so that no wait can pass on a word the old op wrote. The caller has let every call of
+  //    the old op end (prepare_everywhere); peers write only after step 5.
   if (prepared_ && signature_.op != sig.op) {
     if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
     if (block_state_capacity_ > 1) host.zero(block_state_ + 1, (block_state_capacity_ - 1) * sizeof(uint64_t));
-    // No tile variant's values remain in the flags, but the epoch ran on: atomic and spinlock, which
-    // count arrivals from the workspace's first call, cannot start here (all_reduce refuses them).
-    if (calls_ > 0) layouts_ = CallLayouts{CallLayouts::kMixed, false, false, {}, {}};
   }
   // 4. Allocate and zero what is missing (collective, same order on every rank).
   auto grow = [&](auto*& ptr, size_t& capacity, size_t need, size_t elem) {

@@ -14,7 +14,9 @@
 // Every call is asynchronous on `stream` (default: ctx.stream()), allocates nothing, talks to no
 // host peer, and is capturable in a CUDA graph: flags carry generations kept in device memory, so
 // repeated calls and graph replays need no barrier and no re-zeroing. Every rank must make the same
-// calls with the same workspace in the same order.
+// calls with the same workspace in the same order. One all_reduce workspace serves every variant and
+// shape it has the capacity for, in any order (a call whose layout differs from the last one's first
+// waits until every rank has finished that one); a workspace prepared again for another op serves it.
 //
 // Preambles are collective: they compare the call's parameters across ranks (all raise together on
 // a mismatch), allocate what the workspace is missing, keep larger arrays and reject smaller ones

@@ -150,21 +150,6 @@ class Workspace {
   uint64_t calls() const { return calls_; }
   void count_call() { ++calls_; }
 
-  // all_reduce's record of the layouts its calls had (all_reduce.cc, check_call_layout): atomic and
-  // spinlock count arrivals in the flags, and the ring marks them 2e + 1 and 2e + 2, which other layouts
-  // cannot share, so all_reduce refuses the mixes that would misread them. Kept on the host: every replay
-  // of a CUDA graph repeats the calls its capture checked.
-  struct CallLayouts {
-    uint64_t key = 0;                      // the layout of every call so far (0: none yet; kMixed: more than one)
-    bool counts = false;                   // atomic or spinlock calls have been among them
-    bool marks = false;                    // ring calls have been among them
-    OpSignature first{};                   // the call that set `key`, for messages
-    OpSignature marked{};                  // the last call that left counts or marks, for messages
-    static constexpr uint64_t kMixed = 2;  // even: never a layout key (all_reduce's keys are odd)
-  };
-  const CallLayouts& call_layouts() const { return layouts_; }
-  CallLayouts& call_layouts() { return layouts_; }
-
  private:
   bool prepared_ = false;
   OpSignature signature_{};
@@ -177,7 +162,6 @@ class Workspace {
   size_t staging_capacity_ = 0;
   size_t block_state_capacity_ = 0;
   uint64_t calls_ = 0;
-  CallLayouts layouts_;
 };
 
 // WorkspaceHost over a Context's heap, stream and bootstrap.
