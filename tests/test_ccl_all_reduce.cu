@@ -12,6 +12,7 @@
 
 #include "ccl_test_util.cuh"
 #include "iris/ccl/collectives.hpp"
+#include "support/error_text.hpp"
 #include "support/ranks.hpp"
 
 namespace iris {
@@ -817,6 +818,58 @@ TEST_P(AllReduce, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
     ctx.barrier();
     in.release();
   }, big_heap(GetParam().world));
+}
+
+// A device timeout on one rank leaves the workspace out of step between ranks: here rank 0 calls all_reduce
+// alone (its peers never join), so its kernel gives up after the 300 ms device timeout with its epoch one
+// ahead of theirs. all_reduce then refuses the workspace on rank 0 with an exact message (before 2026-12-03
+// the next calls ran: rank 0 waited for an epoch its peers never reached, and their waits could pass on
+// rank 0's words of the abandoned call). Preparing it again on every rank starts it over (epoch 0
+// everywhere), and every variant is right again on the same workspace.
+TEST_P(AllReduce, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks: one calls all_reduce alone and times out";
+  ContextOptions options = big_heap(GetParam().world);
+  options.device_timeout = std::chrono::milliseconds(300);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const DType dt = DType::kFloat32;
+        Config one_shot;
+        one_shot.all_reduce_variant = AllReduceVariant::kOneShot;
+        Workspace ws;
+        uint64_t seed = 900;
+        check_once(ctx, one_shot, ws, dt, ReduceOp::kSum, 32, 1000, 1000, false, true, seed++, "before");
+        auto x = TestTensor::make(ctx, dt, 32, 1000, 1000, true);
+        if (ctx.rank() == 0) {
+          ccl::all_reduce(ctx, x.view, x.view, one_shot, ws);
+          EXPECT_THROW(ctx.synchronize(), TimeoutError);
+          EXPECT_EQ(ctx.device_timeouts(), 1u);
+          EXPECT_EQ(
+              test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, x.view, x.view, one_shot, ws); }),
+              "all_reduce: a device timeout (iris::TimeoutError) was raised on this rank since this workspace was "
+              "prepared, so its flags and epochs may be out of step between ranks; call all_reduce_preamble again "
+              "on every rank (it starts the workspace over) before using it.");
+        }
+        ctx.barrier();
+        ccl::all_reduce_preamble(ctx, x.view, x.view, one_shot, ws);
+        uint64_t epoch = 1;
+        IRIS_CUDA_CHECK(cudaMemcpy(&epoch, ws.block_state(), sizeof(epoch), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(epoch, 0u) << "rank " << ctx.rank() << ": the workspace starts over";
+        EXPECT_EQ(ws.device_timeouts_at_prepare(), ctx.device_timeouts());
+        for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing,
+                                   AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
+          Config cfg;
+          cfg.all_reduce_variant = v;
+          check_once(ctx, cfg, ws, dt, ReduceOp::kSum, 32, 1000, 1000, false, true, seed++,
+                     std::string("after the timeout: ") + ccl::variant_name(v));
+        }
+        x.release();
+        ctx.barrier();
+        ccl::ContextWorkspaceHost host_ws(ctx);
+        ws.release(host_ws);
+      },
+      options);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, AllReduce, ::testing::ValuesIn(test::all_rank_setups()), test::rank_setup_name);

@@ -294,6 +294,61 @@ std::vector<std::string> prepare_on_two_ranks(SigOf sig_of, const WorkspaceNeeds
   return errors;
 }
 
+// A device timeout leaves a workspace's flags, epochs and staging out of step between ranks (the kernels
+// that gave up did not finish). Preparing it again after a timeout on any one rank starts every rank over:
+// each waits for its device's kernels to end, then zeroes every array, the epoch too. Without a timeout
+// since, preparing again keeps them (the epochs run on). The signatures are still compared.
+TEST(CclWorkspace, PreparingAgainAfterADeviceTimeoutOnAnyRankStartsEveryRankOver) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  WorkspaceNeeds needs;
+  needs.locks = 8;
+  needs.flags = 16;
+  needs.staging_bytes = 512;
+  needs.block_state = 6;
+  auto sig = spinlock_sig(512, 512, 64, 64);
+  sig.world_size = 2;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeHost host(bootstraps[r]);
+      Workspace ws;
+      ws.prepare(host, sig, needs);
+      auto scribble = [&] {
+        for (size_t i = 0; i < ws.lock_capacity(); ++i) ws.locks()[i] = 1;
+        for (size_t i = 0; i < ws.flag_capacity(); ++i) ws.flags()[i] = 1000 + i;
+        std::memset(ws.staging(), 0x5A, ws.staging_capacity());
+        for (size_t i = 0; i < ws.block_state_capacity(); ++i) ws.block_state()[i] = 50 + i;
+      };
+      scribble();
+      ws.prepare(host, sig, needs);
+      EXPECT_EQ(ws.flags()[3], 1003u) << "no timeout: kept";
+      EXPECT_EQ(ws.block_state()[0], 50u) << "no timeout: the epoch runs on";
+      EXPECT_EQ(host.device_syncs, 0);
+      if (r == 0) host.timeouts = 1;  // rank 0 alone raised a TimeoutError
+      ws.prepare(host, sig, needs);
+      EXPECT_EQ(host.device_syncs, 1) << "rank " << r << " waits for its kernels before zeroing";
+      for (size_t i = 0; i < ws.lock_capacity(); ++i) ASSERT_EQ(ws.locks()[i], 0u) << "rank " << r << " lock " << i;
+      for (size_t i = 0; i < ws.flag_capacity(); ++i) ASSERT_EQ(ws.flags()[i], 0u) << "rank " << r << " flag " << i;
+      for (size_t i = 0; i < ws.staging_capacity(); ++i)
+        ASSERT_EQ(static_cast<const unsigned char*>(ws.staging())[i], 0) << "rank " << r << " staging byte " << i;
+      for (size_t i = 0; i < ws.block_state_capacity(); ++i)
+        ASSERT_EQ(ws.block_state()[i], 0u) << "rank " << r << " state word " << i << " (the epoch too)";
+      EXPECT_EQ(ws.device_timeouts_at_prepare(), r == 0 ? 1u : 0u);
+      scribble();
+      ws.prepare(host, sig, needs);  // the timeout has been accounted for: kept again
+      EXPECT_EQ(ws.flags()[3], 1003u);
+      EXPECT_EQ(host.device_syncs, 1);
+      if (r == 1) host.timeouts = 1;  // a timeout on rank 1 while rank 0 passes another shape: both raise
+      auto other = sig;
+      other.rows = r == 0 ? 256 : 512;
+      const std::string text = test::error_text<std::invalid_argument>([&] { ws.prepare(host, other, needs); });
+      EXPECT_NE(text.find("Collective parameters differ across ranks"), std::string::npos) << text;
+      EXPECT_EQ(text.find("timed out"), std::string::npos) << "the timeout mark is no part of a signature: " << text;
+      ws.release(host);
+    });
+  for (auto& t : threads) t.join();
+}
+
 TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
   const auto errors = prepare_on_two_ranks(
       [](int r) {

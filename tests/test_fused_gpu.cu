@@ -42,6 +42,7 @@
 #include "iris/ccl/workspace.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/error.hpp"
+#include "iris/device.cuh"
 #include "iris/ops/fused.hpp"
 #include "iris/ops/gemm.hpp"
 #include "support/error_text.hpp"
@@ -1042,6 +1043,49 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
         ctx.barrier();
       },
       options());
+}
+
+__global__ void wait_for_a_word_nobody_sets(DeviceContext ctx, const uint64_t* word) {
+  if (!iris::device::wait_until<iris::device::Order::kAcquire, iris::device::Scope::kSys>(
+          ctx, word, iris::device::Cmp::kReached, 1, "test: a word nobody sets"))
+    return;  // timed out, as it must: the host raises it
+}
+
+// After a device timeout on this rank (any kernel's: here one waiting for a word nobody sets, on every
+// rank), the flags and epochs of a workspace prepared before may be out of step between ranks, so every
+// fused op refuses it with an exact message; its preamble again starts it over, and the op is right.
+TEST_P(FusedGpu, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  ContextOptions o = options();
+  o.device_timeout = std::chrono::milliseconds(300);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        uint64_t seed = 1900;
+        for (const Flavor& flavor :
+             {Flavor{Op::kMatmulAllReduce, AllReduceVariant::kAtomic}, Flavor{Op::kMatmulAllGather}}) {
+          const OpFns f = fns(flavor.op);
+          SCOPED_TRACE(flavor_name(flavor));
+          Problem p(ctx, flavor, {kManyTiles, kBF16, kBF16, false, kGemmTileLarge});
+          const FusedConfig config = config_for(flavor, kGemmTileLarge, /*pipelined=*/true);
+          FusedWorkspace ws;
+          call_and_check(ctx, p, config, ws, seed++, nullptr, "before the timeout");
+          auto* word = ctx.zeros<uint64_t>(1);
+          wait_for_a_word_nobody_sets<<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), word);
+          IRIS_CUDA_CHECK_LAUNCH();
+          EXPECT_THROW(ctx.synchronize(), TimeoutError);
+          EXPECT_EQ(error_text<std::invalid_argument>([&] { f.run(ctx, p.operands(), config, ws, nullptr); }),
+                    std::string(f.name) +
+                        ": a device timeout (iris::TimeoutError) was raised on this rank since this workspace was "
+                        "prepared, so its flags and epochs may be out of step between ranks; call " +
+                        f.name + "_preamble again on every rank (it starts the workspace over) before using it.");
+          ctx.barrier();
+          call_and_check(ctx, p, config, ws, seed++, nullptr, "after its preamble again");
+          ctx.free(word);
+          release_workspace(ctx, ws);
+        }
+      },
+      o);
 }
 
 // A rank passing another K, valid or not, makes every rank raise from the preamble (none waits for the

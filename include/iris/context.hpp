@@ -154,6 +154,10 @@ class Context {
   // Throws TimeoutError if a kernel launched with device_context() recorded a timeout; the record
   // is cleared.
   void check_device_error();
+  // How many TimeoutErrors check_device_error() has raised on this rank. Workspaces note it when
+  // prepared: the ops refuse a workspace prepared before a timeout since (its flags and epochs may be
+  // out of step between ranks), and preparing it again starts its state over on every rank.
+  uint64_t device_timeouts() const { return device_timeouts_; }
   // Synchronizes stream(), then check_device_error().
   void synchronize();
 
@@ -177,6 +181,7 @@ class Context {
   std::vector<cudaEvent_t> ordering_events_;
   size_t heap_size_ = 0;
   std::chrono::milliseconds device_timeout_{10000};
+  uint64_t device_timeouts_ = 0;
   std::unique_ptr<SymmetricHeap> heap_;
   std::unique_ptr<HeapAllocator> allocator_;
   DeviceErrorRecord* error_record_ = nullptr;  // pinned, mapped host memory

@@ -215,6 +215,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
                 cudaStream_t stream, ReduceOp op) {
   Plan p = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
   detail::require_op("all_reduce", "all_reduce_preamble", ws, OpKind::kAllReduce);
+  detail::require_no_timeout_since_prepare(ctx, "all_reduce", "all_reduce_preamble", ws);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;
   const uint64_t key = layout_key(p, in.element_size());

@@ -67,6 +67,7 @@ void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, cons
                cudaStream_t stream) {
   const Plan p = make_plan(detail::PlanScope::of(ctx), out, in, root, config);
   detail::require_op(kOp, kPreamble, ws, OpKind::kBroadcast);
+  detail::require_no_timeout_since_prepare(ctx, kOp, kPreamble, ws);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (out.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;

@@ -69,6 +69,13 @@ void require_prepared(const char* op, const char* preamble, const Workspace& ws)
                  " with the same arguments and this workspace first (on every rank).");
 }
 
+void require_no_timeout_since_prepare(const Context& ctx, const char* op, const char* preamble, const Workspace& ws) {
+  IRIS_CHECK_ARG(ws.device_timeouts_at_prepare() == ctx.device_timeouts(), op,
+                 ": a device timeout (iris::TimeoutError) was raised on this rank since this workspace was prepared, "
+                 "so its flags and epochs may be out of step between ranks; call ",
+                 preamble, " again on every rank (it starts the workspace over) before using it.");
+}
+
 bool pdl_enabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("IRIS_PDL");

@@ -67,6 +67,12 @@ bool single_rank_copy(const Context& ctx, const Tensor& out, const Tensor& in, W
 // A workspace that was never prepared cannot be launched with.
 void require_prepared(const char* op, const char* preamble, const Workspace& ws);
 
+// Nor one prepared before a device timeout was raised on this rank (Context::device_timeouts()): the
+// kernels that gave up left its flags, epochs and staging out of step between ranks, so a call would
+// wait for what never comes or take stale words for its own. Preparing it again (on every rank) starts
+// its state over (Workspace::prepare).
+void require_no_timeout_since_prepare(const Context& ctx, const char* op, const char* preamble, const Workspace& ws);
+
 // The op's plan, then ws.prepare. When this rank's own validation (plan) throws, it still takes part
 // in prepare's exchange of signatures with a description no other rank can match, so the ranks that
 // validated raise "Collective parameters differ across ranks" instead of waiting for this one; then

@@ -97,6 +97,7 @@ Workspace& Workspace::operator=(Workspace&& other) noexcept {
     staging_capacity_ = std::exchange(other.staging_capacity_, 0);
     block_state_capacity_ = std::exchange(other.block_state_capacity_, 0);
     calls_ = std::exchange(other.calls_, 0);
+    timeouts_ = std::exchange(other.timeouts_, 0);
   }
   return *this;
 }
@@ -111,17 +112,40 @@ void Workspace::check_capacity(const WorkspaceNeeds& needs) const {
 void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const WorkspaceNeeds& needs) {
   // 1. Every rank must be preparing the same call; compare before touching the heap so that a
   //    disagreement raises on every rank and no rank's allocation sequence diverges.
-  std::string mine = sig.describe();
-  auto all = host.allgather(mine);
-  for (int r = 0; r < static_cast<int>(all.size()); ++r)
-    IRIS_CHECK_ARG(all[r] == mine, "Collective parameters differ across ranks: rank ", host.rank(), " has ", mine,
-                   " but rank ", r, " has ", all[r], ". Every rank must call with the same shapes and config.");
+  //    Each rank also says whether it raised a device timeout since this workspace was last prepared.
+  static constexpr std::string_view kStale = "\x1e timed out since";
+  const std::string mine = sig.describe();
+  const bool stale = prepared_ && host.device_timeouts() != timeouts_;
+  auto all = host.allgather(stale ? mine + std::string(kStale) : mine);
+  bool any_stale = false;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    std::string_view theirs = all[r];
+    if (theirs.ends_with(kStale)) {
+      theirs.remove_suffix(kStale.size());
+      any_stale = true;
+    }
+    IRIS_CHECK_ARG(theirs == mine, "Collective parameters differ across ranks: rank ", host.rank(), " has ", mine,
+                   " but rank ", r, " has ", theirs, ". Every rank must call with the same shapes and config.");
+  }
   // 2. Capacity: deterministic from the arguments, so every rank decides the same way.
   if (lock_capacity_ > 0) check_lock_capacity(lock_capacity_, needs.locks);
   if (flag_capacity_ > 0) check_flag_capacity(flag_capacity_, needs.flags);
   if (staging_capacity_ > 0) check_staging_capacity(staging_capacity_, needs.staging_bytes);
   if (block_state_capacity_ > 0) check_block_state_capacity(block_state_capacity_, needs.block_state);
-  // 3. A workspace that served another op: its block state holds that op's words (all_reduce's layout key
+  // 3a. After a device timeout on any rank, the kernels that gave up left flags, epochs and staging out
+  //     of step between ranks (include/iris/device/timeout.cuh). Every rank waits until its device's
+  //     kernels have ended (the peers' that write into this heap included: they all pass the exchange
+  //     below only after that), then zeroes every array, the epoch too: the calls start over in step.
+  //     Zeroed staging holds no LL line (the tag of a zero word is that of epoch 0, never a call's).
+  if (any_stale) {
+    host.synchronize_device();
+    host.allgather("");
+    if (lock_capacity_ > 0) host.zero(locks_, lock_capacity_ * sizeof(uint32_t));
+    if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
+    if (staging_capacity_ > 0) host.zero(staging_, staging_capacity_);
+    if (block_state_capacity_ > 0) host.zero(block_state_, block_state_capacity_ * sizeof(uint64_t));
+  }
+  // 3b. A workspace that served another op: its block state holds that op's words (all_reduce's layout key
   //    and fence words), which start from zero but the epoch, which keeps running: every flag holds the
   //    epoch of the call that wrote it, so what the old op left stays below every new call's epoch, and
   //    the LL lines it left carry tags of other epochs than the new calls' (ll_tag). The flags start from
@@ -151,6 +175,7 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   host.allgather("");
   signature_ = sig;
   prepared_ = true;
+  timeouts_ = host.device_timeouts();
 }
 
 void Workspace::release(WorkspaceHost& host) {
@@ -170,5 +195,7 @@ void ContextWorkspaceHost::zero(void* ptr, size_t bytes) {
 std::vector<std::string> ContextWorkspaceHost::allgather(std::string_view mine) {
   return ctx_.bootstrap().allgather(mine);
 }
+uint64_t ContextWorkspaceHost::device_timeouts() const { return ctx_.device_timeouts(); }
+void ContextWorkspaceHost::synchronize_device() { IRIS_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 }  // namespace iris::ccl

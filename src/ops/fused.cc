@@ -1015,6 +1015,7 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
             cudaStream_t stream) {
   const FusedPlan p = context_plan(plan, ctx, mm, config);
   check_fused_workspace(p, ws);
+  ccl::detail::require_no_timeout_since_prepare(ctx, ccl::op_name(p.sig.op), preamble_name(p.sig.op), ws);
   check_tile(p);
   // Every rank must take the path its peers prepared for (see OpSignature::symmetric_output).
   IRIS_CHECK_ARG(p.sig.symmetric_output == ws.signature().symmetric_output, ccl::op_name(p.sig.op), ": C is ",

@@ -469,6 +469,7 @@ void Context::check_device_error() {
   std::memcpy(&copy, const_cast<DeviceErrorRecord*>(rec), sizeof(copy));
   copy.op[DeviceErrorRecord::kOpNameSize - 1] = '\0';
   std::memset(error_record_, 0, sizeof(DeviceErrorRecord));
+  ++device_timeouts_;
   char addr[32], seen[32], want[32];
   std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
   std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));

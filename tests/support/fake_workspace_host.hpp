@@ -37,9 +37,13 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
     if (bs_) return bs_->allgather(mine);
     return {std::string(mine)};
   }
+  uint64_t device_timeouts() const override { return timeouts; }
+  void synchronize_device() override { ++device_syncs; }
 
   int allocs = 0;
   int live = 0;
+  uint64_t timeouts = 0;  // as Context::device_timeouts(): set by a test to stand for a raised TimeoutError
+  int device_syncs = 0;
 
  private:
   std::shared_ptr<Bootstrap> bs_;

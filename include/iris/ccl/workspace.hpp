@@ -58,6 +58,10 @@ class WorkspaceHost {
   virtual void free(void* ptr) = 0;       // collective
   virtual void zero(void* ptr, size_t bytes) = 0;  // complete on return
   virtual std::vector<std::string> allgather(std::string_view mine) = 0;
+  // Device timeouts raised on this rank so far (Context::device_timeouts()), and a wait until every
+  // kernel on this rank's device has ended; a host without a device has neither.
+  virtual uint64_t device_timeouts() const { return 0; }
+  virtual void synchronize_device() {}
 };
 
 // Number of tiles of a rows x cols tensor in block_m x block_n tiles: ceil(M/bm) * ceil(N/bn).
@@ -131,7 +135,9 @@ class Workspace {
 
   // Collective: makes sure every array holds at least `needs` (allocating and zeroing the missing
   // ones, keeping larger ones, throwing for smaller ones), after checking that every rank passed the
-  // same signature. On any error every rank throws.
+  // same signature. On any error every rank throws. When any rank has raised a device timeout since
+  // the workspace was last prepared, every rank waits for its device's kernels to end and zeroes
+  // every array, epochs included: the calls start over in step on every rank.
   void prepare(WorkspaceHost& host, const OpSignature& sig, const WorkspaceNeeds& needs);
   // Throws the capacity errors when this workspace cannot serve `needs` (no communication).
   void check_capacity(const WorkspaceNeeds& needs) const;
@@ -149,6 +155,8 @@ class Workspace {
   // Number of calls launched with this workspace (host-side count, for logs and tests).
   uint64_t calls() const { return calls_; }
   void count_call() { ++calls_; }
+  // The host's device_timeouts() when this workspace was last prepared (the ops compare it).
+  uint64_t device_timeouts_at_prepare() const { return timeouts_; }
 
  private:
   bool prepared_ = false;
@@ -162,6 +170,7 @@ class Workspace {
   size_t staging_capacity_ = 0;
   size_t block_state_capacity_ = 0;
   uint64_t calls_ = 0;
+  uint64_t timeouts_ = 0;
 };
 
 // WorkspaceHost over a Context's heap, stream and bootstrap.
@@ -174,6 +183,8 @@ class ContextWorkspaceHost final : public WorkspaceHost {
   void free(void* ptr) override;
   void zero(void* ptr, size_t bytes) override;
   std::vector<std::string> allgather(std::string_view mine) override;
+  uint64_t device_timeouts() const override;
+  void synchronize_device() override;
 
  private:
   Context& ctx_;

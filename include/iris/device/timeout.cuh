@@ -27,6 +27,9 @@
 //  * The Context itself stays valid (heap, allocations, stream): it can be destroyed collectively as
 //    usual. Reusing the affected flags/barriers is not safe; recreate them (collectively) or treat
 //    the error as fatal for the job, which is what a timeout usually means: a rank never signalled.
+//    iris::ccl and iris::ops workspaces do this themselves: Context::device_timeouts() counts the
+//    TimeoutErrors raised, the ops refuse a workspace prepared before the last one, and its preamble
+//    again (on every rank) zeroes it on every rank, epochs included.
 #pragma once
 
 #include <cstdint>
