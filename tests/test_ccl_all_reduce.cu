@@ -49,6 +49,25 @@ ContextOptions big_heap(int world) {
   return o;
 }
 
+// Prepares `ws` with room for an all_reduce of `t` in each of `configs` (every array as large as the
+// largest of them needs), so that each call's own preamble then fits whatever their order: a workspace
+// sizes each array by the first preamble that needs it and refuses a later one that needs more.
+void prepare_for_every(Context& ctx, Workspace& ws, const Tensor& t, const std::vector<Config>& configs) {
+  ccl::WorkspaceNeeds most;
+  for (const Config& cfg : configs) {
+    const ccl::WorkspaceNeeds need = ccl::all_reduce_needs(t, t, cfg, ctx.world_size());
+    most.locks = std::max(most.locks, need.locks);
+    most.flags = std::max(most.flags, need.flags);
+    most.staging_bytes = std::max(most.staging_bytes, need.staging_bytes);
+    most.block_state = std::max(most.block_state, need.block_state);
+  }
+  ccl::OpSignature sig;
+  sig.op = ccl::OpKind::kAllReduce;
+  sig.world_size = ctx.world_size();
+  ccl::ContextWorkspaceHost host(ctx);
+  ws.prepare(host, sig, most);
+}
+
 // Element i of a float reduction in double (the integer types: test::reduce_int_ref, exactly).
 double reduce_ref(ReduceOp op, DType dt, uint64_t seed, int world, int64_t i) {
   double acc = test::input_value(dt, seed, 0, i);
@@ -348,27 +367,15 @@ TEST_P(AllReduce, GraphOfEveryVariantOnOneWorkspaceReplaysCorrectly) {
         const Tensor tin = Tensor::vector(in, DType::kBFloat16, n);
         std::vector<__nv_bfloat16*> outs;
         std::vector<Config> cfgs;
-        ccl::WorkspaceNeeds most;
         for (const Call& c : calls) {
           outs.push_back(ctx.empty<__nv_bfloat16>(n));
           Config cfg;
           cfg.all_reduce_variant = c.v;
           cfg.all_reduce_one_shot_protocol = c.protocol;
           cfgs.push_back(cfg);
-          const ccl::WorkspaceNeeds need = ccl::all_reduce_needs(tin, tin, cfg, world);
-          most.locks = std::max(most.locks, need.locks);
-          most.flags = std::max(most.flags, need.flags);
-          most.staging_bytes = std::max(most.staging_bytes, need.staging_bytes);
-          most.block_state = std::max(most.block_state, need.block_state);
         }
         Workspace ws;
-        {  // room for every call first (each array is sized by the first preamble that needs it)
-          ccl::OpSignature sig;
-          sig.op = ccl::OpKind::kAllReduce;
-          sig.world_size = world;
-          ccl::ContextWorkspaceHost host_ws(ctx);
-          ws.prepare(host_ws, sig, most);
-        }
+        prepare_for_every(ctx, ws, tin, cfgs);
         auto out_of = [&](int i) { return Tensor::vector(outs[i], DType::kBFloat16, n); };
         for (int i = 0; i < kCalls; ++i) ccl::all_reduce_preamble(ctx, out_of(i), tin, cfgs[i], ws);
         cudaGraph_t graph;
@@ -835,9 +842,15 @@ TEST_P(AllReduce, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
       GetParam(),
       [](Context& ctx) {
         const DType dt = DType::kFloat32;
-        Config one_shot;
-        one_shot.all_reduce_variant = AllReduceVariant::kOneShot;
+        std::vector<Config> configs;
+        for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing,
+                                   AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
+          configs.emplace_back();
+          configs.back().all_reduce_variant = v;
+        }
+        const Config& one_shot = configs[0];
         Workspace ws;
+        prepare_for_every(ctx, ws, Tensor::matrix(nullptr, dt, 32, 1000), configs);
         uint64_t seed = 900;
         check_once(ctx, one_shot, ws, dt, ReduceOp::kSum, 32, 1000, 1000, false, true, seed++, "before");
         auto x = TestTensor::make(ctx, dt, 32, 1000, 1000, true);
@@ -857,13 +870,9 @@ TEST_P(AllReduce, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
         IRIS_CUDA_CHECK(cudaMemcpy(&epoch, ws.block_state(), sizeof(epoch), cudaMemcpyDeviceToHost));
         EXPECT_EQ(epoch, 0u) << "rank " << ctx.rank() << ": the workspace starts over";
         EXPECT_EQ(ws.device_timeouts_at_prepare(), ctx.device_timeouts());
-        for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing,
-                                   AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
-          Config cfg;
-          cfg.all_reduce_variant = v;
+        for (const Config& cfg : configs)
           check_once(ctx, cfg, ws, dt, ReduceOp::kSum, 32, 1000, 1000, false, true, seed++,
-                     std::string("after the timeout: ") + ccl::variant_name(v));
-        }
+                     std::string("after the timeout: ") + ccl::variant_name(cfg.all_reduce_variant));
         x.release();
         ctx.barrier();
         ccl::ContextWorkspaceHost host_ws(ctx);
