@@ -15,6 +15,7 @@
 #include "iris/core/error.hpp"
 #include "iris/device.cuh"
 #include "iris/device_barrier.hpp"
+#include "support/error_text.hpp"
 #include "support/ranks.hpp"
 #include "test_device_util.cuh"
 
@@ -205,7 +206,17 @@ TEST_P(DeviceTimeoutTest, DeviceBarrierTimesOutWhenAPeerNeverArrives) {
           EXPECT_NE(message.find("barrier_block"), std::string::npos) << message;
           EXPECT_NE(message.find("on rank 0"), std::string::npos) << message;
           EXPECT_NE(message.find("owned by rank 0"), std::string::npos) << "rank 0 waits on its own words: " << message;
+          // Rank 0 is one crossing ahead now: its next crossing is refused (before 2026-12-03 a peer's next
+          // crossing passed on rank 0's abandoned arrival, and rank 0 then timed out again).
+          EXPECT_EQ(test::error_text<std::invalid_argument>([&] { barrier.arrive_and_wait(); }),
+                    "DeviceBarrier::arrive_and_wait: a device timeout (iris::TimeoutError) was raised on this rank "
+                    "since this barrier was created, so its epochs may be out of step between ranks; create a new "
+                    "DeviceBarrier on every rank.");
         }
+        ctx.barrier();
+        DeviceBarrier fresh(ctx);  // created after the timeout: in step on every rank
+        for (int i = 0; i < 3; ++i) fresh.arrive_and_wait();
+        EXPECT_NO_THROW(ctx.synchronize());
         ctx.barrier();
       },
       test::device_test_options(kBound));

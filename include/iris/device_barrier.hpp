@@ -45,6 +45,10 @@ class DeviceBarrier {
   // times out is reported by ctx.synchronize()/check_device_error() as iris::TimeoutError naming
   // "barrier_block". Crossings of one slot must not overlap in time on a rank: issue them on one
   // stream (or order the streams), including in-kernel barrier_block calls on slot 0.
+  // A crossing that gave up leaves the epochs out of step between ranks (the rank that arrived alone is
+  // one ahead, and a peer's next crossing would pass on its abandoned arrival), so after a TimeoutError
+  // on this rank (Context::device_timeouts()) it throws InvalidArgument saying to create a new
+  // DeviceBarrier on every rank. Kernels that cross with handle() must check that themselves.
   void arrive_and_wait(cudaStream_t stream);
   // On ctx.stream().
   void arrive_and_wait() { arrive_and_wait(ctx_->stream()); }
@@ -57,6 +61,7 @@ class DeviceBarrier {
   Context* ctx_;
   uint64_t* epochs_ = nullptr;
   int num_slots_ = 0;
+  uint64_t timeouts_ = 0;  // ctx_->device_timeouts() when created
 };
 
 }  // namespace iris

@@ -17,7 +17,8 @@ __global__ void device_barrier_kernel(const __grid_constant__ DeviceContext ctx,
 
 }  // namespace
 
-DeviceBarrier::DeviceBarrier(Context& ctx, int num_slots) : ctx_(&ctx), num_slots_(num_slots) {
+DeviceBarrier::DeviceBarrier(Context& ctx, int num_slots)
+    : ctx_(&ctx), num_slots_(num_slots), timeouts_(ctx.device_timeouts()) {
   IRIS_CHECK_ARG(num_slots >= 1, "DeviceBarrier needs at least one slot, got ", num_slots, ".");
   epochs_ = ctx.zeros<uint64_t>(static_cast<size_t>(num_slots) * static_cast<size_t>(ctx.world_size()));
   // A peer's first arrival writes into this rank's words; it must not land before they are zeroed.
@@ -25,7 +26,10 @@ DeviceBarrier::DeviceBarrier(Context& ctx, int num_slots) : ctx_(&ctx), num_slot
 }
 
 DeviceBarrier::DeviceBarrier(DeviceBarrier&& other) noexcept
-    : ctx_(other.ctx_), epochs_(std::exchange(other.epochs_, nullptr)), num_slots_(other.num_slots_) {}
+    : ctx_(other.ctx_),
+      epochs_(std::exchange(other.epochs_, nullptr)),
+      num_slots_(other.num_slots_),
+      timeouts_(other.timeouts_) {}
 
 DeviceBarrier::~DeviceBarrier() {
   if (epochs_ == nullptr) return;
@@ -37,6 +41,10 @@ DeviceBarrier::~DeviceBarrier() {
 }
 
 void DeviceBarrier::arrive_and_wait(cudaStream_t stream) {
+  IRIS_CHECK_ARG(ctx_->device_timeouts() == timeouts_,
+                 "DeviceBarrier::arrive_and_wait: a device timeout (iris::TimeoutError) was raised on this rank since "
+                 "this barrier was created, so its epochs may be out of step between ranks; create a new DeviceBarrier "
+                 "on every rank.");
   // One thread per rank (rounded up to whole warps), so every peer's word is written and polled in
   // parallel; ranks beyond 1024 are handled by the strided loops in barrier_block.
   int world = ctx_->world_size();

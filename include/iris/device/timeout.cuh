@@ -29,7 +29,8 @@
 //    the error as fatal for the job, which is what a timeout usually means: a rank never signalled.
 //    iris::ccl and iris::ops workspaces do this themselves: Context::device_timeouts() counts the
 //    TimeoutErrors raised, the ops refuse a workspace prepared before the last one, and its preamble
-//    again (on every rank) zeroes it on every rank, epochs included.
+//    again (on every rank) zeroes it on every rank, epochs included. DeviceBarrier::arrive_and_wait
+//    refuses a barrier created before it (create a new one on every rank).
 #pragma once
 
 #include <cstdint>
