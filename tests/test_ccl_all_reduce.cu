@@ -49,12 +49,12 @@ ContextOptions big_heap(int world) {
   return o;
 }
 
-// Prepares `ws` with room for an all_reduce of `t` in each of `configs` (every array as large as the
-// largest of them needs), so that each call's own preamble then fits whatever their order: a workspace
-// sizes each array by the first preamble that needs it and refuses a later one that needs more.
-void prepare_for_every(Context& ctx, Workspace& ws, const Tensor& t, const std::vector<Config>& configs) {
+// Prepares `ws` with room for each of `calls`, all_reduces of a shape in a config (every array as large
+// as the largest of them needs), so that each call's own preamble then fits whatever their order: a
+// workspace sizes each array by the first preamble that needs it and refuses a later one that needs more.
+void prepare_for_every(Context& ctx, Workspace& ws, const std::vector<std::pair<Tensor, Config>>& calls) {
   ccl::WorkspaceNeeds most;
-  for (const Config& cfg : configs) {
+  for (const auto& [t, cfg] : calls) {
     const ccl::WorkspaceNeeds need = ccl::all_reduce_needs(t, t, cfg, ctx.world_size());
     most.locks = std::max(most.locks, need.locks);
     most.flags = std::max(most.flags, need.flags);
@@ -66,6 +66,12 @@ void prepare_for_every(Context& ctx, Workspace& ws, const Tensor& t, const std::
   sig.world_size = ctx.world_size();
   ccl::ContextWorkspaceHost host(ctx);
   ws.prepare(host, sig, most);
+}
+// The same for one shape in each of `configs`.
+void prepare_for_every(Context& ctx, Workspace& ws, const Tensor& t, const std::vector<Config>& configs) {
+  std::vector<std::pair<Tensor, Config>> calls;
+  for (const Config& cfg : configs) calls.emplace_back(t, cfg);
+  prepare_for_every(ctx, ws, calls);
 }
 
 // Element i of a float reduction in double (the integer types: test::reduce_int_ref, exactly).
@@ -500,9 +506,7 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
     constexpr int kRounds = 8;
     const DType dt = DType::kFloat32;
     Workspace ws;
-    // A workspace keeps the arrays its first preamble that needed them allocated: the largest staging
-    // first (one_shot LL of the largest shape), then the call needing the most flags (which one depends
-    // on the world size), then every call's own preamble.
+    // Room for every call first (prepare_for_every), then every call's own preamble.
     auto config_of = [](const Call& c) {
       Config cfg;
       cfg.all_reduce_variant = c.variant;
@@ -511,18 +515,9 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
       cfg.block_size_n = c.block_n;
       return cfg;
     };
-    const Call* most_flags = &calls[0];
-    auto flags_of = [&](const Call& c) {
-      const Tensor t = Tensor::matrix(nullptr, dt, c.rows, c.cols);
-      return ccl::all_reduce_needs(t, t, config_of(c), ctx.world_size()).flags;
-    };
-    for (const Call& c : calls)
-      if (flags_of(c) > flags_of(*most_flags)) most_flags = &c;
-    for (const Call& c : {Call{AllReduceVariant::kOneShot, 1024, 1000, OneShotProtocol::kLL}, *most_flags}) {
-      auto in = TestTensor::make(ctx, dt, c.rows, c.cols, c.cols, true);
-      ccl::all_reduce_preamble(ctx, in.view, in.view, config_of(c), ws);
-      in.release();
-    }
+    std::vector<std::pair<Tensor, Config>> every;
+    for (const Call& c : calls) every.emplace_back(Tensor::matrix(nullptr, dt, c.rows, c.cols), config_of(c));
+    prepare_for_every(ctx, ws, every);
     std::vector<TestTensor> ins, outs;
     std::vector<uint64_t> seeds;
     for (int round = 0; round < kRounds; ++round)

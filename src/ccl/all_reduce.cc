@@ -218,10 +218,10 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   detail::require_no_timeout_since_prepare(ctx, "all_reduce", "all_reduce_preamble", ws);
   ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
   if (in.numel() == 0) return;
-  const uint64_t key = layout_key(p, in.element_size());
   stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   const DeviceContext dctx = ctx.device_context();
+  const uint64_t key = layout_key(p, in.element_size());
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
       if (p.protocol == OneShotProtocol::kLL) {

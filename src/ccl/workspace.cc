@@ -151,7 +151,8 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   //    the LL lines it left carry tags of other epochs than the new calls' (ll_tag). The flags start from
   //    zero too, so that no wait can pass on a word the old op wrote. The caller has let every call of
   //    the old op end (prepare_everywhere); peers write only after step 5.
-  if (prepared_ && signature_.op != sig.op) {
+  //    Not after 3a, which zeroed all of it.
+  else if (prepared_ && signature_.op != sig.op) {
     if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
     if (block_state_capacity_ > 1) host.zero(block_state_ + 1, (block_state_capacity_ - 1) * sizeof(uint64_t));
   }
