@@ -966,6 +966,83 @@ TEST_P(Collective, OverlappingBuffersAreRejected) {
   }, big_heap(GetParam().world));
 }
 
+// A comm_sms past the device's SMs is refused by every op, in the preamble (every rank raises its own
+// message, none waits) and at the call on a workspace prepared without it; before 2026-12-03 up to 65535
+// was launched, and blocks past what the GPU keeps resident could leave their peers waiting until a
+// TimeoutError. comm_sms equal to the SMs runs.
+TEST_P(Collective, CommSmsPastTheDeviceSmsIsRefusedByEveryOp) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int w = ctx.world_size();
+        int sms = 0;
+        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
+        auto full = TestTensor::make(ctx, DType::kFloat32, 4 * w, 64, 64, true);
+        auto part = TestTensor::make(ctx, DType::kFloat32, 4, 64, 64, true);
+        auto other = TestTensor::make(ctx, DType::kFloat32, 4 * w, 64, 64, true);
+        Config bad;
+        bad.comm_sms = sms + 1;
+        const std::string tail =
+            ": comm_sms (" + std::to_string(sms + 1) + ") must be at most the device's " + std::to_string(sms) +
+            " SMs: the communication kernel's blocks wait for its peers' blocks, so all of them must "
+            "be resident at once.";
+        struct Op {
+          const char* name;
+          std::function<void(const Config&, Workspace&)> preamble, call;
+        };
+        const Op ops[] = {
+            {"all_reduce",
+             [&](const Config& c, Workspace& ws) { ccl::all_reduce_preamble(ctx, full.view, full.view, c, ws); },
+             [&](const Config& c, Workspace& ws) { ccl::all_reduce(ctx, full.view, full.view, c, ws); }},
+            {"all_gather",
+             [&](const Config& c, Workspace& ws) { ccl::all_gather_preamble(ctx, full.view, part.view, c, ws); },
+             [&](const Config& c, Workspace& ws) { ccl::all_gather(ctx, full.view, part.view, c, ws); }},
+            {"reduce_scatter",
+             [&](const Config& c, Workspace& ws) { ccl::reduce_scatter_preamble(ctx, part.view, full.view, c, ws); },
+             [&](const Config& c, Workspace& ws) { ccl::reduce_scatter(ctx, part.view, full.view, c, ws); }},
+            {"all_to_all",
+             [&](const Config& c, Workspace& ws) { ccl::all_to_all_preamble(ctx, other.view, full.view, c, ws); },
+             [&](const Config& c, Workspace& ws) { ccl::all_to_all(ctx, other.view, full.view, c, ws); }},
+            {"broadcast",
+             [&](const Config& c, Workspace& ws) { ccl::broadcast_preamble(ctx, full.view, full.view, 0, c, ws); },
+             [&](const Config& c, Workspace& ws) { ccl::broadcast(ctx, full.view, full.view, 0, c, ws); }},
+        };
+        std::vector<Config> variants;
+        for (auto v : {ccl::AllReduceVariant::kOneShot, ccl::AllReduceVariant::kTwoShot, ccl::AllReduceVariant::kRing,
+                       ccl::AllReduceVariant::kAtomic, ccl::AllReduceVariant::kSpinlock}) {
+          Config c = bad;
+          c.all_reduce_variant = v;
+          variants.push_back(c);
+        }
+        for (const Op& op : ops) {
+          SCOPED_TRACE(op.name);
+          Workspace ws;
+          const std::string want = op.name + tail;
+          EXPECT_EQ(test::error_text<std::invalid_argument>([&] { op.preamble(bad, ws); }), want);
+          EXPECT_FALSE(ws.prepared());
+          op.preamble(Config{}, ws);
+          EXPECT_EQ(test::error_text<std::invalid_argument>([&] { op.call(bad, ws); }), want);
+          if (std::string(op.name) == "all_reduce") {
+            for (const Config& c : variants) {
+              EXPECT_EQ(test::error_text<std::invalid_argument>([&] { op.call(c, ws); }), want)
+                  << ccl::variant_name(c.all_reduce_variant);
+            }
+          }
+          Config most;
+          most.comm_sms = sms;
+          op.call(most, ws);
+          IRIS_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+          ctx.barrier();
+          release(ctx, ws);
+        }
+        full.release();
+        part.release();
+        other.release();
+      },
+      big_heap(GetParam().world));
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, Collective, ::testing::ValuesIn(test::all_rank_setups()), test::rank_setup_name);
 
 }  // namespace

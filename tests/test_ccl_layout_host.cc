@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ccl/collective_kernels.hpp"
 #include "iris/ccl/workspace.hpp"
+#include "support/error_text.hpp"
 #include "support/fake_workspace_host.hpp"
 
 namespace iris::ccl {
@@ -106,6 +108,39 @@ TEST(CclLayout, LLGridSpreadsLinesOverBlocksOfAboutBlockBytes) {
         }
         if (blocks < limit) ASSERT_LE((lines + blocks - 1) / blocks * (world - 1) * 16, 2048 + 32 * 16 * (world - 1));
       }
+}
+
+// comm_sms caps every communication launch (comm_block_limit), and may not pass the device's SMs: blocks
+// of a launch wait for peers' blocks, and only one block per SM is sure to be resident. Before
+// 2026-12-03 up to 65535 was accepted and a launch past what the GPU keeps resident could end in a
+// TimeoutError. Sizing ahead knows no device and checks nothing.
+TEST(CclLayout, CommSmsMayNotExceedTheDeviceSms) {
+  const detail::PlanScope h200{0, 2, 132, false};
+  Config c;
+  EXPECT_EQ(detail::comm_block_limit("all_reduce", h200, c), 132) << "0: every SM";
+  c.comm_sms = 7;
+  EXPECT_EQ(detail::comm_block_limit("all_reduce", h200, c), 7);
+  c.comm_sms = 132;
+  EXPECT_EQ(detail::comm_block_limit("all_reduce", h200, c), 132);
+  c.comm_sms = 133;
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { detail::comm_block_limit("all_gather", h200, c); }),
+            "all_gather: comm_sms (133) must be at most the device's 132 SMs: the communication kernel's blocks wait "
+            "for its peers' blocks, so all of them must be resident at once.");
+  EXPECT_EQ(detail::comm_block_limit("all_reduce_needs", detail::PlanScope::sizing("all_reduce_needs", 2), c), 133);
+  // Every plan asks it: the exchanges (all_gather, reduce_scatter, all_to_all) and broadcast's chunk launch.
+  const Tensor t{nullptr, DType::kBFloat16, 4, 8, 8};
+  EXPECT_NE(test::error_text<std::invalid_argument>([&] {
+              detail::plan_exchange(h200, detail::collective_signature(OpKind::kReduceScatter, t, 2, c), 2, 8,
+                                    DType::kBFloat16, c);
+            }).find("reduce_scatter: comm_sms (133) must be at most the device's 132 SMs"),
+            std::string::npos);
+  EXPECT_NE(test::error_text<std::invalid_argument>([&] {
+              detail::launch_blocks("broadcast", h200, c, 1000);
+            }).find("broadcast: comm_sms (133)"),
+            std::string::npos);
+  c.comm_sms = 3;
+  EXPECT_EQ(detail::launch_blocks("broadcast", h200, c, 1000), 3);
+  EXPECT_EQ(detail::launch_blocks("broadcast", h200, c, 2), 2);
 }
 
 // The LL bound of an exchange is part of the signature every rank compares in the preamble: ranks with

@@ -102,15 +102,14 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   p.sig.block_size_n = config.block_size_n;
   p.sig.reduce_op = rop;
   p.needs.block_state = static_cast<size_t>(state_words(world));
-  const int sms = s.sms;
+  const int limit = detail::comm_block_limit("all_reduce", s, config);
   const size_t esz = in.element_size();
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
       if (p.protocol == OneShotProtocol::kLL) {
         p.words = detail::ll_words(in.numel(), in.dtype);
         p.needs.staging_bytes = detail::ll_staging_bytes(in.numel(), in.dtype, world);
-        const detail::LLLaunch grid =
-            detail::ll_launch(p.words, world, config.comm_sms > 0 ? config.comm_sms : sms, detail::ll_block_bytes());
+        const detail::LLLaunch grid = detail::ll_launch(p.words, world, limit, detail::ll_block_bytes());
         p.blocks = grid.blocks;
         p.threads = grid.threads;
       } else {
@@ -118,7 +117,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
         p.segs = detail::plan_segments(in.numel(), in.dtype);
         p.needs.staging_bytes = align256(2 * static_cast<size_t>(world) * p.segs.slot * esz);
         p.needs.flags = static_cast<size_t>(world) * p.segs.nsegs;
-        p.blocks = detail::segment_blocks(p.segs, config.comm_sms > 0 ? config.comm_sms : sms);
+        p.blocks = detail::segment_blocks(p.segs, limit);
       }
       break;
     }
@@ -130,7 +129,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
       p.needs.flags = static_cast<size_t>(p.chunks.per_rank * world + p.chunks.nchunks);
       // One block per column (all_reduce_two_shot.cu): more would have nothing to do.
       const int64_t want = std::max<int64_t>(1, p.chunks.per_rank);
-      p.blocks = static_cast<int>(std::min<int64_t>(want, config.comm_sms > 0 ? config.comm_sms : sms));
+      p.blocks = static_cast<int>(std::min<int64_t>(want, limit));
       break;
     }
     case AllReduceVariant::kAtomic:
@@ -153,7 +152,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
                                 align256(p.tiles_per_rank * tile_elems * esz);
         if (p.variant == AllReduceVariant::kSpinlock) p.needs.locks = static_cast<size_t>(p.tiles);
       }
-      p.blocks = static_cast<int>(std::clamp<int64_t>(p.tiles, 1, config.comm_sms > 0 ? config.comm_sms : sms));
+      p.blocks = static_cast<int>(std::clamp<int64_t>(p.tiles, 1, limit));
       break;
     }
     case AllReduceVariant::kAuto:

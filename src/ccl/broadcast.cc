@@ -48,7 +48,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   } else {
     p.per_owner = p.chunks.nchunks;
   }
-  p.blocks = detail::launch_blocks(s, config, p.chunks.nchunks);
+  p.blocks = detail::launch_blocks("broadcast", s, config, p.chunks.nchunks);
   return p;
 }
 

@@ -44,6 +44,15 @@ int sm_count(const Context& ctx) {
   return n;
 }
 
+int comm_block_limit(const char* op, const PlanScope& s, const Config& config) {
+  if (config.comm_sms == 0) return s.sms;
+  IRIS_CHECK_ARG(s.shapes_only || config.comm_sms <= s.sms, op, ": comm_sms (", config.comm_sms,
+                 ") must be at most the device's ", s.sms,
+                 " SMs: the communication kernel's blocks wait for its peers' blocks, so all of them must be "
+                 "resident at once.");
+  return config.comm_sms;
+}
+
 bool single_rank_copy(const Context& ctx, const Tensor& out, const Tensor& in, Workspace& ws, cudaStream_t stream) {
   if (ctx.world_size() != 1) return false;
   const bool same = out.data == in.data && out.rows == in.rows && out.cols == in.cols && out.stride == in.stride;

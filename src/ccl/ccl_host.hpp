@@ -41,6 +41,14 @@ void check_no_partial_overlap(const char* op, const Tensor& a, const Tensor& b, 
 bool vec16(const Tensor& t);
 // Multiprocessors of the context's device.
 int sm_count(const Context& ctx);
+// The most blocks a communication launch of `op` may take: Config::comm_sms, or every SM of the device
+// when it is 0. The blocks of a launch wait for blocks of the peers' launches, so all of them must get to
+// run: one block per SM is resident once other kernels make room, while blocks past the device's SMs may
+// wait for room that blocks spinning in their waits never give back (a TimeoutError instead of a
+// result). Throws InvalidArgument naming `op` when comm_sms exceeds the device's SMs; sizing ahead
+// (s.shapes_only) knows no device and checks nothing. Every rank of one kind of GPU raises alike, in
+// the preamble's exchange and at the call.
+int comm_block_limit(const char* op, const PlanScope& s, const Config& config);
 // The stream to launch on.
 inline cudaStream_t pick_stream(const Context& ctx, cudaStream_t s) { return s != nullptr ? s : ctx.stream(); }
 // Rounds up to 256 bytes (heap alignment) so arrays carved from one staging buffer stay aligned.

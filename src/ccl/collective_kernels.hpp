@@ -193,9 +193,8 @@ inline OpSignature collective_signature(OpKind op, const Tensor& shape, int worl
 }
 
 // Blocks of a launch over `nchunks` chunks.
-inline int launch_blocks(const PlanScope& scope, const Config& config, int64_t nchunks) {
-  const int limit = config.comm_sms > 0 ? config.comm_sms : scope.sms;
-  return static_cast<int>(std::clamp<int64_t>(nchunks, 1, limit));
+inline int launch_blocks(const char* op, const PlanScope& scope, const Config& config, int64_t nchunks) {
+  return static_cast<int>(std::clamp<int64_t>(nchunks, 1, comm_block_limit(op, scope, config)));
 }
 
 // The plan all_gather, all_to_all and reduce_scatter share: every pair of ranks exchanges one block
@@ -241,11 +240,11 @@ inline ExchangePlan plan_exchange(const PlanScope& scope, const OpSignature& sig
   if (scope.world > 1) p.sig.ll_max_bytes = static_cast<int64_t>(ll_max_bytes(sig.op));
   if (p.ll) {
     const LLLaunch grid =
-        ll_launch(p.ll_words, scope.world, config.comm_sms > 0 ? config.comm_sms : scope.sms, ll_block_bytes());
+        ll_launch(p.ll_words, scope.world, comm_block_limit(op_name(sig.op), scope, config), ll_block_bytes());
     p.blocks = grid.blocks;
     p.threads = grid.threads;
   } else {
-    p.blocks = launch_blocks(scope, config, p.chunks.nchunks);
+    p.blocks = launch_blocks(op_name(sig.op), scope, config, p.chunks.nchunks);
   }
   return p;
 }

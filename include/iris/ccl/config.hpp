@@ -47,7 +47,8 @@ struct Config {
   int block_size_n = 64;
   // Tiles grouped together along M in the tile order (better locality for peers' reads).
   int swizzle_size = 4;
-  // Blocks (SMs) the communication kernel uses; 0 = chosen by size and variant.
+  // Blocks (SMs) the communication kernel uses; 0 = chosen by size and variant, at most one per SM. A call
+  // refuses more than the device's SMs: its blocks wait for peers' blocks, so all must be resident.
   int comm_sms = 0;
   AllReduceVariant all_reduce_variant = AllReduceVariant::kAuto;
   // two_shot: 0 = tiles striped over ranks (tile t reduced by rank t % W), 1 = contiguous ranges.
