@@ -455,6 +455,23 @@ TEST(CclNeeds, FoundingNumbersFromTheArgumentsAlone) {
   ring.release(host);
 }
 
+// One rank copies its input: no variant stages anything (before 2026-12-03 two_shot sized 1.5 times the
+// tensor and the tile variants their accumulators). Locks and flags keep their sizes, so the founding
+// refusals are the same at one rank.
+TEST(CclNeeds, OneRankNeedsNoStagingButTheFoundingNumbers) {
+  const Tensor t = shape(DType::kFloat32, 512, 512);
+  for (auto v : {AllReduceVariant::kAuto, AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot,
+                 AllReduceVariant::kRing, AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
+    const WorkspaceNeeds one = all_reduce_needs(t, t, variant(v, 128, 128), 1);
+    EXPECT_EQ(one.staging_bytes, 0u) << variant_name(v);
+    EXPECT_GT(all_reduce_needs(t, t, variant(v, 128, 128), 2).staging_bytes, 0u) << variant_name(v);
+  }
+  EXPECT_EQ(all_reduce_needs(t, t, variant(AllReduceVariant::kSpinlock, 128, 128), 1).locks, 16u);
+  EXPECT_EQ(all_reduce_needs(t, t, variant(AllReduceVariant::kSpinlock, 64, 64), 1).locks, 64u);
+  EXPECT_EQ(all_reduce_needs(t, t, variant(AllReduceVariant::kRing, 128, 128), 1).flags, 32u);
+  EXPECT_EQ(all_reduce_needs(t, t, variant(AllReduceVariant::kRing, 64, 64), 1).flags, 128u);
+}
+
 // A tensor of fewer rows than block_size_m (a 1-D buffer is one row) tiles in tiles all its rows high and
 // block_size_n x floor(block_size_m / rows) wide. With block-sized tiles a 4 MiB bfloat16 buffer took 32768
 // tiles of 64 elements: ring asked for 512 MiB of staging (128 times the tensor), atomic and spinlock for

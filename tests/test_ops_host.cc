@@ -663,6 +663,31 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   EXPECT_EQ(p.needs.staging_bytes, 100u * 256 * 2);
 }
 
+// One rank runs its GEMM alone: no op stages anything (before 2026-12-03 matmul_all_reduce atomic sized
+// float32 accumulators and results, 6 bytes per element of C, that one rank never touched). Locks and
+// flags keep their sizes, so the capacity refusals are those of any world size.
+TEST(OpsFusedPlan, OneRankNeedsNoStaging) {
+  const auto ops = operands(512, 256, 128, 512);
+  for (auto v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kOneShot,
+                 AllReduceVariant::kTwoShot}) {
+    SCOPED_TRACE(ccl::variant_name(v));
+    const auto one = plan_matmul_all_reduce(ops, blocks(128, 128, v), 1, kSms).needs;
+    const auto two = plan_matmul_all_reduce(ops, blocks(128, 128, v), 2, kSms).needs;
+    EXPECT_EQ(one.staging_bytes, 0u);
+    EXPECT_GT(two.staging_bytes, 0u);
+    EXPECT_EQ(one.locks, two.locks);
+    EXPECT_GT(one.flags, 0u);
+  }
+  EXPECT_EQ(plan_matmul_reduce_scatter(operands(512, 256, 128, 512), blocks(128, 128), 1, kSms).needs.staging_bytes,
+            0u);
+  EXPECT_EQ(plan_all_gather_matmul(operands(100, 256, 64, 100), blocks(64, 128), 1, kSms).needs.staging_bytes, 0u);
+  EXPECT_EQ(plan_matmul_all_gather(operands(100, 256, 64, 100), blocks(64, 128), 1, kSms).needs.staging_bytes, 0u);
+  EXPECT_EQ(plan_all_gather_matmul_k_sharded(operands(100, 256, 64, 100, DType::kBFloat16, DType::kBFloat16, false, 64),
+                                             blocks(64, 128), 1, kSms)
+                .needs.staging_bytes,
+            0u);
+}
+
 // Unfused, a call also holds the iris::ccl collective's workspace: the plan sizes it as iris::ccl does
 // for the collective the op runs (all_reduce in place on C, reduce_scatter of the M x N product, all_gather
 // of A or of C's rows), and heap_bytes counts both; fused, or with one rank, there is no collective.

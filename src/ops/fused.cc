@@ -202,9 +202,13 @@ ccl::WorkspaceNeeds collective_needs(OpKind op, const MatmulOperands& mm, int wo
   }
 }
 
-// Every plan's last step: an unfused call also holds its collective's workspace.
+// Every plan's last step: an unfused call also holds its collective's workspace. One rank runs its GEMM
+// alone (run_single_rank) and stages nothing: no staging (matmul_all_reduce atomic would take 6 bytes per
+// element of C for float32 accumulators and results). Locks and flags are still sized, so that a workspace
+// refuses the same calls with the same messages at any world size.
 void finish_plan(FusedPlan& p, const MatmulOperands& mm, int world_size) {
   if (p.unfused) p.collective = collective_needs(p.sig.op, mm, world_size);
+  if (world_size == 1) p.needs.staging_bytes = 0;
 }
 
 }  // namespace
