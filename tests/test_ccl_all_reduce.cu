@@ -49,6 +49,14 @@ ContextOptions big_heap(int world) {
   return o;
 }
 
+// A default config of variant v (and one_shot protocol).
+Config variant_config(AllReduceVariant v, OneShotProtocol protocol = OneShotProtocol::kAuto) {
+  Config cfg;
+  cfg.all_reduce_variant = v;
+  cfg.all_reduce_one_shot_protocol = protocol;
+  return cfg;
+}
+
 // Prepares `ws` with room for each of `calls`, all_reduces of a shape in a config (every array as large
 // as the largest of them needs), so that each call's own preamble then fits whatever their order: a
 // workspace sizes each array by the first preamble that needs it and refuses a later one that needs more.
@@ -271,6 +279,68 @@ __global__ void fill_replay_input(__nv_bfloat16* p, int64_t n, int rank, const i
     p[i] = __float2bfloat16_rn(static_cast<float>(replay_value(i, *k, rank)));
 }
 
+std::string call_name(const Config& c) {
+  return std::string(ccl::variant_name(c.all_reduce_variant)) +
+         (c.all_reduce_one_shot_protocol == OneShotProtocol::kAuto
+              ? ""
+              : std::string(" ") + ccl::protocol_name(c.all_reduce_one_shot_protocol));
+}
+
+// Captures one graph of an input refresh (fill_replay_input) and an all_reduce of n bf16 elements in each
+// of `cfgs`, in that order on one workspace (prepare_for_every), and replays it `replays` times: the
+// input changes with every replay and every output is poisoned before it. Every output of every replay
+// is checked against the exact sum, every element up to 4096 and past it every `stride`-th.
+void replay_graph_and_check(Context& ctx, int64_t n, const std::vector<Config>& cfgs, int replays, int64_t stride) {
+  const int world = ctx.world_size();
+  const int calls = static_cast<int>(cfgs.size());
+  auto* in = ctx.empty<__nv_bfloat16>(n);
+  int* k = ctx.zeros<int>(1);
+  const Tensor tin = Tensor::vector(in, DType::kBFloat16, n);
+  std::vector<__nv_bfloat16*> outs;
+  for (int i = 0; i < calls; ++i) outs.push_back(ctx.empty<__nv_bfloat16>(n));
+  auto out_of = [&](int i) { return Tensor::vector(outs[i], DType::kBFloat16, n); };
+  Workspace ws;
+  prepare_for_every(ctx, ws, tin, cfgs);
+  for (int i = 0; i < calls; ++i) ccl::all_reduce_preamble(ctx, out_of(i), tin, cfgs[i], ws);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+  fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, n, ctx.rank(), k);
+  for (int i = 0; i < calls; ++i) ccl::all_reduce(ctx, out_of(i), tin, cfgs[i], ws);
+  IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<__nv_bfloat16> host(n);
+  int bad = 0;
+  for (int rep = 0; rep < replays; ++rep) {
+    IRIS_CUDA_CHECK(cudaMemcpyAsync(k, &rep, sizeof(int), cudaMemcpyHostToDevice, ctx.stream()));
+    for (__nv_bfloat16* o : outs) IRIS_CUDA_CHECK(cudaMemsetAsync(o, 0xFF, n * 2, ctx.stream()));
+    IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+    for (int i = 0; i < calls; ++i) {
+      IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), outs[i], n * 2, cudaMemcpyDeviceToHost, ctx.stream()));
+      ctx.synchronize();
+      int64_t wrong = 0;
+      for (int64_t e = 0; e < n; e += (e < 4096 ? 1 : stride)) {
+        int want = 0;
+        for (int r = 0; r < world; ++r) want += replay_value(e, rep, r);
+        wrong += __bfloat162float(host[e]) != static_cast<float>(want);
+      }
+      if (wrong && bad++ < 3)
+        ADD_FAILURE() << "replay " << rep << ", call " << i << " (" << call_name(cfgs[i]) << "): " << wrong
+                      << " wrong elements";
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(ws.calls(), static_cast<uint64_t>(calls)) << "captured once";
+  IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+  ctx.barrier();
+  ccl::ContextWorkspaceHost host_ws(ctx);
+  ws.release(host_ws);
+  for (__nv_bfloat16* o : outs) ctx.free(o);
+  ctx.free(k);
+  ctx.free(in);
+}
+
 // 1,000 replays of a graph holding one input refresh and one all_reduce; every replay checked.
 TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
@@ -290,56 +360,8 @@ TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
                               Case{AllReduceVariant::kRing, OneShotProtocol::kAuto, 4096, 200},
                               Case{AllReduceVariant::kAtomic, OneShotProtocol::kAuto, 4096, 200},
                               Case{AllReduceVariant::kSpinlock, OneShotProtocol::kAuto, 4096, 200}}) {
-          const AllReduceVariant v = c.v;
-          const int64_t n = c.n;
-          const int replays = c.replays;
-          const std::string name =
-              std::string(ccl::variant_name(v)) +
-              (c.protocol == OneShotProtocol::kAuto ? "" : std::string(" ") + ccl::protocol_name(c.protocol));
-          Config cfg;
-          cfg.all_reduce_variant = v;
-          cfg.all_reduce_one_shot_protocol = c.protocol;
-          Workspace ws;
-          auto* in = ctx.empty<__nv_bfloat16>(n);
-          auto* out = ctx.empty<__nv_bfloat16>(n);
-          int* k = ctx.zeros<int>(1);
-          Tensor tin = Tensor::vector(in, DType::kBFloat16, n), tout = Tensor::vector(out, DType::kBFloat16, n);
-          ccl::all_reduce_preamble(ctx, tout, tin, cfg, ws);
-          cudaGraph_t graph;
-          cudaGraphExec_t exec;
-          IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-          fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, n, ctx.rank(), k);
-          ccl::all_reduce(ctx, tout, tin, cfg, ws);
-          IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
-          IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-          const int world = ctx.world_size();
-          std::vector<__nv_bfloat16> host(n);
-          int bad_replays = 0;
-          for (int rep = 0; rep < replays; ++rep) {
-            IRIS_CUDA_CHECK(cudaMemcpyAsync(k, &rep, sizeof(int), cudaMemcpyHostToDevice, ctx.stream()));
-            IRIS_CUDA_CHECK(cudaMemsetAsync(out, 0xFF, n * 2, ctx.stream()));  // poison between replays
-            IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-            IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), out, n * 2, cudaMemcpyDeviceToHost, ctx.stream()));
-            ctx.synchronize();
-            int64_t wrong = 0;
-            for (int64_t i = 0; i < n; i += (i < 4096 ? 1 : 13)) {
-              int want = 0;
-              for (int r = 0; r < world; ++r) want += replay_value(i, rep, r);
-              wrong += __bfloat162float(host[i]) != static_cast<float>(want);
-            }
-            if (wrong && bad_replays++ < 3)
-              ADD_FAILURE() << name << " replay " << rep << ": " << wrong << " wrong elements";
-          }
-          EXPECT_EQ(bad_replays, 0) << name;
-          EXPECT_EQ(ws.calls(), 1u) << "captured once";
-          IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-          IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
-          ctx.barrier();
-          ccl::ContextWorkspaceHost host_ws(ctx);
-          ws.release(host_ws);
-          ctx.free(k);
-          ctx.free(out);
-          ctx.free(in);
+          SCOPED_TRACE(call_name(variant_config(c.v, c.protocol)));
+          replay_graph_and_check(ctx, c.n, {variant_config(c.v, c.protocol)}, c.replays, /*stride=*/13);
         }
       },
       big_heap(GetParam().world));
@@ -348,79 +370,18 @@ TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
 // One graph holding an input refresh and an all_reduce of every variant, all on one workspace, replayed
 // 200 times: every replay changes layout six times, so each call fences and atomic zeroes its
 // accumulators (which hold what the other variants left in the staging) inside the graph, with nothing
-// on the host between the calls. Every output of every replay is checked.
+// on the host between the calls. Every element of every output of every replay is checked.
 TEST_P(AllReduce, GraphOfEveryVariantOnOneWorkspaceReplaysCorrectly) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        constexpr int64_t n = 3 * 4096 + 5;
-        constexpr int kReplays = 200;
-        struct Call {
-          AllReduceVariant v;
-          OneShotProtocol protocol;
-        };
-        const Call calls[] = {{AllReduceVariant::kOneShot, OneShotProtocol::kLL},
-                              {AllReduceVariant::kAtomic, OneShotProtocol::kAuto},
-                              {AllReduceVariant::kRing, OneShotProtocol::kAuto},
-                              {AllReduceVariant::kTwoShot, OneShotProtocol::kAuto},
-                              {AllReduceVariant::kSpinlock, OneShotProtocol::kAuto},
-                              {AllReduceVariant::kOneShot, OneShotProtocol::kSimple}};
-        constexpr int kCalls = sizeof(calls) / sizeof(calls[0]);
-        const int world = ctx.world_size();
-        auto* in = ctx.empty<__nv_bfloat16>(n);
-        int* k = ctx.zeros<int>(1);
-        const Tensor tin = Tensor::vector(in, DType::kBFloat16, n);
-        std::vector<__nv_bfloat16*> outs;
-        std::vector<Config> cfgs;
-        for (const Call& c : calls) {
-          outs.push_back(ctx.empty<__nv_bfloat16>(n));
-          Config cfg;
-          cfg.all_reduce_variant = c.v;
-          cfg.all_reduce_one_shot_protocol = c.protocol;
-          cfgs.push_back(cfg);
-        }
-        Workspace ws;
-        prepare_for_every(ctx, ws, tin, cfgs);
-        auto out_of = [&](int i) { return Tensor::vector(outs[i], DType::kBFloat16, n); };
-        for (int i = 0; i < kCalls; ++i) ccl::all_reduce_preamble(ctx, out_of(i), tin, cfgs[i], ws);
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-        fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, n, ctx.rank(), k);
-        for (int i = 0; i < kCalls; ++i) ccl::all_reduce(ctx, out_of(i), tin, cfgs[i], ws);
-        IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
-        IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        std::vector<__nv_bfloat16> host(n);
-        int bad = 0;
-        for (int rep = 0; rep < kReplays; ++rep) {
-          IRIS_CUDA_CHECK(cudaMemcpyAsync(k, &rep, sizeof(int), cudaMemcpyHostToDevice, ctx.stream()));
-          for (__nv_bfloat16* o : outs) IRIS_CUDA_CHECK(cudaMemsetAsync(o, 0xFF, n * 2, ctx.stream()));
-          IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-          for (int i = 0; i < kCalls; ++i) {
-            IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), outs[i], n * 2, cudaMemcpyDeviceToHost, ctx.stream()));
-            ctx.synchronize();
-            int64_t wrong = 0;
-            for (int64_t e = 0; e < n; ++e) {
-              int want = 0;
-              for (int r = 0; r < world; ++r) want += replay_value(e, rep, r);
-              wrong += __bfloat162float(host[e]) != static_cast<float>(want);
-            }
-            if (wrong && bad++ < 3)
-              ADD_FAILURE() << "replay " << rep << ", call " << i << " (" << ccl::variant_name(calls[i].v) << " "
-                            << ccl::protocol_name(calls[i].protocol) << "): " << wrong << " wrong elements";
-          }
-        }
-        EXPECT_EQ(bad, 0);
-        EXPECT_EQ(ws.calls(), static_cast<uint64_t>(kCalls)) << "captured once";
-        IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-        IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
-        ctx.barrier();
-        ccl::ContextWorkspaceHost host_ws(ctx);
-        ws.release(host_ws);
-        for (__nv_bfloat16* o : outs) ctx.free(o);
-        ctx.free(k);
-        ctx.free(in);
+        replay_graph_and_check(ctx, 3 * 4096 + 5,
+                               {variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kLL),
+                                variant_config(AllReduceVariant::kAtomic), variant_config(AllReduceVariant::kRing),
+                                variant_config(AllReduceVariant::kTwoShot), variant_config(AllReduceVariant::kSpinlock),
+                                variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kSimple)},
+                               200, /*stride=*/1);
       },
       big_heap(GetParam().world));
 }
@@ -436,9 +397,7 @@ TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
                                              AllReduceVariant::kAtomic,  AllReduceVariant::kRing};
         for (int k = 0; k < 6; ++k) {
           const AllReduceVariant v = variants[k];
-          Config cfg;
-          cfg.all_reduce_variant = v;
-          cfg.all_reduce_one_shot_protocol = k == 1 ? OneShotProtocol::kSimple : OneShotProtocol::kAuto;
+          const Config cfg = variant_config(v, k == 1 ? OneShotProtocol::kSimple : OneShotProtocol::kAuto);
           Workspace ws;
           auto in = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
           auto out = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
