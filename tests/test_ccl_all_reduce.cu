@@ -521,6 +521,24 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
   }, big_heap(GetParam().world));
 }
 
+// One all_gather of this rank's float32 `in` (m x n, contiguous) into `out` (W m x n) on a prepared
+// workspace: fresh inputs, poisoned output, every element checked.
+void check_all_gather_once(Context& ctx, const Config& cfg, Workspace& ws, TestTensor& in, TestTensor& out,
+                           uint64_t seed, const std::string& what) {
+  const DType dt = DType::kFloat32;
+  const int64_t m = in.view.rows, n = in.view.cols;
+  in.upload(ctx.stream(), test::make_input(dt, m, n, n, seed, ctx.rank()));
+  out.poison(ctx.stream());
+  ccl::all_gather(ctx, out.view, in.view, cfg, ws);
+  ctx.synchronize();
+  const auto host = out.download(ctx.stream());
+  int64_t wrong = 0;
+  for (int r = 0; r < ctx.world_size(); ++r)
+    for (int64_t i = 0; i < m * n; ++i)
+      wrong += test::decode(dt, host.data() + (r * m * n + i) * 4) != test::input_value(dt, seed, r, i);
+  EXPECT_EQ(wrong, 0) << what;
+}
+
 // A workspace prepared again for another op starts that op's flags from zero (Workspace::prepare): a ring
 // all_reduce leaves 2e + 2 in its flags, which an all_gather's waits for the epochs that follow took for
 // their own (and read slots nobody had written yet). Back on all_reduce, two_shot (epoch-valued flags)
@@ -562,18 +580,8 @@ TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
         auto in = TestTensor::make(ctx, dt, m, n, n, true);
         auto out = TestTensor::make(ctx, dt, w * m, n, n, true);
         ccl::all_gather_preamble(ctx, out.view, in.view, gather, ws);
-        for (int call = 0; call < 3; ++call, ++seed) {
-          in.upload(ctx.stream(), test::make_input(dt, m, n, n, seed, ctx.rank()));
-          out.poison(ctx.stream());
-          ccl::all_gather(ctx, out.view, in.view, gather, ws);
-          ctx.synchronize();
-          const auto host = out.download(ctx.stream());
-          int64_t wrong = 0;
-          for (int r = 0; r < w; ++r)
-            for (int64_t i = 0; i < m * n; ++i)
-              wrong += test::decode(dt, host.data() + (r * m * n + i) * 4) != test::input_value(dt, seed, r, i);
-          EXPECT_EQ(wrong, 0) << "all_gather call " << call << " after the ring";
-        }
+        for (int call = 0; call < 3; ++call)
+          check_all_gather_once(ctx, gather, ws, in, out, seed++, "all_gather call " + std::to_string(call));
         ctx.barrier();
         out.release();
         in.release();
@@ -590,6 +598,39 @@ TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
         check_once(ctx, spinlock, ws, dt, ReduceOp::kMax, m, n, n, false, true, seed++, "spinlock max");
         check_once(ctx, two_shot, ws, dt, ReduceOp::kSum, m, n, n, false, true, seed++, "two_shot after them");
         ctx.barrier();
+        ccl::ContextWorkspaceHost host_ws(ctx);
+        ws.release(host_ws);
+      },
+      big_heap(GetParam().world));
+}
+
+// A workspace prepared first for all_gather serves all_reduce next: every op sizes the block state by
+// the world size alone (3 + W words). Before 2026-12-03 all_gather's 2 words were refused by all_reduce's
+// preamble ("Block state array too small"). one_shot LL fits all_gather's staging and needs no flags.
+TEST_P(AllReduce, AWorkspaceFirstPreparedForAllGatherServesAllReduce) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int w = ctx.world_size();
+        const DType dt = DType::kFloat32;
+        const int64_t m = 64, n = 1000;
+        const Config gather;
+        auto in = TestTensor::make(ctx, dt, m, n, n, true);
+        auto out = TestTensor::make(ctx, dt, w * m, n, n, true);
+        Workspace ws;
+        ccl::all_gather_preamble(ctx, out.view, in.view, gather, ws);
+        uint64_t seed = 9000;
+        check_all_gather_once(ctx, gather, ws, in, out, seed++, "all_gather first");
+        const Config ll = variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kLL);
+        for (int call = 0; call < 3; ++call)
+          check_once(ctx, ll, ws, dt, ReduceOp::kSum, 4, 100, 100, false, true, seed++,
+                     "one_shot call " + std::to_string(call) + " after all_gather");
+        ccl::all_gather_preamble(ctx, out.view, in.view, gather, ws);
+        check_all_gather_once(ctx, gather, ws, in, out, seed++, "all_gather after all_reduce");
+        ctx.barrier();
+        out.release();
+        in.release();
         ccl::ContextWorkspaceHost host_ws(ctx);
         ws.release(host_ws);
       },

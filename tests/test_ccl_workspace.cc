@@ -72,8 +72,8 @@ TEST(CclCapacity, ExactMessages) {
             "Staging buffer too small: have 256 bytes but need 512. Pre-allocate workspace with the largest tensor you "
             "intend to use.");
   EXPECT_EQ(test::error_text<WorkspaceTooSmall>([&] { check_block_state_capacity(2, 4); }),
-            "Block state array too small: have 2 but need 4. Pre-allocate workspace with the largest comm_sms you "
-            "intend to use.");
+            "Block state array too small: have 2 but need 4. It holds a word per rank: this workspace was prepared "
+            "for fewer ranks; prepare a new one with this context.");
 }
 
 TEST(CclConfig, DefaultsAreValidAndBadFieldsAreNamed) {
@@ -224,9 +224,8 @@ TEST(CclWorkspace, LargerArraysAreKeptWithoutReallocation) {
               more.block_state = 264;
               ws.check_capacity(more);
             }),
-            std::string(
-                "Block state array too small: have 132 but need 264. Pre-allocate workspace with the largest comm_sms "
-                "you intend to use."));
+            std::string("Block state array too small: have 132 but need 264. It holds a word per rank: this "
+                        "workspace was prepared for fewer ranks; prepare a new one with this context."));
   ws.release(host);
   EXPECT_EQ(host.live, 0);
 }
@@ -599,6 +598,44 @@ TEST(CclNeeds, EveryOpSizesFromShapesAlone) {
       EXPECT_EQ(x->staging_bytes, 2 * static_cast<size_t>(w - 1) * block);
     EXPECT_EQ(bc.staging_bytes, w > 1 ? block : 0u);
   }
+}
+
+// Every op sizes the block state by the world size alone (3 + W words: the epoch, then all_reduce's layout
+// fence), so a workspace prepared for one op serves the next whatever the order. Before 2026-12-03
+// all_gather, reduce_scatter, all_to_all and broadcast sized 2 words and all_reduce 3 + W: a workspace
+// prepared for all_gather first was refused by all_reduce's preamble ("Block state array too small").
+TEST(CclNeeds, EveryOpSizesTheSameBlockStateSoOneWorkspaceServesThemAll) {
+  const Config cfg;
+  const DType dt = DType::kFloat32;
+  for (int w : {1, 2, 4, 8}) {
+    SCOPED_TRACE("world " + std::to_string(w));
+    const size_t want = 3 + static_cast<size_t>(w);
+    EXPECT_EQ(all_gather_needs(shape(dt, w * 4, 100), shape(dt, 4, 100), cfg, w).block_state, want);
+    EXPECT_EQ(reduce_scatter_needs(shape(dt, 4, 100), shape(dt, w * 4, 100), cfg, w).block_state, want);
+    EXPECT_EQ(all_to_all_needs(shape(dt, w * 4, 100), shape(dt, w * 4, 100), cfg, w).block_state, want);
+    EXPECT_EQ(broadcast_needs(shape(dt, 4, 100), shape(dt, 4, 100), 0, cfg, w).block_state, want);
+    for (auto v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing,
+                   AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock})
+      EXPECT_EQ(all_reduce_needs(shape(dt, 4, 100), shape(dt, 4, 100), variant(v), w).block_state, want)
+          << variant_name(v);
+  }
+  // all_gather first, then all_reduce (one_shot: no flags, staging within all_gather's) on one workspace.
+  FakeHost host;
+  Workspace ws;
+  OpSignature gather;
+  gather.op = OpKind::kAllGather;
+  gather.rows = 4;
+  gather.cols = 100;
+  gather.dtype = dt;
+  gather.world_size = 2;
+  ws.prepare(host, gather, all_gather_needs(shape(dt, 8, 100), shape(dt, 4, 100), cfg, 2));
+  OpSignature reduce = gather;
+  reduce.op = OpKind::kAllReduce;
+  reduce.variant = AllReduceVariant::kOneShot;
+  const WorkspaceNeeds one_shot = all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), cfg, 2);
+  EXPECT_NO_THROW(ws.prepare(host, reduce, one_shot));
+  EXPECT_NO_THROW(ws.check_capacity(one_shot));
+  ws.release(host);
 }
 
 // Sizing checks what the call checks (same messages), but not the data: null views pass.

@@ -12,10 +12,6 @@ namespace {
 
 using detail::align256;
 
-// Epoch (2 words), then the layout fence's words: the last call's layout key and one word per rank
-// (ccl_common.cuh, layout_fence).
-constexpr int kEpochWords = 2;
-int state_words(int world) { return kEpochWords + 1 + world; }
 // Chunk plans do not depend on the launch's block count, so a workspace serves any comm_sms.
 constexpr int kPlanBlocks = 128;
 
@@ -101,7 +97,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   p.sig.block_size_m = config.block_size_m;
   p.sig.block_size_n = config.block_size_n;
   p.sig.reduce_op = rop;
-  p.needs.block_state = static_cast<size_t>(state_words(world));
+  p.needs.block_state = detail::block_state_words(world);
   const int limit = detail::comm_block_limit("all_reduce", s, config);
   const size_t esz = in.element_size();
   switch (p.variant) {

@@ -40,7 +40,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   p.sig = detail::collective_signature(OpKind::kBroadcast, out, world, config, root);
   const size_t esz = out.element_size();
   p.chunks = detail::plan_copy_chunks(out.numel(), out.dtype);
-  p.needs.block_state = detail::kCollectiveEpochWords;
+  p.needs.block_state = detail::block_state_words(world);
   if (world > 1) {
     p.per_owner = (p.chunks.nchunks + world - 2) / (world - 1);
     p.needs.staging_bytes = align256(static_cast<size_t>(out.numel()) * esz);

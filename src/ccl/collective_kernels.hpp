@@ -41,9 +41,6 @@ namespace iris::ccl::detail {
 
 // ---- chunk plan --------------------------------------------------------------------------------------
 
-// Epoch words in block_state (ccl_common.cuh: state[0] last completed epoch, state[1] finished blocks).
-inline constexpr int kCollectiveEpochWords = 2;
-
 // A flat range of `numel` elements cut into `nchunks` chunks of `chunk` elements (the last may be
 // shorter). Chunks are 8 KiB to 256 KiB, about numel / 512 elements (4 chunks per block of a 128-block
 // launch), a multiple of 16 bytes so 16-byte packs never straddle two chunks. The plan depends on the
@@ -221,7 +218,7 @@ inline ExchangePlan plan_exchange_layout(OpKind op, int world, int64_t block_row
   p.block_rows = block_rows;
   p.chunks = plan_copy_chunks(numel, dtype);
   p.slot = static_cast<int64_t>(align256(static_cast<size_t>(numel) * esz) / esz);
-  p.needs.block_state = kCollectiveEpochWords;
+  p.needs.block_state = block_state_words(world);
   p.ll = world > 1 && static_cast<size_t>(numel) * esz <= ll_max_bytes(op);
   if (p.ll) {
     p.ll_words = ll_words(numel, dtype);

@@ -64,7 +64,8 @@ void check_staging_capacity(size_t have, size_t need) {
 void check_block_state_capacity(size_t have, size_t need) {
   if (have < need)
     throw WorkspaceTooSmall(detail::str_cat("Block state array too small: have ", have, " but need ", need,
-                                            ". Pre-allocate workspace with the largest comm_sms you intend to use."));
+                                            ". It holds a word per rank: this workspace was prepared for fewer "
+                                            "ranks; prepare a new one with this context."));
 }
 
 std::string OpSignature::describe() const {

@@ -23,8 +23,6 @@ using ccl::OpKind;
 using ccl::detail::align256;
 using iris::detail::str_cat;
 
-// Block-state words per launched block: its epoch and its arrival word.
-constexpr size_t kBlockStateWords = 2;
 // Bands of output rows that matmul_all_reduce one_shot and matmul_all_gather cut their GEMM into, so
 // the push of one band overlaps the GEMM of the next.
 constexpr int kOneShotBands = 4;
@@ -138,7 +136,7 @@ FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& con
   p.sig.block_size_m = p.tile.m;
   p.sig.block_size_n = p.tile.n;
   p.sig.depth = mm.a.cols;
-  p.needs.block_state = kBlockStateWords * static_cast<size_t>(p.gemm_sms + p.comm_sms);
+  p.needs.block_state = ccl::detail::block_state_words(world_size);  // the epoch is state[0]
   p.min_band_tiles = resolve_min_band_tiles(config, device_sms);
   return p;
 }
