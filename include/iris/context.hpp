@@ -151,10 +151,11 @@ class Context {
   void check_heap_guards();
   // Compares the allocation sequence across ranks without synchronizing the stream (collective).
   void check_heap_symmetry();
-  // Throws TimeoutError if a kernel launched with device_context() recorded a timeout; the record
-  // is cleared.
+  // Throws TimeoutError if a kernel launched with device_context() recorded a timeout, InvalidArgument
+  // if it recorded a misuse (an argument out of range, e.g. a barrier slot); the record is cleared.
   void check_device_error();
-  // How many TimeoutErrors check_device_error() has raised on this rank. Workspaces note it when
+  // How many device errors (those TimeoutErrors and misuses) check_device_error() has raised on this
+  // rank: either leaves the running kernels' waits given up. Workspaces note it when
   // prepared: the ops refuse a workspace prepared before a timeout since (its flags and epochs may be
   // out of step between ranks), and preparing it again starts its state over on every rank.
   uint64_t device_timeouts() const { return device_timeouts_; }

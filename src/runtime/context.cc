@@ -13,6 +13,7 @@
 
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/log.hpp"
+#include "iris/device/common.cuh"
 #include "runtime/heap_allocator.hpp"
 #include "runtime/heap_guard.hpp"
 #include "runtime/symmetric_heap.hpp"
@@ -469,7 +470,15 @@ void Context::check_device_error() {
   std::memcpy(&copy, const_cast<DeviceErrorRecord*>(rec), sizeof(copy));
   copy.op[DeviceErrorRecord::kOpNameSize - 1] = '\0';
   std::memset(error_record_, 0, sizeof(DeviceErrorRecord));
+  // Counted whatever the code: a misuse also made every bounded wait of this rank's running kernels give
+  // up (timeout.cuh), so workspaces and barriers may be out of step all the same.
   ++device_timeouts_;
+  if (copy.code == device::kDeviceErrorMisuse)
+    throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, " (block ",
+                                          copy.block, "): got ", static_cast<int64_t>(copy.observed),
+                                          ", which must be in [0, ", copy.expected,
+                                          "). The kernel gave up there, and so did every bounded wait of this "
+                                          "rank's kernels running at the time."));
   char addr[32], seen[32], want[32];
   std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
   std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));

@@ -39,7 +39,9 @@ enum class Cmp { kEq, kNe, kGe, kGt, kLe, kLt, kReached };
 // Codes of DeviceErrorRecord::code written by the device API.
 inline constexpr int32_t kDeviceErrorNone = 0;
 inline constexpr int32_t kDeviceErrorTimeout = 1;  // a bounded wait expired
-inline constexpr int32_t kDeviceErrorMisuse = 2;   // an argument a kernel passed was out of range (e.g. a barrier slot)
+// An argument a kernel passed was out of range (e.g. a barrier slot): the record's `observed` holds it (as
+// a signed value) and `expected` the exclusive upper bound of [0, expected). The host raises InvalidArgument.
+inline constexpr int32_t kDeviceErrorMisuse = 2;
 
 }  // namespace iris::device
 

@@ -26,7 +26,8 @@ namespace iris {
 // lives in pinned, mapped host memory so the host can read it even while a kernel still runs.
 struct DeviceErrorRecord {
   static constexpr int kOpNameSize = 48;
-  // 0 = no error; 1 = a bounded wait timed out. Claimed with an atomic CAS from 0 by the first failure.
+  // 0 = no error; 1 = a bounded wait timed out; 2 = a misuse (common.cuh). Claimed with an atomic CAS from 0
+  // by the first failure.
   int32_t code;
   int32_t rank;      // rank that observed the failure
   int32_t peer;      // rank that owns the waited-on word (-1 if unknown)

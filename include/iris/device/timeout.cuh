@@ -17,7 +17,8 @@
 //
 // State afterwards (what the host sees):
 //  * ctx.synchronize() / check_device_error() throws iris::TimeoutError with the op, rank, word and
-//    values, and clears the record. Until it is cleared, every bounded wait launched with this
+//    values (InvalidArgument naming the value and its range for a misuse, kDeviceErrorMisuse), and
+//    clears the record. Until it is cleared, every bounded wait launched with this
 //    context (in this or later kernels) gives up at its first error poll (within ~100 us), so work
 //    queued behind a failed kernel drains quickly instead of each waiting out its own bound.
 //  * The kernels that gave up did not finish their work: output buffers hold partial results, and
@@ -28,7 +29,7 @@
 //    usual. Reusing the affected flags/barriers is not safe; recreate them (collectively) or treat
 //    the error as fatal for the job, which is what a timeout usually means: a rank never signalled.
 //    iris::ccl and iris::ops workspaces do this themselves: Context::device_timeouts() counts the
-//    TimeoutErrors raised, the ops refuse a workspace prepared before the last one, and its preamble
+//    device errors raised, the ops refuse a workspace prepared before the last one, and its preamble
 //    again (on every rank) zeroes it on every rank, epochs included. DeviceBarrier::arrive_and_wait
 //    refuses a barrier created before it (create a new one on every rank).
 #pragma once
@@ -85,12 +86,17 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
   // Why: a host thread may read the record while other blocks of this kernel still run (code is
   // already non-zero); push the fields out to host memory now rather than at kernel end.
   __threadfence_system();
+  if (code == kDeviceErrorMisuse) {
+    printf("iris: device error in %s on rank %d (block %d, thread %u): got %lld, which must be in [0, %llu)\n",
+           op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), thread_index_in_block(),
+           static_cast<long long>(observed), static_cast<unsigned long long>(expected));
+    return true;
+  }
   printf(
-      "iris: device %s in %s on rank %d (block %d, thread %u): word %p owned by rank %d is %llu, waiting for %llu, "
-      "after %llu ms\n",
-      code == kDeviceErrorTimeout ? "timeout" : "error", op != nullptr ? op : "?", ctx.rank,
-      static_cast<int>(block_index_in_grid()), thread_index_in_block(), address, rank_of(ctx, address),
-      static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected),
+      "iris: device timeout in %s on rank %d (block %d, thread %u): word %p owned by rank %d is %llu, waiting for "
+      "%llu, after %llu ms\n",
+      op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), thread_index_in_block(), address,
+      rank_of(ctx, address), static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected),
       static_cast<unsigned long long>(elapsed_ns / 1000000));
   return true;
 }
