@@ -855,8 +855,9 @@ TEST_P(AllReduce, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
           EXPECT_EQ(ctx.device_timeouts(), 1u);
           EXPECT_EQ(
               test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, x.view, x.view, one_shot, ws); }),
-              "all_reduce: a device timeout (iris::TimeoutError) was raised on this rank since this workspace was "
-              "prepared, so its flags and epochs may be out of step between ranks; call all_reduce_preamble again "
+              "all_reduce: a device error (an iris::TimeoutError, or a kernel's misuse) was raised on this rank since "
+              "this workspace was prepared, so its flags and epochs may be out of step between ranks; call "
+              "all_reduce_preamble again "
               "on every rank (it starts the workspace over) before using it.");
         }
         ctx.barrier();

@@ -805,9 +805,10 @@ TEST_P(Collective, UnpreparedOrForeignWorkspaceIsRejected) {
         call(ctx, op, c.out.view, c.in.view, ws);
         ADD_FAILURE() << op_name(op) << " ran with a workspace prepared for " << op_name(other);
       } catch (const std::invalid_argument& e) {
-        EXPECT_EQ(std::string(e.what()), std::string(op_name(op)) + ": the workspace was prepared for " +
+        EXPECT_EQ(std::string(e.what()), std::string(op_name(op)) + ": the workspace was last prepared for " +
                                              op_name(other) + "; call " + op_name(op) +
-                                             "_preamble with a workspace of its own (one workspace per collective).");
+                                             "_preamble with it first (on every rank), or give " + op_name(op) +
+                                             " a workspace of its own.");
       }
       ctx.barrier();
       release(ctx, ws);
@@ -969,7 +970,7 @@ TEST_P(Collective, OverlappingBuffersAreRejected) {
 // A comm_sms past the device's SMs is refused by every op, in the preamble (every rank raises its own
 // message, none waits) and at the call on a workspace prepared without it; before 2026-12-03 up to 65535
 // was launched, and blocks past what the GPU keeps resident could leave their peers waiting until a
-// TimeoutError. comm_sms equal to the SMs runs.
+// TimeoutError. comm_sms equal to the SMs is accepted (these small calls launch fewer blocks).
 TEST_P(Collective, CommSmsPastTheDeviceSmsIsRefusedByEveryOp) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(

@@ -631,6 +631,8 @@ TEST(CclNeeds, EveryOpSizesTheSameBlockStateSoOneWorkspaceServesThemAll) {
   ws.prepare(host, gather, all_gather_needs(shape(dt, 8, 100), shape(dt, 4, 100), cfg, 2));
   OpSignature reduce = gather;
   reduce.op = OpKind::kAllReduce;
+  reduce.rows = 1;
+  reduce.cols = 8;
   reduce.variant = AllReduceVariant::kOneShot;
   const WorkspaceNeeds one_shot = all_reduce_needs(shape(dt, 1, 8), shape(dt, 1, 8), cfg, 2);
   EXPECT_NO_THROW(ws.prepare(host, reduce, one_shot));

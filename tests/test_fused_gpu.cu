@@ -1074,11 +1074,12 @@ TEST_P(FusedGpu, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
           wait_for_a_word_nobody_sets<<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), word);
           IRIS_CUDA_CHECK_LAUNCH();
           EXPECT_THROW(ctx.synchronize(), TimeoutError);
-          EXPECT_EQ(error_text<std::invalid_argument>([&] { f.run(ctx, p.operands(), config, ws, nullptr); }),
-                    std::string(f.name) +
-                        ": a device timeout (iris::TimeoutError) was raised on this rank since this workspace was "
-                        "prepared, so its flags and epochs may be out of step between ranks; call " +
-                        f.name + "_preamble again on every rank (it starts the workspace over) before using it.");
+          EXPECT_EQ(
+              error_text<std::invalid_argument>([&] { f.run(ctx, p.operands(), config, ws, nullptr); }),
+              std::string(f.name) +
+                  ": a device error (an iris::TimeoutError, or a kernel's misuse) was raised on this rank "
+                  "since this workspace was prepared, so its flags and epochs may be out of step between ranks; call " +
+                  f.name + "_preamble again on every rank (it starts the workspace over) before using it.");
           ctx.barrier();
           call_and_check(ctx, p, config, ws, seed++, nullptr, "after its preamble again");
           ctx.free(word);

@@ -46,9 +46,10 @@ class DeviceBarrier {
   // "barrier_block". Crossings of one slot must not overlap in time on a rank: issue them on one
   // stream (or order the streams), including in-kernel barrier_block calls on slot 0.
   // A crossing that gave up leaves the epochs out of step between ranks (the rank that arrived alone is
-  // one ahead, and a peer's next crossing would pass on its abandoned arrival), so after a TimeoutError
-  // on this rank (Context::device_timeouts()) it throws InvalidArgument saying to create a new
-  // DeviceBarrier on every rank. Kernels that cross with handle() must check that themselves.
+  // one ahead, and a peer's next crossing would pass on its abandoned arrival), so after a device error
+  // on this rank (a TimeoutError, or a misuse: Context::device_timeouts()) it throws InvalidArgument
+  // saying to create a new DeviceBarrier on every rank. Kernels that cross with handle() must check that
+  // themselves.
   void arrive_and_wait(cudaStream_t stream);
   // On ctx.stream().
   void arrive_and_wait() { arrive_and_wait(ctx_->stream()); }

@@ -27,7 +27,7 @@
 // before that block writes it. Every block pushes all its segments before it waits for any, so a wait
 // depends only on the peer's blocks pushing, never on this rank's other blocks; as for the LL kernel,
 // the peer's blocks must all get to run, which a launch of at most one 512-thread block per
-// multiprocessor (the default; comm_sms may ask for more) guarantees once other kernels make room.
+// multiprocessor (comm_block_limit refuses more) guarantees once other kernels make room.
 #include <algorithm>
 
 #include "ccl/all_reduce_kernels.hpp"

@@ -220,8 +220,9 @@ __device__ __forceinline__ uint64_t begin_call(const uint64_t* state) {
 // but "this block has read the epoch", which it did before using it at the start, and an acq_rel
 // count would put a fence behind thread 0's stores to peers. (On 2 x H200 the one_shot call at
 // 8 KiB went from 6.05 to 5.91 us with this change: a small part of the gap to the 3 us target.)
-// `layout_key` (all_reduce only, whose state has 1 + W more words; all_reduce.cc): when non-zero, stored as
-// the last call's layout next to the epoch (layout_fence below reads it).
+// `layout_key` (all_reduce only; every op's block state has its word and the fence's, block_state_words in
+// ccl_host.hpp): when non-zero, stored as the last call's layout next to the epoch (layout_fence below
+// reads it).
 __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64_t layout_key = 0) {
   __syncthreads();
   if (gridDim.x == 1) {  // one block: it has read the epoch (bar.sync above); no count needed

@@ -35,7 +35,7 @@ struct PlanScope {
 inline constexpr int kCollectiveEpochWords = 2;
 
 // The block state every op sizes (ccl and the fused ops alike), by the world size alone, so that one
-// workspace's serves every op of its context: the epoch words, then all_reduce's layout fence
+// workspace's block state serves every op of its context: the epoch words, then all_reduce's layout fence
 // (ccl_common.cuh, layout_fence): the last call's layout key (state[2]) and one word per rank
 // (state[3 + s]). The other collectives use the epoch words, the fused ops state[0]. Before 2026-12-03
 // each op sized its own (2, 3 + W, or 2 per fused block), and a workspace prepared for one op was
@@ -116,12 +116,13 @@ void prepare_everywhere(Context& ctx, Workspace& ws, PlanFn&& plan) {
   ws.prepare(host, sig, needs);
 }
 
-// A workspace serves the one collective it was prepared for: each op's reuse argument (its kernel's
-// comment) holds between calls of that op only.
+// A workspace serves the op it was last prepared for: each op's reuse argument (its kernel's comment)
+// holds between calls of that op only. Its preamble on the same workspace moves it over to that op
+// (Workspace::prepare starts its flags over), so one workspace may serve several ops in turn.
 inline void require_op(const char* op, const char* preamble, const Workspace& ws, OpKind kind) {
   require_prepared(op, preamble, ws);
-  IRIS_CHECK_ARG(ws.signature().op == kind, op, ": the workspace was prepared for ", op_name(ws.signature().op),
-                 "; call ", preamble, " with a workspace of its own (one workspace per collective).");
+  IRIS_CHECK_ARG(ws.signature().op == kind, op, ": the workspace was last prepared for ", op_name(ws.signature().op),
+                 "; call ", preamble, " with it first (on every rank), or give ", op, " a workspace of its own.");
 }
 
 }  // namespace iris::ccl::detail

@@ -113,7 +113,8 @@ void Workspace::check_capacity(const WorkspaceNeeds& needs) const {
 void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const WorkspaceNeeds& needs) {
   // 1. Every rank must be preparing the same call; compare before touching the heap so that a
   //    disagreement raises on every rank and no rank's allocation sequence diverges.
-  //    Each rank also says whether it raised a device timeout since this workspace was last prepared.
+  //    Each rank also says whether it raised a device error (a timeout or a misuse) since this workspace
+  //    was last prepared.
   static constexpr std::string_view kStale = "\x1e timed out since";
   const std::string mine = sig.describe();
   const bool stale = prepared_ && host.device_timeouts() != timeouts_;
@@ -133,7 +134,7 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   if (flag_capacity_ > 0) check_flag_capacity(flag_capacity_, needs.flags);
   if (staging_capacity_ > 0) check_staging_capacity(staging_capacity_, needs.staging_bytes);
   if (block_state_capacity_ > 0) check_block_state_capacity(block_state_capacity_, needs.block_state);
-  // 3a. After a device timeout on any rank, the kernels that gave up left flags, epochs and staging out
+  // 3a. After a device error on any rank, the kernels that gave up left flags, epochs and staging out
   //     of step between ranks (include/iris/device/timeout.cuh). Every rank waits until its device's
   //     kernels have ended (the peers' that write into this heap included: they all pass the exchange
   //     below only after that), then zeroes every array, the epoch too: the calls start over in step.
