@@ -48,9 +48,7 @@ WorkspaceNeeds all_gather_needs(const Tensor& out, const Tensor& in, const Confi
 void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream) {
   const Plan p = make_plan(detail::PlanScope::of(ctx), out, in, config);
-  detail::require_op(kOp, kPreamble, ws, OpKind::kAllGather);
-  detail::require_no_timeout_since_prepare(ctx, kOp, kPreamble, ws);
-  ws.check_capacity(p.x.needs);  // again, whether or not the preamble ran: never index past an array
+  detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kAllGather, p.x.needs);
   if (in.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.x.ll) {

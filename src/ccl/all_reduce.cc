@@ -213,9 +213,7 @@ WorkspaceNeeds all_reduce_needs(const Tensor& out, const Tensor& in, const Confi
 void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream, ReduceOp op) {
   Plan p = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
-  detail::require_op("all_reduce", "all_reduce_preamble", ws, OpKind::kAllReduce);
-  detail::require_no_timeout_since_prepare(ctx, "all_reduce", "all_reduce_preamble", ws);
-  ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
+  detail::require_ready(ctx, "all_reduce", "all_reduce_preamble", ws, OpKind::kAllReduce, p.needs);
   if (in.numel() == 0) return;
   stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;

@@ -40,9 +40,7 @@ WorkspaceNeeds all_to_all_needs(const Tensor& out, const Tensor& in, const Confi
 void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream) {
   const detail::ExchangePlan p = make_plan(detail::PlanScope::of(ctx), out, in, config);
-  detail::require_op(kOp, kPreamble, ws, OpKind::kAllToAll);
-  detail::require_no_timeout_since_prepare(ctx, kOp, kPreamble, ws);
-  ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
+  detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kAllToAll, p.needs);
   if (in.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.ll) {

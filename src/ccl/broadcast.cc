@@ -66,9 +66,7 @@ WorkspaceNeeds broadcast_needs(const Tensor& out, const Tensor& in, int root, co
 void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config, Workspace& ws,
                cudaStream_t stream) {
   const Plan p = make_plan(detail::PlanScope::of(ctx), out, in, root, config);
-  detail::require_op(kOp, kPreamble, ws, OpKind::kBroadcast);
-  detail::require_no_timeout_since_prepare(ctx, kOp, kPreamble, ws);
-  ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
+  detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kBroadcast, p.needs);
   if (out.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   const bool is_root = ctx.rank() == root;

@@ -125,4 +125,14 @@ inline void require_op(const char* op, const char* preamble, const Workspace& ws
                  "; call ", preamble, " with it first (on every rank), or give ", op, " a workspace of its own.");
 }
 
+// Everything a call checks of its workspace right before launch, whether or not the preamble ran: prepared
+// for this op (require_op), no device error since (require_no_timeout_since_prepare), and room for
+// `needs` (never index past an array).
+inline void require_ready(const Context& ctx, const char* op, const char* preamble, const Workspace& ws, OpKind kind,
+                          const WorkspaceNeeds& needs) {
+  require_op(op, preamble, ws, kind);
+  require_no_timeout_since_prepare(ctx, op, preamble, ws);
+  ws.check_capacity(needs);
+}
+
 }  // namespace iris::ccl::detail

@@ -45,9 +45,7 @@ WorkspaceNeeds reduce_scatter_needs(const Tensor& out, const Tensor& in, const C
 void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                     cudaStream_t stream, ReduceOp op) {
   const detail::ExchangePlan p = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
-  detail::require_op(kOp, kPreamble, ws, OpKind::kReduceScatter);
-  detail::require_no_timeout_since_prepare(ctx, kOp, kPreamble, ws);
-  ws.check_capacity(p.needs);  // again, whether or not the preamble ran: never index past an array
+  detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kReduceScatter, p.needs);
   if (out.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.ll) {
