@@ -556,11 +556,11 @@ TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
         ring.all_reduce_variant = AllReduceVariant::kRing;
         atomic.all_reduce_variant = AllReduceVariant::kAtomic;
         const Tensor shape = Tensor::matrix(nullptr, dt, m, n), gathered_shape = Tensor::matrix(nullptr, dt, w * m, n);
-        // atomic's preamble allocates the flags (the most of the three), one_shot LL's the staging.
-        ASSERT_GE(ccl::all_reduce_needs(shape, shape, atomic, w).flags,
-                  ccl::all_reduce_needs(shape, shape, ring, w).flags);
-        ASSERT_GE(ccl::all_reduce_needs(shape, shape, atomic, w).flags,
-                  ccl::all_gather_needs(gathered_shape, shape, gather, w).flags);
+        // one_shot LL's preamble allocates the staging, atomic's and all_gather's the flags: the larger of
+        // the two first, so that the other fits (atomic's at 2 ranks; all_gather's at 8, 448 against 320).
+        const size_t atomic_flags = ccl::all_reduce_needs(shape, shape, atomic, w).flags;
+        const size_t gather_flags = ccl::all_gather_needs(gathered_shape, shape, gather, w).flags;
+        ASSERT_GE(std::max(atomic_flags, gather_flags), ccl::all_reduce_needs(shape, shape, ring, w).flags);
         Workspace ws;
         {
           Config ll;
@@ -569,7 +569,19 @@ TEST_P(AllReduce, AWorkspacePreparedForAnotherOpStartsItsFlagsFromZero) {
           auto big = TestTensor::make(ctx, dt, 1024, 1000, 1000, true);
           ccl::all_reduce_preamble(ctx, big.view, big.view, ll, ws);
           auto small = TestTensor::make(ctx, dt, m, n, n, true);
-          ccl::all_reduce_preamble(ctx, small.view, small.view, atomic, ws);
+          auto gather_in = TestTensor::make(ctx, dt, m, n, n, true);
+          auto gather_out = TestTensor::make(ctx, dt, w * m, n, n, true);
+          auto prepare_atomic = [&] { ccl::all_reduce_preamble(ctx, small.view, small.view, atomic, ws); };
+          auto prepare_gather = [&] { ccl::all_gather_preamble(ctx, gather_out.view, gather_in.view, gather, ws); };
+          if (atomic_flags >= gather_flags) {
+            prepare_atomic();
+            prepare_gather();
+          } else {
+            prepare_gather();
+            prepare_atomic();
+          }
+          gather_out.release();
+          gather_in.release();
           small.release();
           big.release();
         }
