@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -128,11 +129,15 @@ const Flavor kFlavors[] = {{Op::kMatmulAllReduce, AllReduceVariant::kAtomic},
                            {Op::kMatmulAllGather},
                            {Op::kAllGatherMatmulKSharded}};
 
-// pipelined: min_band_tiles = 1, so even the tests' small shapes take the band pipeline (their default
-// is the unfused path: one GEMM, then the communication).
+// pipelined: min_band_tiles = 1, so even the tests' small shapes take the band pipeline; otherwise a
+// threshold no call reaches, so that every call past one rank takes the unfused path (one GEMM, then the
+// communication) on any GPU. The default threshold, half the device's SMs (host-tested in
+// test_ops_host.cc), left these shapes unfused on a whole H200 but banded some of them with 8 ranks
+// sharing one under MPS (15 SMs each), where the tests that expect the unfused path failed.
+constexpr int kNeverFused = std::numeric_limits<int>::max();
 FusedConfig config_for(const Flavor& f, GemmTile tile, bool pipelined = false) {
   FusedConfig c;
-  c.min_band_tiles = pipelined ? 1 : 0;
+  c.min_band_tiles = pipelined ? 1 : kNeverFused;
   c.block_size_m = tile.m;
   c.block_size_n = tile.n;
   c.block_size_k = tile.k;
@@ -667,7 +672,7 @@ TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
 }
 
 // A workspace prepared for the band pipeline (min_band_tiles 1) meets a call of the same operands below
-// the default threshold, which runs the GEMM and then the iris::ccl collective: its workspace was never
+// its threshold, which runs the GEMM and then the iris::ccl collective: its workspace was never
 // prepared, so every rank refuses the call, before any launch, with the same message; after the
 // preamble the call is right. M grows with W past 2 ranks so that matmul_all_gather's rank block keeps
 // the two tile rows that two bands need (one tile row cannot be banded: always unfused).
@@ -713,8 +718,8 @@ TEST_P(FusedGpu, PreambleAllocatesWhatHeapBytesSays) {
         IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
         for (const Flavor& flavor : kFlavors) {
           for (bool pipelined : {false, true}) {
-            SCOPED_TRACE(flavor_name(flavor) + (pipelined ? " band pipeline" : " default threshold"));
-            // As UnfusedCallNeedsItsPreamble: unfused by default past one rank, banded when pipelined.
+            SCOPED_TRACE(flavor_name(flavor) + (pipelined ? " band pipeline" : " unfused"));
+            // As UnfusedCallNeedsItsPreamble: unfused past one rank, banded when pipelined.
             const Shape shape{kManyTiles.m * std::max(1, ctx.world_size() / 2), kManyTiles.n, kManyTiles.k};
             Problem p(ctx, flavor, {shape, kBF16, kBF16, false, kGemmTileLarge});
             const FusedConfig config = config_for(flavor, kGemmTileLarge, pipelined);
@@ -758,7 +763,10 @@ TEST_P(FusedGpu, PreambleAllocatesWhatHeapBytesSays) {
 // with K = 8192 (same M and N, so the heap arrays still fit) needs split-K partials the workspace lacks.
 // Every rank refuses it before any launch with WorkspaceTooSmall naming the op and its preamble; after
 // the preamble the call is right. (all_gather_matmul is left out: its staging holds the gathered A, so a
-// deeper K is refused by the staging check first.)
+// deeper K is refused by the staging check first.) The unfused GEMM (64 x 128, or a rank's 64 / W rows
+// in matmul_all_gather) has one or two tiles, so the automatic split cuts K on any GPU of 8 SMs or more;
+// kDeepK's 8 tiles of 64x64 stayed whole below 16 SMs (8 ranks sharing an H200 under MPS: 15 each),
+// and nothing was refused.
 TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
@@ -770,8 +778,8 @@ TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
           const OpFns f = fns(flavor.op);
           SCOPED_TRACE(flavor_name(flavor));
           const FusedConfig config = config_for(flavor, kGemmTileTiny);
-          Problem shallow(ctx, flavor, {{kDeepK.m, kDeepK.n, 64}, kBF16, kBF16, true, kGemmTileTiny});
-          Problem deep(ctx, flavor, {kDeepK, kBF16, kBF16, true, kGemmTileTiny});
+          Problem shallow(ctx, flavor, {{64, 128, 64}, kBF16, kBF16, true, kGemmTileTiny});
+          Problem deep(ctx, flavor, {{64, 128, 8192}, kBF16, kBF16, true, kGemmTileTiny});
           FusedWorkspace ws;
           f.preamble(ctx, shallow.operands(), config, ws);
           const std::string why =
@@ -791,7 +799,9 @@ TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
 // all_gather_matmul's unfused path gathers A before its GEMM: a GEMM the workspace cannot run must be
 // refused before the gather is launched, leaving the workspace untouched. Prepared for a shallow K with
 // as many rows as make the gather buffer as large (so the heap arrays fit), a deep call needs split-K
-// partials the preamble did not reserve.
+// partials the preamble did not reserve: its gathered GEMM, 8 W x 128 x 8192, has at most 2 tiles at
+// up to 8 ranks, split on any GPU of 8 SMs or more (64 W rows x 256 had 32 tiles at 8 ranks, not split
+// at 15 SMs).
 TEST_P(FusedGpu, AllGatherMatmulRefusesItsGemmBeforeTheGather) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is gathered";
@@ -801,9 +811,9 @@ TEST_P(FusedGpu, AllGatherMatmulRefusesItsGemmBeforeTheGather) {
         const int w = ctx.world_size();
         const Flavor flavor{Op::kAllGatherMatmul};
         const FusedConfig config = config_for(flavor, kGemmTileTiny);
-        // Rank blocks of 512 x 1024 and 64 x 8192: gather buffers of the same size, both calls unfused.
-        Problem shallow(ctx, flavor, {{512 * w, 256, 1024}, kBF16, kBF16, true, kGemmTileTiny});
-        Problem deep(ctx, flavor, {{64 * w, 256, 8192}, kBF16, kBF16, true, kGemmTileTiny});
+        // Rank blocks of 64 x 1024 and 8 x 8192: gather buffers of the same size, both calls unfused.
+        Problem shallow(ctx, flavor, {{64 * w, 128, 1024}, kBF16, kBF16, true, kGemmTileTiny});
+        Problem deep(ctx, flavor, {{8 * w, 128, 8192}, kBF16, kBF16, true, kGemmTileTiny});
         FusedWorkspace ws;
         all_gather_matmul_preamble(ctx, shallow.operands(), config, ws);
         ASSERT_TRUE(ws.collective().prepared());
@@ -831,40 +841,43 @@ TEST_P(FusedGpu, AllGatherMatmulRefusesItsGemmBeforeTheGather) {
 
 // A workspace prepared with 128x128 blocks for a 512x512x64 product serves a smaller shape, with
 // 128x128 and then the larger 128x256 blocks: the preamble keeps the larger arrays (no allocation, same
-// pointers) and the results are right.
+// pointers) and the results are right; both calls unfused (the collective's workspace kept), and both
+// on the band pipeline (its arrays kept).
 TEST_P(FusedGpu, LargerWorkspaceServesASmallerShape) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
         uint64_t seed = 500;
-        for (const Flavor& flavor : kFlavors) {
-          const std::string name = flavor_name(flavor);
-          FusedWorkspace ws;
-          {
-            Problem big(ctx, flavor, {{512, 512, 64}, kBF16, kBF16, false, kGemmTileSmall});
-            call_and_check(ctx, big, config_for(flavor, kGemmTileSmall), ws, seed++, nullptr, name + " 512x512x64");
+        for (const Flavor& flavor : kFlavors)
+          for (bool pipelined : {false, true}) {
+            const std::string name = flavor_name(flavor) + (pipelined ? " pipelined" : " unfused");
+            FusedWorkspace ws;
+            {
+              Problem big(ctx, flavor, {{512, 512, 64}, kBF16, kBF16, false, kGemmTileSmall});
+              call_and_check(ctx, big, config_for(flavor, kGemmTileSmall, pipelined), ws, seed++, nullptr,
+                             name + " 512x512x64");
+            }
+            const uint32_t* locks = ws.locks();
+            const uint64_t* flags = ws.flags();
+            const void* staging = ws.staging();
+            const uint64_t* block_state = ws.block_state();
+            for (const GemmTile& tile : {kGemmTileSmall, kGemmTileLarge}) {
+              const Case c{kAwkward, kBF16, kBF16, true, tile, /*bias=*/true};
+              Problem small(ctx, flavor, c);
+              const FusedConfig config = config_for(flavor, tile, pipelined);
+              const uint64_t allocations = ctx.allocation_count();
+              fns(flavor.op).preamble(ctx, small.operands(), config, ws);
+              EXPECT_EQ(ctx.allocation_count(), allocations) << name << ": the preamble allocated for a smaller call";
+              call_and_check(ctx, small, config, ws, seed++, nullptr,
+                             name + " " + case_name(c) + " on the larger workspace");
+              EXPECT_EQ(ws.locks(), locks);
+              EXPECT_EQ(ws.flags(), flags);
+              EXPECT_EQ(ws.staging(), staging);
+              EXPECT_EQ(ws.block_state(), block_state);
+            }
+            release_workspace(ctx, ws);
           }
-          const uint32_t* locks = ws.locks();
-          const uint64_t* flags = ws.flags();
-          const void* staging = ws.staging();
-          const uint64_t* block_state = ws.block_state();
-          for (const GemmTile& tile : {kGemmTileSmall, kGemmTileLarge}) {
-            const Case c{kAwkward, kBF16, kBF16, true, tile, /*bias=*/true};
-            Problem small(ctx, flavor, c);
-            const FusedConfig config = config_for(flavor, tile);
-            const uint64_t allocations = ctx.allocation_count();
-            fns(flavor.op).preamble(ctx, small.operands(), config, ws);
-            EXPECT_EQ(ctx.allocation_count(), allocations) << name << ": the preamble allocated for a smaller call";
-            call_and_check(ctx, small, config, ws, seed++, nullptr,
-                           name + " " + case_name(c) + " on the larger workspace");
-            EXPECT_EQ(ws.locks(), locks);
-            EXPECT_EQ(ws.flags(), flags);
-            EXPECT_EQ(ws.staging(), staging);
-            EXPECT_EQ(ws.block_state(), block_state);
-          }
-          release_workspace(ctx, ws);
-        }
       },
       options());
 }
