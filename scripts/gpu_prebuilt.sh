@@ -23,7 +23,7 @@ mkdir -p "$LOG_DIR"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export IRIS_TEST_CHILD_TIMEOUT="${IRIS_TEST_CHILD_TIMEOUT:-150}"
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=("*HeapGpu*" "*Device*" "*AllReduce*" "*Collective*")
+[ ${#groups[@]} -gt 0 ] || groups=("*HeapGpu*" "*Device*" "*AllReduce*" "*Collective*" "*Fused*:*Gemm*-*AllReduce*")
 summary=()
 if [ -n "${IRIS_MPS:-}" ]; then
   per_gpu="${IRIS_TEST_RANKS_PER_GPU:-1}"

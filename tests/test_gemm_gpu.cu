@@ -548,8 +548,11 @@ class FusedOpsGpu : public ::testing::TestWithParam<RankSetup> {};
 
 // Every op: the preamble prepares the workspace on the heap and a call with those blocks runs. The
 // founding regression on the real heap: 128x128 blocks, then 64x64 blocks (with one rank: 16 locks, 64
-// needed, in every op). 64x64 is no GEMM tile, but the capacity check comes first and must name the
-// undersized lock array, in the preamble and at launch alike.
+// needed, in every op); the capacity check must name the undersized lock array, in the preamble and at
+// launch alike. A tile set by hand sets all three block sizes (FusedConfig::validate); before
+// 2026-12-03 this test set only M and N and was refused for block_size_k = 0 since the tile became
+// automatic (2026-12-02); the GPU runs since had selected *FusedGpu* and *GemmGpu*, which its suite
+// does not match.
 TEST_P(FusedOpsGpu, PreamblesPrepareAndSmallerBlocksFindTheLockArrayTooSmall) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(GetParam(), [](Context& ctx) {
@@ -560,11 +563,13 @@ TEST_P(FusedOpsGpu, PreamblesPrepareAndSmallerBlocksFindTheLockArrayTooSmall) {
     IRIS_CUDA_CHECK(cudaMemset(a.ptr, 0, a.bytes));
     IRIS_CUDA_CHECK(cudaMemset(b.ptr, 0, b.bytes));
     auto big = FusedConfig{};
-    big.block_size_m = 128;
-    big.block_size_n = 128;
+    big.block_size_m = kGemmTileSmall.m;  // 128 x 128 x 64
+    big.block_size_n = kGemmTileSmall.n;
+    big.block_size_k = kGemmTileSmall.k;
     auto small = big;
-    small.block_size_m = 64;
-    small.block_size_n = 64;
+    small.block_size_m = kGemmTileTiny.m;  // 64 x 64 x 64
+    small.block_size_n = kGemmTileTiny.n;
+    small.block_size_k = kGemmTileTiny.k;
     struct Op {
       const char* name;
       void (*preamble)(Context&, const MatmulOperands&, const FusedConfig&, FusedWorkspace&);
@@ -618,7 +623,11 @@ TEST_P(FusedOpsGpu, InvalidCallOnOneRankMakesEveryRankRaise) {
     mm.c = Tensor::matrix(c.ptr, kBF16, m, n);
     FusedConfig config;
     const bool culprit = ctx.rank() == ctx.world_size() - 1;
-    if (culprit) config.block_size_m = 96;
+    if (culprit) {  // a whole tile but for its M
+      config.block_size_m = 96;
+      config.block_size_n = 128;
+      config.block_size_k = 64;
+    }
     FusedWorkspace ws;
     const std::string what = error_text([&] { matmul_all_reduce_preamble(ctx, mm, config, ws); });
     if (culprit)
