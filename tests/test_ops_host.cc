@@ -17,6 +17,7 @@
 #include "iris/runtime/bootstrap.hpp"
 #include "support/error_text.hpp"
 #include "support/fake_workspace_host.hpp"
+#include "support/require_gemm_core.hpp"
 
 namespace iris::ops {
 namespace {
@@ -128,6 +129,7 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   auto g = gemm_args(128, 256, 64);
   g.tile = kGemmTileLarge;
   EXPECT_EQ(resolved_tile(g), kGemmTileLarge);
+  IRIS_TEST_REQUIRE_DEVICE_SMS(64);
   g = gemm_args(128, 8192, 8192);
   g.sm_count = 64;
   EXPECT_EQ(resolved_tile(g), kGemmTileSmall) << "GemmArguments::sm_count sets the wave";
@@ -188,6 +190,7 @@ TEST(OpsGemmSplitK, AutomaticSplitFillsOneWave) {
 }
 
 TEST(OpsGemmSplitK, ResolvedSplitAndItsArguments) {
+  IRIS_TEST_REQUIRE_DEVICE_SMS(132);
   auto g = gemm_args(128, 1024, 8192);
   g.sm_count = 132;
   EXPECT_EQ(resolved_split_k(g), 1) << "split_k defaults to 1: no split";
@@ -358,6 +361,7 @@ TEST(OpsGemmArguments, SourceIsCsShapeAndTypeAndNeverSplit) {
             "gemm: tile 16x64x128 takes no source (the swapped decode tiles have no C operand); use a 64- or 128-row "
             "tile or the automatic choice.");
   // The automatic choice with a source: no swapped tile (kGemmTileTiny instead), no split of K.
+  IRIS_TEST_REQUIRE_DEVICE_SMS(132);
   g = gemm_args(20, 1024, 8192);
   g.sm_count = 132;
   g.split_k = 0;
