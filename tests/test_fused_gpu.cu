@@ -129,11 +129,13 @@ const Flavor kFlavors[] = {{Op::kMatmulAllReduce, AllReduceVariant::kAtomic},
                            {Op::kMatmulAllGather},
                            {Op::kAllGatherMatmulKSharded}};
 
-// pipelined: min_band_tiles = 1, so even the tests' small shapes take the band pipeline; otherwise a
-// threshold no call reaches, so that every call past one rank takes the unfused path (one GEMM, then the
-// communication) on any GPU. The default threshold, half the device's SMs (host-tested in
-// test_ops_host.cc), left these shapes unfused on a whole H200 but banded some of them with 8 ranks
-// sharing one under MPS (15 SMs each), where the tests that expect the unfused path failed.
+// pipelined: min_band_tiles = 1, so even the tests' small shapes take the band pipeline (but where a rank's
+// block of rows is one tile row: matmul_all_gather's at 4 and 8 ranks for most shapes here, which stays
+// unfused); otherwise a threshold no call reaches, so that every call past one rank takes the unfused
+// path (one GEMM, then the communication) on any GPU, but all_gather_matmul_k_sharded, which has none
+// and runs one band. The default threshold, half the device's SMs (host-tested in test_ops_host.cc), left
+// these shapes unfused on a whole H200 but banded some of them with 8 ranks sharing one under MPS (14 SMs
+// each), where the tests that expect the unfused path failed.
 constexpr int kNeverFused = std::numeric_limits<int>::max();
 FusedConfig config_for(const Flavor& f, GemmTile tile, bool pipelined = false) {
   FusedConfig c;
@@ -161,8 +163,8 @@ constexpr Shape kAwkward{328, 136, 72};
 constexpr Shape kManyTiles{512, 768, 256};
 // Many tiles with partial ones on both edges.
 constexpr Shape kManyAwkward{520, 776, 136};
-// Few tiles and a long K: unfused, the GEMM core splits K (GemmArguments::split_k; 128 x 256 x 4096 per
-// rank on 2 ranks: 8 tiles of 64x64, 4 slices).
+// Few tiles and a long K: unfused, the GEMM core splits K (GemmArguments::split_k; 128 x 256 x 8192: 8
+// tiles of 64x64, 8 slices on 132 SMs, none below 16).
 constexpr Shape kDeepK{128, 256, 8192};
 
 std::string shape_name(const Shape& s) {
@@ -764,8 +766,8 @@ TEST_P(FusedGpu, PreambleAllocatesWhatHeapBytesSays) {
 // Every rank refuses it before any launch with WorkspaceTooSmall naming the op and its preamble; after
 // the preamble the call is right. (all_gather_matmul is left out: its staging holds the gathered A, so a
 // deeper K is refused by the staging check first.) The unfused GEMM (64 x 128, or a rank's 64 / W rows
-// in matmul_all_gather) has one or two tiles, so the automatic split cuts K on any GPU of 8 SMs or more;
-// kDeepK's 8 tiles of 64x64 stayed whole below 16 SMs (8 ranks sharing an H200 under MPS: 15 each),
+// in matmul_all_gather) has two tiles, so the automatic split cuts K on any GPU of 8 SMs or more;
+// kDeepK's 8 tiles of 64x64 stayed whole below 16 SMs (8 ranks sharing an H200 under MPS: 14 each),
 // and nothing was refused.
 TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
@@ -799,9 +801,8 @@ TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
 // all_gather_matmul's unfused path gathers A before its GEMM: a GEMM the workspace cannot run must be
 // refused before the gather is launched, leaving the workspace untouched. Prepared for a shallow K with
 // as many rows as make the gather buffer as large (so the heap arrays fit), a deep call needs split-K
-// partials the preamble did not reserve: its gathered GEMM, 8 W x 128 x 8192, has at most 2 tiles at
-// up to 8 ranks, split on any GPU of 8 SMs or more (64 W rows x 256 had 32 tiles at 8 ranks, not split
-// at 15 SMs).
+// partials the preamble did not reserve: its gathered GEMM, 8 W x 128 x 8192, has 2 tiles at up to 8
+// ranks, split on any GPU of 8 SMs or more (64 W rows x 256 was not split at 8 ranks and 14 SMs).
 TEST_P(FusedGpu, AllGatherMatmulRefusesItsGemmBeforeTheGather) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is gathered";
@@ -842,7 +843,8 @@ TEST_P(FusedGpu, AllGatherMatmulRefusesItsGemmBeforeTheGather) {
 // A workspace prepared with 128x128 blocks for a 512x512x64 product serves a smaller shape, with
 // 128x128 and then the larger 128x256 blocks: the preamble keeps the larger arrays (no allocation, same
 // pointers) and the results are right; both calls unfused (the collective's workspace kept), and both
-// on the band pipeline (its arrays kept).
+// with min_band_tiles 1 (the band pipeline's arrays kept; matmul_all_gather's rank blocks are one tile row
+// at 4 and 8 ranks, so it stays unfused there, and one rank runs the GEMM alone).
 TEST_P(FusedGpu, LargerWorkspaceServesASmallerShape) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(

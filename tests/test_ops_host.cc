@@ -129,7 +129,6 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   auto g = gemm_args(128, 256, 64);
   g.tile = kGemmTileLarge;
   EXPECT_EQ(resolved_tile(g), kGemmTileLarge);
-  IRIS_TEST_REQUIRE_DEVICE_SMS(64);
   g = gemm_args(128, 8192, 8192);
   g.sm_count = 64;
   EXPECT_EQ(resolved_tile(g), kGemmTileSmall) << "GemmArguments::sm_count sets the wave";
@@ -190,13 +189,9 @@ TEST(OpsGemmSplitK, AutomaticSplitFillsOneWave) {
 }
 
 TEST(OpsGemmSplitK, ResolvedSplitAndItsArguments) {
-  IRIS_TEST_REQUIRE_DEVICE_SMS(132);
   auto g = gemm_args(128, 1024, 8192);
   g.sm_count = 132;
   EXPECT_EQ(resolved_split_k(g), 1) << "split_k defaults to 1: no split";
-  g.split_k = 0;
-  EXPECT_EQ(resolved_split_k(g), 4);
-  EXPECT_EQ(resolved_tile(g), kGemmTileTiny) << "a split never changes the tile";
   g.split_k = 3;
   EXPECT_EQ(can_implement(g),
             "gemm: split_k = 3 needs K to be a multiple of 24 (8 per slice: each slice of A and B "
@@ -214,14 +209,9 @@ TEST(OpsGemmSplitK, ResolvedSplitAndItsArguments) {
   g.split_k = 2;
   g.stream_k = true;
   EXPECT_EQ(can_implement(g), "gemm: stream_k and split_k = 2 both split K; set one of them.");
-  // Automatic split with stream_k: where the stream-K kernel runs (an explicit 128x128 tile of 16-bit C,
-  // few tiles, K >= 8192) it alone splits K; elsewhere the automatic split applies.
-  g.split_k = 0;
-  g.tile = kGemmTileSmall;
-  EXPECT_EQ(resolved_split_k(g), 1);
-  g.c = mat(2, DType::kFloat32, 128, 1024);  // no stream-K kernel for float32 C
-  EXPECT_EQ(resolved_split_k(g), 8);
   // Arguments gemm() refuses get gemm()'s message, not that of a helper the choice calls.
+  g.split_k = 0;
+  g.c = mat(2, DType::kFloat32, 128, 1024);
   g.tile = GemmTile{32, 32, 32};
   const std::string bad_tile =
       "gemm: tile 32x32x32 is not supported; the tiles are 128x256x64, 128x128x64, 64x128x64, 64x64x64, 16x64x128, "
@@ -229,6 +219,20 @@ TEST(OpsGemmSplitK, ResolvedSplitAndItsArguments) {
   EXPECT_EQ(can_implement(g), bad_tile);
   EXPECT_EQ(error_of([&] { (void)resolved_split_k(g); }), bad_tile);
   EXPECT_EQ(error_of([&] { (void)resolved_tile(g); }), bad_tile);
+  // The automatic split on 132 SMs (a device with fewer clamps sm_count to its own, and splits otherwise).
+  IRIS_TEST_REQUIRE_DEVICE_SMS(132);
+  g = gemm_args(128, 1024, 8192);
+  g.sm_count = 132;
+  g.split_k = 0;
+  EXPECT_EQ(resolved_split_k(g), 4);
+  EXPECT_EQ(resolved_tile(g), kGemmTileTiny) << "a split never changes the tile";
+  // Automatic split with stream_k: where the stream-K kernel runs (an explicit 128x128 tile of 16-bit C,
+  // few tiles, K >= 8192) it alone splits K; elsewhere the automatic split applies.
+  g.stream_k = true;
+  g.tile = kGemmTileSmall;
+  EXPECT_EQ(resolved_split_k(g), 1);
+  g.c = mat(2, DType::kFloat32, 128, 1024);  // no stream-K kernel for float32 C
+  EXPECT_EQ(resolved_split_k(g), 8);
 }
 
 TEST(OpsGemmArguments, AcceptsEveryBuiltCombination) {
@@ -360,16 +364,19 @@ TEST(OpsGemmArguments, SourceIsCsShapeAndTypeAndNeverSplit) {
   EXPECT_EQ(can_implement(g),
             "gemm: tile 16x64x128 takes no source (the swapped decode tiles have no C operand); use a 64- or 128-row "
             "tile or the automatic choice.");
-  // The automatic choice with a source: no swapped tile (kGemmTileTiny instead), no split of K.
-  IRIS_TEST_REQUIRE_DEVICE_SMS(132);
+  // The automatic choice with a source: no swapped tile (kGemmTileTiny instead), no split of K; without
+  // it, 20 rows take the 32-row tile, split in 8 on 132 SMs (a device with fewer clamps sm_count to its
+  // own, and splits otherwise).
   g = gemm_args(20, 1024, 8192);
   g.sm_count = 132;
   g.split_k = 0;
   EXPECT_EQ(resolved_tile(g), kGemmTileRows32);
-  EXPECT_EQ(resolved_split_k(g), 8);
   g.source = mat(4, DType::kBFloat16, 20, 1024);
   EXPECT_EQ(resolved_tile(g), kGemmTileTiny);
   EXPECT_EQ(resolved_split_k(g), 1);
+  IRIS_TEST_REQUIRE_DEVICE_SMS(132);
+  g.source = Tensor{};
+  EXPECT_EQ(resolved_split_k(g), 8);
 }
 
 TEST(OpsGemmAvailability, WithoutCutlassGemmSaysHowToGetIt) {
