@@ -148,7 +148,9 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
                                 align256(p.tiles_per_rank * tile_elems * esz);
         if (p.variant == AllReduceVariant::kSpinlock) p.needs.locks = static_cast<size_t>(p.tiles);
       }
-      p.blocks = static_cast<int>(std::clamp<int64_t>(p.tiles, 1, limit));
+      p.blocks = p.variant == AllReduceVariant::kRing
+                     ? detail::ring_blocks(p.tiles, world, config.all_reduce_num_rings, limit)
+                     : static_cast<int>(std::clamp<int64_t>(p.tiles, 1, limit));
       break;
     }
     case AllReduceVariant::kAuto:

@@ -250,5 +250,9 @@ struct TileArgs {
 void launch_atomic(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 void launch_spinlock(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 void launch_ring(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+// Blocks of a ring launch over `tiles` tiles: at most `limit`, and, when the blocks must each walk more
+// than one tile, a multiple of lcm(world, rings) where that leaves any (all_reduce_tiles.cu: then every
+// tile of a block's walk has the same owner and direction, and the ranks' steps form a pipeline).
+int ring_blocks(int64_t tiles, int world, int rings, int limit);
 
 }  // namespace iris::ccl::detail

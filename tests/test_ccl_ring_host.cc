@@ -1,0 +1,126 @@
+// Host tests (CI, no GPU) of the ring all_reduce's grid (ring_blocks, all_reduce_tiles.cu). A block
+// walks tiles t = b, b + G, ...; tile t's reduce-scatter chain starts next to its owner t % W and runs
+// in direction t % rings. The tests model the ring kernel's waits on that walk and count the flag hops
+// on the longest chain of waits: with the grid ring_blocks gives it stays below a few W however many
+// tiles a block walks (a pipeline), while a grid with G % W != 0 adds hops with every tile.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "ccl/all_reduce_kernels.hpp"
+
+namespace iris::ccl {
+namespace {
+
+using detail::ring_blocks;
+
+// The ring kernel's places of rank `me` on tile t's chains (RingTile): its step along the reduce-scatter
+// chain (W - 1 is the owner) and along the all-gather chain (0 is the owner), and the rank it waits on.
+struct Place {
+  int pos, apos, upstream;
+};
+Place place(int64_t t, int me, int world, int rings) {
+  const int dir = (t % rings) % 2 == 0 ? 1 : world - 1;
+  const int owner = static_cast<int>(t % world);
+  const int start = (owner + dir) % world;
+  return {((me - start + world) % world) * (dir == 1 ? 1 : world - 1) % world,
+          ((me - owner + world) % world) * (dir == 1 ? 1 : world - 1) % world, (me - dir + world) % world};
+}
+
+// The most flag waits on one chain of waits, over the blocks of a ring all_reduce of `tiles` tiles on
+// `blocks` blocks: a step waits for the block's previous step on its rank and, unless it starts its
+// chain, for the same tile's step on its upstream rank (one hop). Pass 1 is every tile's reduce-scatter
+// step, pass 2 every tile's all-gather step but the owner's (whose all-gather starts in pass 1).
+int64_t longest_wait_chain(int64_t tiles, int world, int rings, int blocks) {
+  int64_t longest = 0;
+  for (int b = 0; b < blocks; ++b) {
+    std::vector<int64_t> walk;
+    for (int64_t t = b; t < tiles; t += blocks) walk.push_back(t);
+    const size_t k_max = walk.size();
+    // hops[pass][rank][k]: the most waits behind rank's step on the block's k-th tile.
+    std::vector<std::vector<int64_t>> rs(world, std::vector<int64_t>(k_max, 0)), ag = rs;
+    std::vector<int64_t> last(world, 0);  // the rank's previous step in its walk
+    for (size_t k = 0; k < k_max; ++k) {
+      const int64_t t = walk[k];
+      // Ranks in chain order: the start first, then each one's downstream.
+      for (int i = 0; i < world; ++i) {
+        int me = 0;
+        while (place(t, me, world, rings).pos != i) ++me;
+        const Place p = place(t, me, world, rings);
+        rs[me][k] = std::max(last[me], p.pos > 0 ? rs[p.upstream][k] + 1 : 0);
+        last[me] = rs[me][k];
+      }
+    }
+    for (size_t k = 0; k < k_max; ++k) {
+      const int64_t t = walk[k];
+      for (int i = 1; i < world; ++i) {
+        int me = 0;
+        while (place(t, me, world, rings).apos != i) ++me;
+        const Place p = place(t, me, world, rings);
+        const int64_t up = i == 1 ? rs[p.upstream][k] : ag[p.upstream][k];
+        ag[me][k] = std::max(last[me], up + 1);
+        last[me] = ag[me][k];
+      }
+    }
+    for (int r = 0; r < world; ++r) longest = std::max(longest, last[r]);
+  }
+  return longest;
+}
+
+TEST(CclRing, BlocksAreAMultipleOfWorldAndRingsWhenBlocksWalkSeveralTiles) {
+  EXPECT_EQ(ring_blocks(16384, 8, 1, 132), 128);  // 8 H200s
+  EXPECT_EQ(ring_blocks(16384, 8, 1, 14), 8);     // 8 ranks sharing one H200 under MPS (12% each)
+  EXPECT_EQ(ring_blocks(16384, 2, 1, 132), 132);
+  EXPECT_EQ(ring_blocks(16384, 4, 1, 132), 132);
+  EXPECT_EQ(ring_blocks(16384, 5, 1, 132), 130);
+  EXPECT_EQ(ring_blocks(16384, 8, 3, 132), 120);  // lcm(8, 3) = 24
+  EXPECT_EQ(ring_blocks(16384, 4, 2, 66), 64);    // lcm(4, 2) = 4
+  EXPECT_EQ(ring_blocks(16384, 3, 2, 66), 66);    // lcm(3, 2) = 6
+}
+
+TEST(CclRing, EveryBlockRunsWhenEachHasOneTileOrTooFewBlocksForAPeriod) {
+  EXPECT_EQ(ring_blocks(100, 8, 1, 132), 100);  // one tile each: no walk to chain
+  EXPECT_EQ(ring_blocks(132, 8, 1, 132), 132);
+  EXPECT_EQ(ring_blocks(133, 8, 1, 132), 128);
+  EXPECT_EQ(ring_blocks(1, 8, 1, 132), 1);
+  EXPECT_EQ(ring_blocks(0, 8, 1, 132), 1);
+  EXPECT_EQ(ring_blocks(16384, 8, 1, 4), 4);  // comm_sms = 4 at 8 ranks: fewer blocks than a period
+  EXPECT_EQ(ring_blocks(16384, 1, 1, 132), 132);
+}
+
+TEST(CclRing, WaitChainsStayAPipelineOnTheGridRingBlocksGives) {
+  for (int world : {2, 3, 4, 5, 8}) {
+    for (int rings : {1, 2}) {
+      for (int limit : {14, 33, 66, 132}) {
+        for (int64_t tiles :
+             {int64_t{1}, int64_t{7}, int64_t{limit}, int64_t{limit} + 1, int64_t{limit} * 9 + 5, int64_t{2048}}) {
+          const int blocks = ring_blocks(tiles, world, rings, limit);
+          ASSERT_GE(blocks, 1);
+          ASSERT_LE(blocks, limit);
+          if (blocks < std::lcm(world, rings) && tiles > blocks) continue;  // no period fits: any grid chains
+          // At most W - 1 hops for each pass's fill, plus the all-gather's wait on the reduce-scatter.
+          EXPECT_LE(longest_wait_chain(tiles, world, rings, blocks), 2 * world)
+              << "world " << world << " rings " << rings << " limit " << limit << " tiles " << tiles << " blocks "
+              << blocks;
+        }
+      }
+    }
+  }
+}
+
+TEST(CclRing, AGridThatIsNotAMultipleOfTheWorldChainsHopsWithEveryTile) {
+  // What ring_blocks avoids: 14 blocks at 8 ranks (d = 6) walking 2048 tiles (about 146 each). The
+  // model must see it, or the test above could not fail.
+  EXPECT_GT(longest_wait_chain(2048, 8, 1, 14), 146 * 4);
+  EXPECT_LE(longest_wait_chain(2048, 8, 1, 8), 2 * 8);
+  // Three rings at 4 ranks on 8 blocks: the owners repeat along each walk but the direction, by
+  // (t % 3) % 2, turns from tile to tile.
+  EXPECT_GT(longest_wait_chain(2048, 4, 3, 8), 2048 / 8);
+  EXPECT_LE(longest_wait_chain(2048, 4, 3, 12), 2 * 4);
+}
+
+}  // namespace
+}  // namespace iris::ccl
