@@ -15,6 +15,8 @@
 namespace iris::ccl {
 namespace {
 
+using detail::kMaxRingBatch;
+using detail::ring_batch;
 using detail::ring_blocks;
 
 // The ring kernel's places of rank `me` on tile t's chains (RingTile): its step along the reduce-scatter
@@ -120,6 +122,47 @@ TEST(CclRing, AGridThatIsNotAMultipleOfTheWorldChainsHopsWithEveryTile) {
   // (t % 3) % 2, turns from tile to tile.
   EXPECT_GT(longest_wait_chain(2048, 4, 3, 8), 2048 / 8);
   EXPECT_LE(longest_wait_chain(2048, 4, 3, 12), 2 * 4);
+}
+
+TEST(CclRing, BatchesGrowWithTheWalkOnlyOnGridsOfWholePeriods) {
+  EXPECT_EQ(ring_batch(16384, 128, 8, 1), 6);  // 64 MiB bfloat16 on 8 H200s: 128 tiles a walk
+  EXPECT_EQ(ring_batch(16384, 132, 2, 1), kMaxRingBatch);
+  EXPECT_EQ(ring_batch(32 * 66, 66, 2, 1), 8);
+  EXPECT_EQ(ring_batch(31 * 66, 66, 2, 1), 7);
+  EXPECT_EQ(ring_batch(13 * 8, 8, 8, 1), 1);
+  EXPECT_EQ(ring_batch(14 * 8, 8, 8, 1), 2);
+  EXPECT_EQ(ring_batch(100, 100, 8, 1), 1);   // one tile a walk
+  EXPECT_EQ(ring_batch(16384, 14, 8, 1), 1);  // 14 % 8 != 0: tiles of a walk on different chains
+  EXPECT_EQ(ring_batch(16384, 8, 4, 3), 1);   // 8 % lcm(4, 3) != 0: directions turn along a walk
+  EXPECT_EQ(ring_batch(16384, 12, 4, 3), kMaxRingBatch);
+  EXPECT_EQ(ring_batch(16384, 132, 1, 1), 1);  // one rank: a copy
+}
+
+// A batch waits for all its tiles' flags before it moves any of them, and signals none before it moved
+// them all. Two tiles of one batch on chains that pass between two ranks in opposite directions would
+// have each rank wait for the other: every batch of every walk must hold tiles of one owner and one
+// direction.
+TEST(CclRing, EveryBatchHoldsTilesOfOneChain) {
+  for (int world : {2, 3, 4, 5, 6, 8}) {
+    for (int rings : {1, 2, 3}) {
+      for (int limit : {4, 14, 33, 66, 132}) {
+        for (int64_t tiles : {int64_t{1}, int64_t{limit} + 1, int64_t{limit} * 9 + 5, int64_t{5000}}) {
+          const int blocks = ring_blocks(tiles, world, rings, limit);
+          const int batch = ring_batch(tiles, blocks, world, rings);
+          ASSERT_GE(batch, 1);
+          ASSERT_LE(batch, kMaxRingBatch);
+          for (int b = 0; b < blocks; ++b) {
+            int64_t k = 0;
+            for (int64_t t = b; t < tiles; t += blocks, ++k) {
+              const int64_t first = b + (k - k % batch) * blocks;  // the batch's first tile
+              ASSERT_EQ(t % world, first % world) << world << " ranks, " << rings << " rings, tile " << t;
+              ASSERT_EQ((t % rings) % 2, (first % rings) % 2) << world << " ranks, " << rings << " rings, tile " << t;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ struct Plan {
   int64_t tiles = 0, tiles_per_rank = 0;
   TileShape tile{0, 0};  // atomic, spinlock, ring: tile_of
   int slices = 1;
+  int batch = 1;  // ring: ring_batch
 };
 
 void validate(const char* op, const detail::PlanScope& s, const Tensor& out, const Tensor& in, const Config& config,
@@ -148,9 +149,12 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
                                 align256(p.tiles_per_rank * tile_elems * esz);
         if (p.variant == AllReduceVariant::kSpinlock) p.needs.locks = static_cast<size_t>(p.tiles);
       }
-      p.blocks = p.variant == AllReduceVariant::kRing
-                     ? detail::ring_blocks(p.tiles, world, config.all_reduce_num_rings, limit)
-                     : static_cast<int>(std::clamp<int64_t>(p.tiles, 1, limit));
+      if (p.variant == AllReduceVariant::kRing) {
+        p.blocks = detail::ring_blocks(p.tiles, world, config.all_reduce_num_rings, limit);
+        p.batch = detail::ring_batch(p.tiles, p.blocks, world, config.all_reduce_num_rings);
+      } else {
+        p.blocks = static_cast<int>(std::clamp<int64_t>(p.tiles, 1, limit));
+      }
       break;
     }
     case AllReduceVariant::kAuto:
@@ -280,6 +284,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       a.state = ws.block_state();
       a.slices = p.slices;
       a.rings = config.all_reduce_num_rings;
+      a.batch = p.batch;
       a.layout_key = key;
       if (p.variant == AllReduceVariant::kAtomic)
         detail::launch_atomic(a, in.dtype, op, p.blocks, stream);

@@ -245,6 +245,7 @@ struct TileArgs {
   uint64_t* state;
   int slices;  // ring: column slices per tile
   int rings;   // ring: concurrent rings
+  int batch;   // ring: tiles of a block's walk per wait and signal (ring_batch), 1 .. kMaxRingBatch
   uint64_t layout_key;  // layout_fence (ccl_common.cuh)
 };
 void launch_atomic(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
@@ -254,5 +255,11 @@ void launch_ring(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cud
 // than one tile, a multiple of lcm(world, rings) where that leaves any (all_reduce_tiles.cu: then every
 // tile of a block's walk has the same owner and direction, and the ranks' steps form a pipeline).
 int ring_blocks(int64_t tiles, int world, int rings, int limit);
+// Tiles of a ring block's walk that share one wait and one signal: 1 unless `blocks` is a multiple of
+// lcm(world, rings) (then a walk's tiles are all on one chain; on other grids a batch could hold tiles
+// whose chains run opposite ways between two ranks, and each rank would wait for the other), else about
+// sqrt(2 k / (world - 1)) for walks of k tiles, at most kMaxRingBatch (all_reduce_tiles.cu says why).
+inline constexpr int kMaxRingBatch = 8;
+int ring_batch(int64_t tiles, int blocks, int world, int rings);
 
 }  // namespace iris::ccl::detail

@@ -13,8 +13,9 @@
 //             rounded once, by the owner, as in the other variants; the AG result travels as T.
 //             Bandwidth-optimal in elements (each rank sends about 2(W-1)/W of them; for 16-bit types
 //             the RS half at 4 bytes each, 1.5x NCCL's bytes, which accumulates in the type), pipelined
-//             over tiles (each block runs its tiles' RS steps, then their AG steps), slices and blocks;
-//             `all_reduce_num_rings` rings alternate direction.
+//             over tiles (each block runs its tiles' RS steps, then their AG steps, in batches of tiles
+//             that share one wait and one signal), slices and blocks; `all_reduce_num_rings` rings
+//             alternate direction.
 //
 // Tile t is owned by rank t % W. Every block walks tiles t = blockIdx.x, blockIdx.x + gridDim.x, ...
 // in the same order on every rank, so the ring's steps and atomic's wait for a zeroed accumulator only
@@ -331,6 +332,7 @@ struct RingTile {
   uint64_t* rs_flags;  // [slices]: the upstream rank's partial of the slice is here
   uint64_t* ag_flags;  // [slices]: the result of the slice is here
 
+  RingTile() = default;
   __device__ __forceinline__ RingTile(const TileArgs& a, int64_t t, int parity) {
     const DeviceContext& ctx = a.ctx;
     const int me = ctx.rank, world = ctx.world_size;
@@ -399,21 +401,61 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
   const auto ag_local = [&](int row, int col, int c_lo) {
     return io.local(row, c_lo) * static_cast<int64_t>(sizeof(A) / sizeof(T)) + (col - c_lo);
   };
+  // A batch: up to a.batch tiles of the block's walk, t0, t0 + G, ... (G = gridDim.x), all on one chain
+  // (ring_batch gives a.batch > 1 only when G is a multiple of lcm(W, rings)), so they share pos, apos and
+  // next. One wait for their flags, then every thread takes its share of all their packs at once, then
+  // one bar.sync and a release per flag: the flag latency and the fence are paid once per batch.
+  __shared__ RingTile<T> batch[kMaxRingBatch];
+  __shared__ int first[kMaxRingBatch + 1];  // of the batch's packs in the current slice: tile i's start at first[i]
+  const int64_t walk = (a.tiles - 1 - blockIdx.x) / gridDim.x + 1;  // ring_blocks: gridDim.x <= tiles
+  // Fills batch[] with the walk's tiles k0, k0 + 1, ... and returns their count.
+  const auto load_batch = [&](int64_t k0) {
+    const int n = static_cast<int>(min(static_cast<int64_t>(a.batch), walk - k0));
+    if (threadIdx.x < n) batch[threadIdx.x] = RingTile<T>(a, blockIdx.x + (k0 + threadIdx.x) * gridDim.x, parity);
+    __syncthreads();
+    return n;
+  };
+  // Thread 0 counts each tile's packs in columns [c_lo, c_lo + slice_n); the wait's bar.sync publishes them.
+  const auto count_packs = [&](int n, int c_lo) {
+    if (threadIdx.x == 0) {
+      first[0] = 0;
+      for (int i = 0; i < n; ++i) {
+        const int w = max(0, min(batch[i].tile.w, c_lo + slice_n) - c_lo);
+        first[i + 1] = first[i] + batch[i].tile.h * (w / P::kN);
+      }
+    }
+  };
+  const auto has_cols = [&](int i, int c_lo) { return c_lo < batch[i].tile.w; };
+  // Calls f(r, row, col) for each pack of the slice of the batch's tiles, every thread taking its share.
+  const auto for_batch_packs = [&](int n, int c_lo, auto&& f) {
+    for (int g = threadIdx.x; g < first[n]; g += blockDim.x) {
+      int i = 0;
+      while (g >= first[i + 1]) ++i;
+      const RingTile<T>& r = batch[i];
+      const int per_row = (min(r.tile.w, c_lo + slice_n) - c_lo) / P::kN;
+      const int j = g - first[i], row = j / per_row;
+      f(r, row, c_lo + (j - row * per_row) * P::kN);
+    }
+  };
   // Pass 1: reduce-scatter. The owner ends the chain: it rounds the sum into `out` and starts the AG.
-  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
-    const RingTile<T> r(a, t, parity);
-    const bool is_owner = r.pos == world - 1;
+  for (int64_t k0 = 0; k0 < walk; k0 += a.batch) {
+    const int n = load_batch(k0);
+    const int pos = batch[0].pos, next = batch[0].next;
+    const bool is_owner = pos == world - 1;
     for (int s = 0; s < a.slices; ++s) {
-      const int c_lo = s * slice_n, c_hi = min(r.tile.w, (s + 1) * slice_n);
-      if (c_lo >= c_hi) break;
-      if (r.pos > 0 && !block_wait_flag(ctx, r.rs_flags + s, epoch, "all_reduce(ring) reduce-scatter")) {
+      const int c_lo = s * slice_n;
+      count_packs(n, c_lo);
+      if (!block_wait_each(
+              ctx, pos > 0 ? n : 0,
+              [&](int i) -> const uint64_t* { return has_cols(i, c_lo) ? batch[i].rs_flags + s : nullptr; }, epoch,
+              "all_reduce(ring) reduce-scatter")) {
         end_call(a.state, epoch);
         return;
       }
-      for_tile_packs<P::kN>(r.tile, c_lo, c_hi, [&](int row, int col) {
+      for_batch_packs(n, c_lo, [&](const RingTile<T>& r, int row, int col) {
         const P v = load_pack<T, kVec>(io.in(r.tile, row, col));
         AccPack<A, P::kN> acc;
-        if (r.pos > 0) {
+        if (pos > 0) {
           acc = load_acc_pack<A, P::kN, kVec>(r.rs_slot + io.local(row, col));
 #pragma unroll
           for (int k = 0; k < P::kN; ++k) acc.v[k] = combine<kOp>(acc.v[k], E::to_acc(v.v[k]));
@@ -431,28 +473,47 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
           store_acc_pack<A, P::kN, kVec>(r.rs_next + io.local(row, col), acc);  // RS partial
         }
       });
-      block_signal(ctx, (is_owner ? r.ag_flags : r.rs_flags) + s, epoch, r.next);
+      block_signal_each(
+          ctx, n,
+          [&](int i) -> uint64_t* {
+            return has_cols(i, c_lo) ? (is_owner ? batch[i].ag_flags : batch[i].rs_flags) + s : nullptr;
+          },
+          [&](int) { return next; }, epoch);
     }
+    __syncthreads();  // batch[] and first[] are rewritten for the next batch
   }
-  // Pass 2: all-gather, on every rank but the owner of each tile.
-  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
-    const RingTile<T> r(a, t, parity);
-    if (r.apos == 0) continue;
-    const bool forward = r.apos < world - 1;
+  // Pass 2: all-gather, on every rank but the owner of each tile (a batch's tiles share their owner).
+  for (int64_t k0 = 0; k0 < walk; k0 += a.batch) {
+    const int n = load_batch(k0);
+    const int apos = batch[0].apos, next = batch[0].next;
+    if (apos == 0) {
+      __syncthreads();
+      continue;
+    }
+    const bool forward = apos < world - 1;
     for (int s = 0; s < a.slices; ++s) {
-      const int c_lo = s * slice_n, c_hi = min(r.tile.w, (s + 1) * slice_n);
-      if (c_lo >= c_hi) break;
-      if (!block_wait_flag(ctx, r.ag_flags + s, epoch, "all_reduce(ring) all-gather")) {
+      const int c_lo = s * slice_n;
+      count_packs(n, c_lo);
+      if (!block_wait_each(
+              ctx, n, [&](int i) -> const uint64_t* { return has_cols(i, c_lo) ? batch[i].ag_flags + s : nullptr; },
+              epoch, "all_reduce(ring) all-gather")) {
         end_call(a.state, epoch);
         return;
       }
-      for_tile_packs<P::kN>(r.tile, c_lo, c_hi, [&](int row, int col) {
+      for_batch_packs(n, c_lo, [&](const RingTile<T>& r, int row, int col) {
         const P v = load_pack<T, kVec>(r.ag_slot + ag_local(row, col, c_lo));
         store_pack<T, kVec>(io.out(r.tile, row, col), v);
         if (forward) store_pack<T, kVec>(r.ag_next + ag_local(row, col, c_lo), v);
       });
-      if (forward) block_signal(ctx, r.ag_flags + s, epoch, r.next);
+      if (forward) {
+        block_signal_each(
+            ctx, n, [&](int i) -> uint64_t* { return has_cols(i, c_lo) ? batch[i].ag_flags + s : nullptr; },
+            [&](int) { return next; }, epoch);
+      } else {
+        __syncthreads();  // first[] is rewritten for the next slice
+      }
     }
+    __syncthreads();
   }
   end_call(a.state, epoch, a.layout_key);
 }
@@ -492,13 +553,32 @@ void launch_spinlock(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cu
 // direction by t % rings), every tile of a walk has the same owner and direction, so each rank's steps run
 // one step behind its upstream's, W steps of pipeline fill for the whole walk. Dropping up to
 // lcm(W, rings) - 1 blocks costs less than those hops whenever the blocks walk more than one tile; a
-// single tile per block has no walk to chain, so then every block runs. The owners stay t % W, whatever the
-// grid, so ranks that launch different grids still agree on every tile (only the waits' order changes).
+// single tile per block has no walk to chain, so then every block runs. The owners stay t % W whatever the
+// grid; the grid itself comes from comm_sms or the device's SM count, and the ranks must launch the same one
+// (as before: a rank whose blocks walked other tiles could wait on a peer that waits on it, until the
+// timeout), which they do on GPUs of one model.
 int ring_blocks(int64_t tiles, int world, int rings, int limit) {
   const int64_t all = std::clamp<int64_t>(tiles, 1, limit);
   const int64_t period = std::lcm<int64_t>(std::max(world, 1), std::max(rings, 1));
   if (all >= tiles || all < period) return static_cast<int>(all);
   return static_cast<int>(all / period * period);
+}
+
+// A walk of k tiles in batches of b takes about k / b + 2(W - 1) batch steps (the two passes' pipeline
+// fill), each a flag latency L plus b tiles' transfer c: (k / b + 2(W - 1)) (L + b c), least at
+// b = sqrt(k L / (2 (W - 1) c)). Taking L as 4c (an estimate: a flag round trip and a system-scope fence
+// against one tile of 2048 elements, the default 32 x 64 blocks), b = sqrt(2 k / (W - 1)): 8 at 2 ranks
+// from 32 tiles a walk, 6 at 8 ranks and 128 tiles (a 64 MiB bfloat16 tensor on 8 H200s, 128 blocks), 1
+// below 14 tiles at 8 ranks. Measured 2026-12-03 with ranks sharing one H200 under MPS (not NVLink), a
+// 64 MiB bfloat16 ring all_reduce against one tile per wait: 406 us against 1.41 ms at 2 ranks (two_shot
+// 196 us), 4.21 ms against 16.3 ms at 8 ranks (two_shot 1.20 ms; 46.7 ms before ring_blocks).
+int ring_batch(int64_t tiles, int blocks, int world, int rings) {
+  const int64_t period = std::lcm<int64_t>(std::max(world, 1), std::max(rings, 1));
+  if (world <= 1 || blocks <= 0 || blocks % period != 0) return 1;
+  const int64_t walk = (tiles + blocks - 1) / blocks;
+  int64_t b = 1;
+  while (b < kMaxRingBatch && (b + 1) * (b + 1) * (world - 1) <= 2 * walk) ++b;
+  return static_cast<int>(b);
 }
 
 void launch_ring(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
