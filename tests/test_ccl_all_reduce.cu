@@ -223,8 +223,8 @@ TEST_P(AllReduce, RingMatchesFp64Reference) {
 // The ring with column slices and several rings: a tile's slices travel one after another, and an
 // all-gather slice shares its slot with reduce-scatter partials of later slices still in flight (for
 // 16-bit types the partials are float, so the two layouts differ; for int64 they are the same). Slices of 16, 32 and 64
-// columns, partial tiles on both edges (1000 x 333) and whole 16-byte packs (256 x 512), sum and max, each shape three
-// times on one workspace.
+// columns, partial tiles on both edges (1000 x 333, and 4000 x 333 once, in batches of tiles) and whole 16-byte packs
+// (256 x 512), sum and max, each shape three times on one workspace.
 TEST_P(AllReduce, RingSlicesAndRingsMatchFp64Reference) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
@@ -243,9 +243,13 @@ TEST_P(AllReduce, RingSlicesAndRingsMatchFp64Reference) {
             cfg.all_reduce_ring_slice_n = l.slice_n;
             cfg.all_reduce_num_rings = l.rings;
             Workspace ws;
+            // 4000 x 333 (first call only, and first: the workspace takes its size): walks long enough for
+            // batches of several tiles (ring_batch) at every world size, whose tiles of the last tile column
+            // have fewer slices than the others.
             for (int rep = 0; rep < 3; ++rep)
               for (const auto& [m, n] :
-                   {std::pair<int64_t, int64_t>{1000, 333}, std::pair<int64_t, int64_t>{256, 512}}) {
+                   rep == 0 ? std::vector<std::pair<int64_t, int64_t>>{{4000, 333}, {1000, 333}, {256, 512}}
+                            : std::vector<std::pair<int64_t, int64_t>>{{1000, 333}, {256, 512}}) {
                 const std::string what = std::string(test::short_name(dt)) + " " + std::to_string(m) + "x" +
                                          std::to_string(n) + " blocks " + std::to_string(l.bm) + "x" +
                                          std::to_string(l.bn) + " slice " + std::to_string(l.slice_n) + " rings " +

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <numeric>
 #include <vector>
 
 #include "ccl/all_reduce_kernels.hpp"
@@ -18,6 +17,7 @@ namespace {
 using detail::kMaxRingBatch;
 using detail::ring_batch;
 using detail::ring_blocks;
+using detail::ring_period;
 
 // The ring kernel's places of rank `me` on tile t's chains (RingTile): its step along the reduce-scatter
 // chain (W - 1 is the owner) and along the all-gather chain (0 is the owner), and the rank it waits on.
@@ -81,6 +81,17 @@ TEST(CclRing, BlocksAreAMultipleOfWorldAndRingsWhenBlocksWalkSeveralTiles) {
   EXPECT_EQ(ring_blocks(16384, 8, 3, 132), 120);  // lcm(8, 3) = 24
   EXPECT_EQ(ring_blocks(16384, 4, 2, 66), 64);    // lcm(4, 2) = 4
   EXPECT_EQ(ring_blocks(16384, 3, 2, 66), 66);    // lcm(3, 2) = 6
+  EXPECT_EQ(ring_blocks(16384, 2, 3, 131), 130);  // two ranks: both directions are one ring
+}
+
+TEST(CclRing, PeriodIsTheWorldAndTheDirectionsTurn) {
+  EXPECT_EQ(ring_period(1, 5), 1);
+  EXPECT_EQ(ring_period(2, 3), 2);  // (t % 3) % 2 turns, but at two ranks both ways are the same ring
+  EXPECT_EQ(ring_period(8, 1), 8);
+  EXPECT_EQ(ring_period(8, 2), 8);
+  EXPECT_EQ(ring_period(8, 3), 24);  // (t % 3) % 2: 0 1 0 0 1 0 ...
+  EXPECT_EQ(ring_period(3, 4), 6);   // (t % 4) % 2 = t % 2
+  EXPECT_EQ(ring_period(5, 4), 10);
 }
 
 TEST(CclRing, EveryBlockRunsWhenEachHasOneTileOrTooFewBlocksForAPeriod) {
@@ -102,7 +113,7 @@ TEST(CclRing, WaitChainsStayAPipelineOnTheGridRingBlocksGives) {
           const int blocks = ring_blocks(tiles, world, rings, limit);
           ASSERT_GE(blocks, 1);
           ASSERT_LE(blocks, limit);
-          if (blocks < std::lcm(world, rings) && tiles > blocks) continue;  // no period fits: any grid chains
+          if (blocks < ring_period(world, rings) && tiles > blocks) continue;  // no period fits: any grid chains
           // At most W - 1 hops for each pass's fill, plus the all-gather's wait on the reduce-scatter.
           EXPECT_LE(longest_wait_chain(tiles, world, rings, blocks), 2 * world)
               << "world " << world << " rings " << rings << " limit " << limit << " tiles " << tiles << " blocks "
@@ -140,8 +151,8 @@ TEST(CclRing, BatchesGrowWithTheWalkOnlyOnGridsOfWholePeriods) {
 
 // A batch waits for all its tiles' flags before it moves any of them, and signals none before it moved
 // them all. Two tiles of one batch on chains that pass between two ranks in opposite directions would
-// have each rank wait for the other: every batch of every walk must hold tiles of one owner and one
-// direction.
+// have each rank wait for the other: every batch of every walk must hold tiles of one chain (the same
+// places on it for every rank).
 TEST(CclRing, EveryBatchHoldsTilesOfOneChain) {
   for (int world : {2, 3, 4, 5, 6, 8}) {
     for (int rings : {1, 2, 3}) {
@@ -155,8 +166,12 @@ TEST(CclRing, EveryBatchHoldsTilesOfOneChain) {
             int64_t k = 0;
             for (int64_t t = b; t < tiles; t += blocks, ++k) {
               const int64_t first = b + (k - k % batch) * blocks;  // the batch's first tile
-              ASSERT_EQ(t % world, first % world) << world << " ranks, " << rings << " rings, tile " << t;
-              ASSERT_EQ((t % rings) % 2, (first % rings) % 2) << world << " ranks, " << rings << " rings, tile " << t;
+              for (int me = 0; me < world; ++me) {
+                const Place p = place(t, me, world, rings), q = place(first, me, world, rings);
+                ASSERT_TRUE(p.pos == q.pos && p.apos == q.apos && p.upstream == q.upstream)
+                    << world << " ranks, " << rings << " rings, " << blocks << " blocks, batch " << batch << ": tile "
+                    << t << " and " << first << " on rank " << me;
+              }
             }
           }
         }

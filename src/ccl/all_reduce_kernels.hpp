@@ -252,11 +252,13 @@ void launch_atomic(const TileArgs& args, DType dtype, ReduceOp op, int blocks, c
 void launch_spinlock(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 void launch_ring(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 // Blocks of a ring launch over `tiles` tiles: at most `limit`, and, when the blocks must each walk more
-// than one tile, a multiple of lcm(world, rings) where that leaves any (all_reduce_tiles.cu: then every
+// than one tile, a multiple of ring_period(world, rings) where that leaves any (all_reduce_tiles.cu: then every
 // tile of a block's walk has the same owner and direction, and the ranks' steps form a pipeline).
 int ring_blocks(int64_t tiles, int world, int rings, int limit);
+// Tiles after which a ring tile's owner and direction repeat: lcm(world, the direction's period).
+int ring_period(int world, int rings);
 // Tiles of a ring block's walk that share one wait and one signal: 1 unless `blocks` is a multiple of
-// lcm(world, rings) (then a walk's tiles are all on one chain; on other grids a batch could hold tiles
+// ring_period(world, rings) (then a walk's tiles are all on one chain; on other grids a batch could hold tiles
 // whose chains run opposite ways between two ranks, and each rank would wait for the other), else about
 // sqrt(2 k / (world - 1)) for walks of k tiles, at most kMaxRingBatch (all_reduce_tiles.cu says why).
 inline constexpr int kMaxRingBatch = 8;

@@ -402,15 +402,18 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
     return io.local(row, c_lo) * static_cast<int64_t>(sizeof(A) / sizeof(T)) + (col - c_lo);
   };
   // A batch: up to a.batch tiles of the block's walk, t0, t0 + G, ... (G = gridDim.x), all on one chain
-  // (ring_batch gives a.batch > 1 only when G is a multiple of lcm(W, rings)), so they share pos, apos and
+  // (ring_batch gives a.batch > 1 only when G is a multiple of ring_period), so they share pos, apos and
   // next. One wait for their flags, then every thread takes its share of all their packs at once, then
   // one bar.sync and a release per flag: the flag latency and the fence are paid once per batch.
   __shared__ RingTile<T> batch[kMaxRingBatch];
   __shared__ int first[kMaxRingBatch + 1];  // of the batch's packs in the current slice: tile i's start at first[i]
-  const int64_t walk = (a.tiles - 1 - blockIdx.x) / gridDim.x + 1;  // ring_blocks: gridDim.x <= tiles
+  // ring_blocks launches at most `tiles` blocks and ring_batch gives 1 .. kMaxRingBatch; the guards keep a
+  // wrong launch from walking past the tiles or past batch[].
+  const int64_t walk = blockIdx.x < a.tiles ? (a.tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int batch_max = min(max(a.batch, 1), kMaxRingBatch);
   // Fills batch[] with the walk's tiles k0, k0 + 1, ... and returns their count.
   const auto load_batch = [&](int64_t k0) {
-    const int n = static_cast<int>(min(static_cast<int64_t>(a.batch), walk - k0));
+    const int n = static_cast<int>(min(static_cast<int64_t>(batch_max), walk - k0));
     if (threadIdx.x < n) batch[threadIdx.x] = RingTile<T>(a, blockIdx.x + (k0 + threadIdx.x) * gridDim.x, parity);
     __syncthreads();
     return n;
@@ -438,7 +441,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
     }
   };
   // Pass 1: reduce-scatter. The owner ends the chain: it rounds the sum into `out` and starts the AG.
-  for (int64_t k0 = 0; k0 < walk; k0 += a.batch) {
+  for (int64_t k0 = 0; k0 < walk; k0 += batch_max) {
     const int n = load_batch(k0);
     const int pos = batch[0].pos, next = batch[0].next;
     const bool is_owner = pos == world - 1;
@@ -483,7 +486,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
     __syncthreads();  // batch[] and first[] are rewritten for the next batch
   }
   // Pass 2: all-gather, on every rank but the owner of each tile (a batch's tiles share their owner).
-  for (int64_t k0 = 0; k0 < walk; k0 += a.batch) {
+  for (int64_t k0 = 0; k0 < walk; k0 += batch_max) {
     const int n = load_batch(k0);
     const int apos = batch[0].apos, next = batch[0].next;
     if (apos == 0) {
@@ -549,17 +552,27 @@ void launch_spinlock(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cu
 // the upstream's step on tile k - 1, which waited for its own upstream's, ... about d more flag hops for
 // every tile of the walk instead of W for the whole walk. At 8 ranks with 14 blocks each (d = 6), a 64 MiB
 // bfloat16 ring all_reduce took 46 ms, 38 times two_shot's time (2026-12-03, 8 ranks sharing one H200
-// under MPS); 8 H200s of 132 SMs give d = 4. With G a multiple of W (and of `rings`, which turns the
-// direction by t % rings), every tile of a walk has the same owner and direction, so each rank's steps run
-// one step behind its upstream's, W steps of pipeline fill for the whole walk. Dropping up to
-// lcm(W, rings) - 1 blocks costs less than those hops whenever the blocks walk more than one tile; a
-// single tile per block has no walk to chain, so then every block runs. The owners stay t % W whatever the
+// under MPS); 8 H200s of 132 SMs give d = 4. With G a multiple of ring_period (W, and the period of the
+// direction, which turns by (t % rings) % 2), every tile of a walk has the same owner and direction, so
+// each rank's steps run one step behind its upstream's, W steps of pipeline fill for the whole walk.
+// Dropping up to ring_period - 1 blocks costs less than those hops whenever the blocks walk more than one
+// tile; a single tile per block has no walk to chain, so then every block runs. (Fewer blocks than a period,
+// e.g. 14 at 8 ranks with 3 rings, keep every block and the chaining.) The owners stay t % W whatever the
 // grid; the grid itself comes from comm_sms or the device's SM count, and the ranks must launch the same one
 // (as before: a rank whose blocks walked other tiles could wait on a peer that waits on it, until the
 // timeout), which they do on GPUs of one model.
+int ring_period(int world, int rings) {
+  world = std::max(world, 1);
+  rings = std::max(rings, 1);
+  // (t % rings) % 2 repeats every 2 tiles for an even count of rings, every `rings` for an odd one; with
+  // two ranks or fewer both directions are the same ring.
+  const int turn = world <= 2 ? 1 : rings % 2 == 0 ? 2 : rings;
+  return std::lcm(world, turn);
+}
+
 int ring_blocks(int64_t tiles, int world, int rings, int limit) {
   const int64_t all = std::clamp<int64_t>(tiles, 1, limit);
-  const int64_t period = std::lcm<int64_t>(std::max(world, 1), std::max(rings, 1));
+  const int64_t period = ring_period(world, rings);
   if (all >= tiles || all < period) return static_cast<int>(all);
   return static_cast<int>(all / period * period);
 }
@@ -573,7 +586,7 @@ int ring_blocks(int64_t tiles, int world, int rings, int limit) {
 // 64 MiB bfloat16 ring all_reduce against one tile per wait: 406 us against 1.41 ms at 2 ranks (two_shot
 // 196 us), 4.21 ms against 16.3 ms at 8 ranks (two_shot 1.20 ms; 46.7 ms before ring_blocks).
 int ring_batch(int64_t tiles, int blocks, int world, int rings) {
-  const int64_t period = std::lcm<int64_t>(std::max(world, 1), std::max(rings, 1));
+  const int64_t period = ring_period(world, rings);
   if (world <= 1 || blocks <= 0 || blocks % period != 0) return 1;
   const int64_t walk = (tiles + blocks - 1) / blocks;
   int64_t b = 1;
