@@ -32,6 +32,13 @@ Place place(int64_t t, int me, int world, int rings) {
           ((me - owner + world) % world) * (dir == 1 ? 1 : world - 1) % world, (me - dir + world) % world};
 }
 
+// The rank at step i of tile t's reduce-scatter chain (&Place::pos) or all-gather chain (&Place::apos).
+int rank_at(int64_t t, int Place::*step, int i, int world, int rings) {
+  int me = 0;
+  while (place(t, me, world, rings).*step != i) ++me;
+  return me;
+}
+
 // The most flag waits on one chain of waits, over the blocks of a ring all_reduce of `tiles` tiles on
 // `blocks` blocks: a step waits for the block's previous step on its rank and, unless it starts its
 // chain, for the same tile's step on its upstream rank (one hop). Pass 1 is every tile's reduce-scatter
@@ -49,8 +56,7 @@ int64_t longest_wait_chain(int64_t tiles, int world, int rings, int blocks) {
       const int64_t t = walk[k];
       // Ranks in chain order: the start first, then each one's downstream.
       for (int i = 0; i < world; ++i) {
-        int me = 0;
-        while (place(t, me, world, rings).pos != i) ++me;
+        const int me = rank_at(t, &Place::pos, i, world, rings);
         const Place p = place(t, me, world, rings);
         rs[me][k] = std::max(last[me], p.pos > 0 ? rs[p.upstream][k] + 1 : 0);
         last[me] = rs[me][k];
@@ -59,8 +65,7 @@ int64_t longest_wait_chain(int64_t tiles, int world, int rings, int blocks) {
     for (size_t k = 0; k < k_max; ++k) {
       const int64_t t = walk[k];
       for (int i = 1; i < world; ++i) {
-        int me = 0;
-        while (place(t, me, world, rings).apos != i) ++me;
+        const int me = rank_at(t, &Place::apos, i, world, rings);
         const Place p = place(t, me, world, rings);
         const int64_t up = i == 1 ? rs[p.upstream][k] : ag[p.upstream][k];
         ag[me][k] = std::max(last[me], up + 1);
