@@ -19,18 +19,8 @@ using detail::ring_batch;
 using detail::ring_blocks;
 using detail::ring_period;
 
-// The ring kernel's places of rank `me` on tile t's chains (RingTile): its step along the reduce-scatter
-// chain (W - 1 is the owner) and along the all-gather chain (0 is the owner), and the rank it waits on.
-struct Place {
-  int pos, apos, upstream;
-};
-Place place(int64_t t, int me, int world, int rings) {
-  const int dir = (t % rings) % 2 == 0 ? 1 : world - 1;
-  const int owner = static_cast<int>(t % world);
-  const int start = (owner + dir) % world;
-  return {((me - start + world) % world) * (dir == 1 ? 1 : world - 1) % world,
-          ((me - owner + world) % world) * (dir == 1 ? 1 : world - 1) % world, (me - dir + world) % world};
-}
+using Place = detail::RingPlace;
+Place place(int64_t t, int me, int world, int rings) { return detail::ring_place(t, me, world, rings); }
 
 // The rank at step i of tile t's reduce-scatter chain (&Place::pos) or all-gather chain (&Place::apos).
 int rank_at(int64_t t, int Place::*step, int i, int world, int rings) {

@@ -251,6 +251,21 @@ struct TileArgs {
 void launch_atomic(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 void launch_spinlock(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
 void launch_ring(const TileArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream);
+// Rank `me`'s places on ring tile t's two chains (the kernel's RingTile; the host tests model its waits
+// with it): tile t runs +1 round the ring, or -1 for an odd (t % rings), from the rank after its owner
+// t % W. pos: the step along the reduce-scatter chain (W - 1 is the owner); apos: along the all-gather
+// chain (0 is the owner); next: the rank it sends to; upstream: the rank it waits on.
+struct RingPlace {
+  int pos, apos, next, upstream;
+};
+__host__ __device__ inline RingPlace ring_place(int64_t t, int me, int world, int rings) {
+  const int dir = (t % rings) % 2 == 0 ? 1 : world - 1;  // +1 or -1 around the ring
+  const int owner = static_cast<int>(t % world);
+  const int start = (owner + dir) % world;
+  const int turn = dir == 1 ? 1 : world - 1;
+  return {((me - start + world) % world) * turn % world, ((me - owner + world) % world) * turn % world,
+          (me + dir) % world, (me - dir + world) % world};
+}
 // Blocks of a ring launch over `tiles` tiles: at most `limit`, and, when the blocks must each walk more
 // than one tile, a multiple of ring_period(world, rings) where that leaves any (all_reduce_tiles.cu: then every
 // tile of a block's walk has the same owner and direction, and the ranks' steps form a pipeline).

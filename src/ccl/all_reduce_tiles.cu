@@ -337,12 +337,10 @@ struct RingTile {
     const DeviceContext& ctx = a.ctx;
     const int me = ctx.rank, world = ctx.world_size;
     tile = tile_at(a, t);
-    const int dir = (t % a.rings) % 2 == 0 ? 1 : world - 1;  // +1 or -1 around the ring
-    next = (me + dir) % world;
-    const int owner = static_cast<int>(t % world);
-    const int start = (owner + dir) % world;
-    pos = ((me - start + world) % world) * (dir == 1 ? 1 : world - 1) % world;
-    apos = ((me - owner + world) % world) * (dir == 1 ? 1 : world - 1) % world;
+    const RingPlace place = ring_place(t, me, world, a.rings);
+    next = place.next;
+    pos = place.pos;
+    apos = place.apos;
     // One slot per tile and parity, sized for accumulators: RS partials travel as Acc (float for 16-bit
     // types, so the sum is rounded once, by the owner), the AG result as T in the same bytes, each row's
     // slice of it inside the bytes of the same row's slice of RS partials (ag_local). So an AG slice
