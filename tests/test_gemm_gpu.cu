@@ -346,6 +346,12 @@ TEST(GemmGpuGraph, CapturedAndReplayedGivesTheSameResult) {
   // a decode shape: the swapped 16-row tile, K split in four
   run_case(GemmCase{16, 2048, 4096, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, false, /*split_k=*/0},
            /*in_graph=*/true);
+  // The automatic split does not split on few SMs (ranks sharing a GPU under MPS): the same two shapes
+  // with explicit splits, so the captured partials and their sum run on every device.
+  run_case(GemmCase{128, 1024, 8192, kF16, kF16, false, true, GemmTile{}, 1.0f, 0, 0, false, /*split_k=*/4},
+           /*in_graph=*/true);
+  run_case(GemmCase{16, 2048, 4096, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, false, /*split_k=*/4},
+           /*in_graph=*/true);
 }
 
 // A decode-shaped GEMM on the device: 128 x 1024 x 8192, bfloat16, B stored N x K; random A and B
@@ -514,9 +520,11 @@ TEST(GemmGpuPdl, WaitsForTheKernelBeforeIt) {
   DeviceBuffer a(a_true.bytes), c_before(c.bytes);
   cudaStream_t stream;
   IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  for (int split : {1, 0}) {
+  // 0: the automatic split (none on few SMs); 4: a split on every device.
+  for (int split : {1, 0, 4}) {
     GemmArguments args = g.args(a.ptr);
     args.split_k = split;
+    if (split == 4) ASSERT_EQ(resolved_split_k(args), 4);
     const size_t ws_bytes = workspace_size(args);
     DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
     // Everything synchronized: the expected C.
