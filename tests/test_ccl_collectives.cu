@@ -758,7 +758,9 @@ TEST_P(Collective, WorkspaceTooSmallForStagingIsRejected) {
       const size_t need = op == Op::kBroadcast ? 4096 : round256(2 * world * 500 * 16);
       expect_too_small(ctx, op, 1, 1000,
                        "Staging buffer too small: have " + std::to_string(have) + " bytes but need " +
-                           std::to_string(need) + ". Pre-allocate workspace with the largest tensor you intend to use.");
+                           std::to_string(need) +
+                           ". Pre-allocate workspace with the largest tensor and block sizes you intend to use, or "
+                           "reserve it for all of your calls first (iris::ccl::reserve_workspace).");
     }
   }, big_heap(GetParam().world));
 }

@@ -4,9 +4,11 @@
 // bootstrap.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "iris/ccl/collectives.hpp"
 #include "iris/ccl/config.hpp"
@@ -69,8 +71,8 @@ TEST(CclCapacity, ExactMessages) {
   EXPECT_THROW(check_lock_capacity(16, 64), WorkspaceTooSmall);
   EXPECT_THROW(check_flag_capacity(16, 64), WorkspaceTooSmall);
   EXPECT_EQ(test::error_text<WorkspaceTooSmall>([&] { check_staging_capacity(256, 512); }),
-            "Staging buffer too small: have 256 bytes but need 512. Pre-allocate workspace with the largest tensor you "
-            "intend to use.");
+            "Staging buffer too small: have 256 bytes but need 512. Pre-allocate workspace with the largest tensor and "
+            "block sizes you intend to use, or reserve it for all of your calls first (iris::ccl::reserve_workspace).");
   EXPECT_EQ(test::error_text<WorkspaceTooSmall>([&] { check_block_state_capacity(2, 4); }),
             "Block state array too small: have 2 but need 4. It holds a word per rank: this workspace was prepared "
             "for fewer ranks; prepare a new one with this context.");
@@ -228,6 +230,128 @@ TEST(CclWorkspace, LargerArraysAreKeptWithoutReallocation) {
                         "workspace was prepared for fewer ranks; prepare a new one with this context."));
   ws.release(host);
   EXPECT_EQ(host.live, 0);
+}
+
+// One workspace for a set of calls: reserve_workspace gives it what each array's largest need is, and the
+// calls' preambles, in any order, then allocate nothing. At 3 ranks a 512 x 512 float32 spinlock
+// all_reduce needs 64 locks and 2 x 22 x 64 x 64 x 4 staging bytes with 64x64 blocks, 16 locks and
+// 2 x 6 x 128 x 128 x 4 with 128x128: neither call's preamble sizes the workspace for the other.
+TEST(CclWorkspace, ReservedForASetOfCallsEachPreambleFitsWithoutAllocating) {
+  Config small;
+  small.all_reduce_variant = AllReduceVariant::kSpinlock;
+  small.block_size_m = small.block_size_n = 64;
+  Config big = small;
+  big.block_size_m = big.block_size_n = 128;
+  const Tensor t = Tensor::matrix(nullptr, DType::kFloat32, 512, 512);
+  const WorkspaceNeeds a = all_reduce_needs(t, t, small, 3), b = all_reduce_needs(t, t, big, 3);
+  EXPECT_EQ(a.locks, 64u);
+  EXPECT_EQ(b.locks, 16u);
+  EXPECT_EQ(a.staging_bytes, 720896u);
+  EXPECT_EQ(b.staging_bytes, 786432u);
+  WorkspaceNeeds most = a;
+  most.include(b);
+  EXPECT_EQ(most.locks, 64u);
+  EXPECT_EQ(most.staging_bytes, 786432u);
+  EXPECT_EQ(most.flags, std::max(a.flags, b.flags));
+  EXPECT_EQ(most.block_state, std::max(a.block_state, b.block_state));
+  EXPECT_EQ(WorkspaceNeeds(b).include(a), most) << "in either order";
+  // Prepared by the small call alone, the big call's staging does not fit: the message says what to do.
+  {
+    FakeHost host;
+    Workspace ws;
+    auto sig = spinlock_sig(512, 512, 64, 64);
+    ws.prepare(host, sig, a);
+    sig.block_size_m = sig.block_size_n = 128;
+    EXPECT_EQ(test::error_text<WorkspaceTooSmall>([&] { ws.prepare(host, sig, b); }),
+              "Staging buffer too small: have 720896 bytes but need 786432. Pre-allocate workspace with the largest "
+              "tensor and block sizes you intend to use, or reserve it for all of your calls first "
+              "(iris::ccl::reserve_workspace).");
+    ws.release(host);
+  }
+  // Reserved for both: no preamble allocates, whichever comes first; the reservation alone is no preamble.
+  for (bool big_first : {false, true}) {
+    FakeHost host;
+    Workspace ws;
+    ws.reserve(host, most);
+    EXPECT_EQ(host.allocs, 4) << "locks, flags, staging, block state";
+    EXPECT_FALSE(ws.prepared()) << "a call without its preamble is refused";
+    EXPECT_EQ(ws.lock_capacity(), 64u);
+    EXPECT_EQ(ws.staging_capacity(), 786432u);
+    auto sig_small = spinlock_sig(512, 512, 64, 64), sig_big = spinlock_sig(512, 512, 128, 128);
+    for (int i = 0; i < 2; ++i) {
+      const bool use_big = (i == 0) == big_first;
+      ws.prepare(host, use_big ? sig_big : sig_small, use_big ? b : a);
+      EXPECT_TRUE(ws.matches(use_big ? sig_big : sig_small));
+    }
+    EXPECT_EQ(host.allocs, 4) << "the preambles allocated";
+    // Reserving again (or after a preamble) is refused: the arrays exist.
+    EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ws.reserve(host, most); }),
+              "reserve_workspace: this workspace already holds arrays (it was prepared or reserved); reserve a fresh "
+              "workspace, or release() this one first.");
+    ws.release(host);
+    EXPECT_EQ(host.live, 0);
+    ws.reserve(host, a);  // released: fresh again
+    EXPECT_EQ(ws.lock_capacity(), 64u);
+    ws.release(host);
+  }
+}
+
+// Ranks that reserve different needs, or one that reserves a workspace holding arrays, all raise together
+// (none allocates, none waits for the others).
+TEST(CclWorkspace, RanksThatReserveDifferentlyAllRaiseTogether) {
+  for (bool held : {false, true}) {
+    auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        FakeHost host(bootstraps[r]);
+        Workspace ws;
+        WorkspaceNeeds needs;
+        needs.locks = 64;
+        needs.staging_bytes = 4096;
+        if (held && r == 1) {
+          FakeHost own;  // rank 1's workspace already holds an array (prepared on a host of its own)
+          ws.prepare(own, spinlock_sig(512, 512, 64, 64), lock_needs(512, 512, 64, 64));
+          const int before = host.allocs;
+          try {
+            ws.reserve(host, needs);
+          } catch (const std::invalid_argument& e) {
+            errors[r] = e.what();
+          }
+          EXPECT_EQ(host.allocs, before);
+          ws.release(own);
+          return;
+        }
+        if (!held && r == 1) needs.staging_bytes = 8192;
+        try {
+          ws.reserve(host, needs);
+        } catch (const std::invalid_argument& e) {
+          errors[r] = e.what();
+        }
+        EXPECT_EQ(host.allocs, 0) << "nothing allocated on a disagreement";
+      });
+    for (auto& t : threads) t.join();
+    if (held) {
+      EXPECT_EQ(errors[1],
+                "reserve_workspace: this workspace already holds arrays (it was prepared or reserved); reserve a "
+                "fresh workspace, or release() this one first.");
+      EXPECT_EQ(errors[0],
+                "Collective parameters differ across ranks: rank 0 has reserve 64 locks, 0 flags, 4096 staging bytes, "
+                "0 block state words but rank 1 has reserve 64 locks, 0 flags, 4096 staging bytes, 0 block state "
+                "words on a workspace that holds arrays. Every rank must reserve the same workspace.");
+    } else {
+      EXPECT_EQ(errors[0],
+                "Collective parameters differ across ranks: rank 0 has reserve 64 locks, 0 flags, 4096 staging bytes, "
+                "0 block state words but rank 1 has reserve 64 locks, 0 flags, 8192 staging bytes, 0 block state "
+                "words. Every rank must reserve the same workspace.");
+      EXPECT_EQ(errors[1].rfind("Collective parameters differ across ranks: rank 1 has reserve 64 locks, 0 flags, "
+                                "8192 staging bytes",
+                                0),
+                0u)
+          << errors[1];
+    }
+  }
 }
 
 // A workspace prepared again for another op starts from zero flags and block state, but for the epoch,

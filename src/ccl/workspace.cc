@@ -1,8 +1,10 @@
 #include "iris/ccl/workspace.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
+#include "iris/ccl/collectives.hpp"
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "runtime/heap_allocator.hpp"
@@ -59,7 +61,9 @@ void check_flag_capacity(size_t have, size_t need) {
 void check_staging_capacity(size_t have, size_t need) {
   if (have < need)
     throw WorkspaceTooSmall(detail::str_cat("Staging buffer too small: have ", have, " bytes but need ", need,
-                                            ". Pre-allocate workspace with the largest tensor you intend to use."));
+                                            ". Pre-allocate workspace with the largest tensor and block sizes you "
+                                            "intend to use, or reserve it for all of your calls first "
+                                            "(iris::ccl::reserve_workspace)."));
 }
 void check_block_state_capacity(size_t have, size_t need) {
   if (have < need)
@@ -81,6 +85,19 @@ std::string OpSignature::describe() const {
       symmetric_output ? detail::str_cat(" C on the symmetric heap at offset ", output_offset) : std::string(),
       ll_max_bytes >= 0 ? detail::str_cat(" LL up to ", ll_max_bytes, " bytes per block (IRIS_LL_MAX_BYTES)")
                         : std::string());
+}
+
+WorkspaceNeeds& WorkspaceNeeds::include(const WorkspaceNeeds& other) {
+  locks = std::max(locks, other.locks);
+  flags = std::max(flags, other.flags);
+  staging_bytes = std::max(staging_bytes, other.staging_bytes);
+  block_state = std::max(block_state, other.block_state);
+  return *this;
+}
+
+std::string WorkspaceNeeds::describe() const {
+  return detail::str_cat(locks, " locks, ", flags, " flags, ", staging_bytes, " staging bytes, ", block_state,
+                         " block state words");
 }
 
 Workspace::Workspace(Workspace&& other) noexcept { *this = std::move(other); }
@@ -159,6 +176,15 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
     if (block_state_capacity_ > 1) host.zero(block_state_ + 1, (block_state_capacity_ - 1) * sizeof(uint64_t));
   }
   // 4. Allocate and zero what is missing (collective, same order on every rank).
+  allocate_missing(host, needs);
+  // 5. Peers may write into our arrays as soon as they launch: they must all be zeroed first.
+  host.allgather("");
+  signature_ = sig;
+  prepared_ = true;
+  timeouts_ = host.device_timeouts();
+}
+
+void Workspace::allocate_missing(WorkspaceHost& host, const WorkspaceNeeds& needs) {
   auto grow = [&](auto*& ptr, size_t& capacity, size_t need, size_t elem) {
     if (capacity > 0 || need == 0) return;
     void* p = host.alloc(need * elem);
@@ -169,22 +195,34 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   grow(locks_, lock_capacity_, needs.locks, sizeof(uint32_t));
   grow(flags_, flag_capacity_, needs.flags, sizeof(uint64_t));
   grow(block_state_, block_state_capacity_, needs.block_state, sizeof(uint64_t));
-  if (staging_capacity_ == 0 && needs.staging_bytes > 0) {
-    staging_ = host.alloc(needs.staging_bytes);
-    host.zero(staging_, needs.staging_bytes);
-    staging_capacity_ = needs.staging_bytes;
-  }
-  // 5. Peers may write into our arrays as soon as they launch: they must all be zeroed first.
-  host.allgather("");
-  signature_ = sig;
-  prepared_ = true;
-  timeouts_ = host.device_timeouts();
+  grow(staging_, staging_capacity_, needs.staging_bytes, 1);
+}
+
+void Workspace::reserve(WorkspaceHost& host, const WorkspaceNeeds& needs) {
+  // Deterministic from each rank's own state, but the states could differ: exchange first, so that a rank
+  // refusing its workspace and the ranks that see its different word all raise.
+  const bool holds_arrays =
+      prepared_ || lock_capacity_ > 0 || flag_capacity_ > 0 || staging_capacity_ > 0 || block_state_capacity_ > 0;
+  const std::string mine = "reserve " + needs.describe() + (holds_arrays ? " on a workspace that holds arrays" : "");
+  const auto all = host.allgather(mine);
+  IRIS_CHECK_ARG(!holds_arrays,
+                 "reserve_workspace: this workspace already holds arrays (it was prepared or "
+                 "reserved); reserve a fresh workspace, or release() this one first.");
+  for (int r = 0; r < static_cast<int>(all.size()); ++r)
+    IRIS_CHECK_ARG(all[r] == mine, "Collective parameters differ across ranks: rank ", host.rank(), " has ", mine,
+                   " but rank ", r, " has ", all[r], ". Every rank must reserve the same workspace.");
+  allocate_missing(host, needs);
 }
 
 void Workspace::release(WorkspaceHost& host) {
   for (void* p : {static_cast<void*>(locks_), static_cast<void*>(flags_), staging_, static_cast<void*>(block_state_)})
     if (p != nullptr) host.free(p);
   *this = Workspace();
+}
+
+void reserve_workspace(Context& ctx, Workspace& ws, const WorkspaceNeeds& needs) {
+  ContextWorkspaceHost host(ctx);
+  ws.reserve(host, needs);
 }
 
 int ContextWorkspaceHost::rank() const { return ctx_.rank(); }

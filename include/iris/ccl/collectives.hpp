@@ -94,4 +94,21 @@ WorkspaceNeeds reduce_scatter_needs(const Tensor& out, const Tensor& in, const C
 WorkspaceNeeds all_to_all_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size);
 WorkspaceNeeds broadcast_needs(const Tensor& out, const Tensor& in, int root, const Config& config, int world_size);
 
+// ---- one workspace for a set of calls ----
+// Collective: gives a workspace that holds no arrays yet the arrays every call of a set needs, so that
+// their preambles, in any order, allocate nothing and refuse nothing. A workspace otherwise sizes each
+// array by the first preamble that needs it, and no one call need size all of them: the tile variants
+// (atomic, spinlock, ring) take more locks and flags with smaller blocks, and more staging with larger
+// blocks wherever the tiles do not divide the tensor or its tiles do not divide among the ranks (at 3
+// ranks a 512 x 512 float32 tensor stages 22 tiles of 64 x 64 per rank, or 6 of 128 x 128: more bytes).
+//
+//   iris::ccl::WorkspaceNeeds most;
+//   for (const iris::ccl::Config& cfg : configs) most.include(iris::ccl::all_reduce_needs(t, t, cfg, world));
+//   iris::ccl::reserve_workspace(ctx, ws, most);
+//   for (const iris::ccl::Config& cfg : configs) iris::ccl::all_reduce_preamble(ctx, t, t, cfg, ws);
+//
+// Every rank must pass the same needs; a workspace that holds arrays is refused (Workspace::reserve).
+// The calls still need their own preambles.
+void reserve_workspace(Context& ctx, Workspace& ws, const WorkspaceNeeds& needs);
+
 }  // namespace iris::ccl

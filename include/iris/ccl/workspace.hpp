@@ -14,6 +14,11 @@
 //   Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend to use.
 // Every op checks capacity again right before launch, whether or not the preamble ran, so a
 // workspace prepared for large tiles can never be used to index past its arrays (the founding bug).
+//
+// Each array is sized by the first preamble that needs it. Smaller blocks need more locks and flags, larger
+// blocks (and larger tensors) more staging, so no single call may size a workspace for a set of calls:
+// reserve room for all of them first (iris::ccl::reserve_workspace in collectives.hpp,
+// WorkspaceNeeds::include), then each call's preamble keeps the arrays.
 #pragma once
 
 #include <cstddef>
@@ -79,6 +84,11 @@ struct WorkspaceNeeds {
   size_t flags = 0;
   size_t staging_bytes = 0;
   size_t block_state = 0;
+
+  // Grows each array to hold `other`'s need too: what a workspace that serves both calls needs.
+  WorkspaceNeeds& include(const WorkspaceNeeds& other);
+  bool operator==(const WorkspaceNeeds&) const = default;
+  std::string describe() const;
 };
 
 // Heap bytes a fresh workspace takes for `needs`: each array the preamble allocates (locks of 4 bytes,
@@ -139,6 +149,12 @@ class Workspace {
   // the workspace was last prepared, every rank waits for its device's kernels to end and zeroes
   // every array, epochs included: the calls start over in step on every rank.
   void prepare(WorkspaceHost& host, const OpSignature& sig, const WorkspaceNeeds& needs);
+  // Collective: allocates and zeroes arrays of `needs` in a workspace that holds none (never prepared or
+  // reserved, or released), for no call yet: the preambles that follow keep them and check each call's
+  // needs against them, as they would a preamble's arrays. The workspace stays unprepared, so a call
+  // without its preamble is refused. Every rank must pass the same needs, and a workspace that holds
+  // arrays is refused, on every rank together.
+  void reserve(WorkspaceHost& host, const WorkspaceNeeds& needs);
   // Throws the capacity errors when this workspace cannot serve `needs` (no communication).
   void check_capacity(const WorkspaceNeeds& needs) const;
   // Collective: frees every array.
@@ -159,6 +175,8 @@ class Workspace {
   uint64_t device_timeouts_at_prepare() const { return timeouts_; }
 
  private:
+  void allocate_missing(WorkspaceHost& host, const WorkspaceNeeds& needs);
+
   bool prepared_ = false;
   OpSignature signature_{};
   uint32_t* locks_ = nullptr;
