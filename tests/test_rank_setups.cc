@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "support/ranks.hpp"
+#include "support/scoped_env.hpp"
 
 namespace iris::test {
 namespace {
@@ -40,6 +42,35 @@ TEST(RankSetups, ThreadsNeverShareAGpu) {
 
 TEST(RankSetups, NoGpuIsNoGpuWhateverTheSharing) {
   EXPECT_EQ(skip_reason(kProcesses2, 0, 4), "needs 2 CUDA GPU(s), 0 visible");
+}
+
+std::vector<int> worlds_of(const std::vector<RankSetup>& setups) {
+  std::vector<int> worlds;  // each world twice: threads, then processes
+  for (size_t i = 0; i < setups.size(); ++i) {
+    EXPECT_EQ(setups[i].mode, i % 2 == 0 ? Mode::kThreads : Mode::kProcesses) << i;
+    if (i % 2 == 0)
+      worlds.push_back(setups[i].world);
+    else
+      EXPECT_EQ(setups[i].world, worlds.back()) << i;
+  }
+  return worlds;
+}
+
+// Every suite runs worlds 1, 2, 4 and 8 up to IRIS_TEST_MAX_RANKS, threads then processes; the suites
+// that take any world add 3.
+TEST(RankSetups, WorldsUpToTheMaximum) {
+  {
+    ScopedEnv max("IRIS_TEST_MAX_RANKS", "8");
+    EXPECT_EQ(worlds_of(all_rank_setups()), (std::vector<int>{1, 2, 4, 8}));
+    EXPECT_EQ(worlds_of(any_world_rank_setups()), (std::vector<int>{1, 2, 3, 4, 8}));
+  }
+  {
+    ScopedEnv max("IRIS_TEST_MAX_RANKS", "3");
+    EXPECT_EQ(worlds_of(all_rank_setups()), (std::vector<int>{1, 2}));
+    EXPECT_EQ(worlds_of(any_world_rank_setups()), (std::vector<int>{1, 2, 3}));
+  }
+  ScopedEnv unset("IRIS_TEST_MAX_RANKS", nullptr);  // the default: 2
+  EXPECT_EQ(worlds_of(any_world_rank_setups()), (std::vector<int>{1, 2}));
 }
 
 }  // namespace

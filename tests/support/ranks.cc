@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -76,14 +77,20 @@ bool is_rank_child() {
   return v != nullptr && std::string(v) == "1";
 }
 
-std::vector<RankSetup> all_rank_setups() {
-  int max_ranks = env_int("IRIS_TEST_MAX_RANKS", 2);
+namespace {
+std::vector<RankSetup> setups_of(std::initializer_list<int> worlds) {
+  const int max_ranks = env_int("IRIS_TEST_MAX_RANKS", 2);
   std::vector<RankSetup> setups;
-  for (int world : {1, 2, 4, 8})
+  for (int world : worlds)
     if (world <= max_ranks)
       for (Mode mode : {Mode::kThreads, Mode::kProcesses}) setups.push_back({mode, world});
   return setups;
 }
+}  // namespace
+
+std::vector<RankSetup> all_rank_setups() { return setups_of({1, 2, 4, 8}); }
+
+std::vector<RankSetup> any_world_rank_setups() { return setups_of({1, 2, 3, 4, 8}); }
 
 std::string rank_setup_name(const ::testing::TestParamInfo<RankSetup>& info) {
   return std::string(info.param.mode == Mode::kThreads ? "threads_" : "processes_") + std::to_string(info.param.world);

@@ -43,6 +43,10 @@ struct RankSetup {
 
 // {threads, processes} x {1, 2} ranks, plus 4 and 8 when IRIS_TEST_MAX_RANKS allows (default 2).
 std::vector<RankSetup> all_rank_setups();
+// The same and 3 ranks, for suites whose cases take any world size (none divides a size by W): an odd
+// world is where a ring's two directions differ and W does not divide a power-of-two grid (the ring's
+// schedule chained tile to tile at 3 ranks, found by iris-bench's check, 2026-12-03).
+std::vector<RankSetup> any_world_rank_setups();
 std::string rank_setup_name(const ::testing::TestParamInfo<RankSetup>& info);
 
 // Runs body on setup.world ranks as setup.mode says. Options are forwarded to every Context.
