@@ -868,6 +868,80 @@ TEST_P(AllReduce, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
   }, big_heap(GetParam().world));
 }
 
+// A config that differs on one rank where the ranks' kernels would read each other's flags and staging in
+// another layout: tile t's rectangle (swizzle_size), two_shot's chunk owners (all_reduce_distribution), the
+// ring's directions, slices and grid. Every rank raises from the preamble (before 2026-12-04 the signature
+// held none of them: in a tensor of more tile rows than the smaller swizzle, tile t would have named other
+// rectangles on the culprit, whose data the owner summed without a word), names the field, and prepares
+// nothing.
+TEST_P(AllReduce, ConfigThatDiffersOnOneRankMakesEveryRankRaise) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        auto in = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
+        const bool culprit = ctx.rank() == ctx.world_size() - 1;
+        struct Case {
+          AllReduceVariant variant;
+          const char* culprits;  // what the message says of the culprit's call
+          void (*differ)(Config&);
+        };
+        const Case cases[] = {
+            {AllReduceVariant::kSpinlock, "swizzle_size 2", [](Config& c) { c.swizzle_size = 2; }},
+            {AllReduceVariant::kAtomic, "swizzle_size 8", [](Config& c) { c.swizzle_size = 8; }},
+            {AllReduceVariant::kTwoShot, "all_reduce_distribution 1", [](Config& c) { c.all_reduce_distribution = 1; }},
+            {AllReduceVariant::kRing, "all_reduce_num_rings 2", [](Config& c) { c.all_reduce_num_rings = 2; }},
+            {AllReduceVariant::kRing, "ring slices of 32 columns", [](Config& c) { c.all_reduce_ring_slice_n = 32; }},
+            {AllReduceVariant::kRing, "grid 2 blocks", [](Config& c) { c.comm_sms = 2; }},
+        };
+        for (const Case& c : cases) {
+          Config cfg;
+          cfg.all_reduce_variant = c.variant;
+          if (culprit) c.differ(cfg);
+          Workspace ws;
+          const std::string what = test::error_text<std::invalid_argument>(
+              [&] { ccl::all_reduce_preamble(ctx, in.view, in.view, cfg, ws); });
+          EXPECT_EQ(what.rfind("Collective parameters differ across ranks", 0), 0u) << c.culprits << ": " << what;
+          EXPECT_NE(what.find(c.culprits), std::string::npos) << what;
+          EXPECT_FALSE(ws.prepared());
+          ctx.barrier();
+        }
+        in.release();
+      },
+      big_heap(GetParam().world));
+}
+
+// Peers reach the workspace's arrays at this rank's offsets of them: a rank that allocated a buffer the
+// others did not would place them elsewhere. The preamble compares the heap's alloc/free sequences once the
+// call's parameters agree, and every rank raises before allocating (before 2026-12-04 only barrier()
+// compared them, and a preamble before any barrier placed the arrays at other offsets on that rank).
+TEST_P(AllReduce, RankAllocatingOutOfStepMakesThePreambleRaiseEverywhere) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        auto in = TestTensor::make(ctx, DType::kFloat32, 16, 128, 128, true);
+        void* extra = ctx.rank() == 1 ? ctx.alloc(512) : nullptr;  // rank 1 goes out of step
+        Workspace ws;
+        const uint64_t before = ctx.allocation_count();
+        const std::string what = test::error_text<std::invalid_argument>(
+            [&] { ccl::all_reduce_preamble(ctx, in.view, in.view, Config{}, ws); });
+        EXPECT_EQ(
+            what.rfind("Heap allocation sequence differs across ranks before this preamble: rank 0 made 1 (hash ", 0),
+            0u)
+            << what;
+        EXPECT_NE(what.find("rank 1 made 2 (hash "), std::string::npos) << what;
+        EXPECT_FALSE(ws.prepared());
+        EXPECT_EQ(ctx.allocation_count(), before) << "the preamble allocated";
+        // The ranks stay out of step (a programming error to fix); each frees what it allocated.
+        if (extra) ctx.free(extra);
+        in.release();
+      },
+      big_heap(GetParam().world));
+}
+
 // A device timeout on one rank leaves the workspace out of step between ranks: here rank 0 calls all_reduce
 // alone (its peers never join), so its kernel gives up after the 300 ms device timeout with its epoch one
 // ahead of theirs. all_reduce then refuses the workspace on rank 0 with an exact message (before 2026-12-03

@@ -587,7 +587,7 @@ void back_to_back(Context& ctx, const char* name, int calls, bool delays, __nv_b
 }
 
 // Two skews: (a) small calls, one rank in turn held back before its call; (b) large calls where every
-// odd rank runs each call on one block (comm_sms is not part of the signature) while the others use
+// odd rank runs each call on one block (comm_sms is not in these calls' signatures) while the others use
 // every SM, so a fast rank finishes call e and pushes call e + 1 while a slow one still reads call e's
 // staging chunk by chunk. Without the staging parities (or broadcast's wait for the peers' previous
 // call) the slow ranks read the next call's data. The grids that differ between ranks also check that

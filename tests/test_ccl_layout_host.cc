@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ccl/ccl_host.hpp"
 #include "ccl/collective_kernels.hpp"
 #include "iris/ccl/workspace.hpp"
 #include "support/error_text.hpp"
@@ -162,6 +163,55 @@ TEST(CclLayout, ExchangeSignaturesCarryTheirLLBound) {
   // One rank exchanges nothing: no bound, nothing in the description.
   EXPECT_EQ(plan(OpKind::kAllGather, 1).sig.ll_max_bytes, -1);
   EXPECT_EQ(plan(OpKind::kAllGather, 1).sig.describe(), "all_gather 4x8 bfloat16 world 1 blocks 32x64");
+}
+
+// all_reduce's signature carries the config's choices that the ranks' kernels share beyond the shape, each
+// only where the variant depends on it, so that ranks passing other ones raise from the preamble: the tile
+// variants' swizzle (which rectangle tile t is), two_shot's distribution (who owns a chunk), the ring's
+// rings, slice columns and grid. one_shot depends on none (its LL lines and segments are the same for any
+// grid), so those may differ there.
+TEST(CclLayout, AllReduceSignaturesCarryTheConfigChoicesThePeersShare) {
+  const detail::PlanScope h200{0, 2, 132, true};
+  const Tensor t{nullptr, DType::kFloat32, 64, 1000, 1000};
+  auto sig = [&](AllReduceVariant v, auto&& edit) {
+    Config c;
+    c.all_reduce_variant = v;
+    edit(c);
+    return detail::all_reduce_signature(h200, t, t, c);
+  };
+  const auto same = [](Config&) {};
+  EXPECT_EQ(sig(AllReduceVariant::kSpinlock, same).describe(),
+            "all_reduce 64x1000 float32 world 2 variant spinlock blocks 32x64 op sum swizzle_size 4");
+  EXPECT_EQ(sig(AllReduceVariant::kTwoShot, same).describe(),
+            "all_reduce 64x1000 float32 world 2 variant two_shot blocks 32x64 op sum all_reduce_distribution 0");
+  // 2 x 16 tiles of 32 x 64: the ring launches one block per tile.
+  EXPECT_EQ(sig(AllReduceVariant::kRing, same).describe(),
+            "all_reduce 64x1000 float32 world 2 variant ring blocks 32x64 op sum swizzle_size 4 all_reduce_num_rings 1 "
+            "ring slices of 64 columns grid 32 blocks (comm_sms, or the device's SMs)");
+  for (AllReduceVariant v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kRing})
+    EXPECT_NE(sig(v, same), sig(v, [](Config& c) { c.swizzle_size = 8; })) << variant_name(v);
+  EXPECT_NE(sig(AllReduceVariant::kTwoShot, same),
+            sig(AllReduceVariant::kTwoShot, [](Config& c) { c.all_reduce_distribution = 1; }));
+  EXPECT_NE(sig(AllReduceVariant::kRing, same),
+            sig(AllReduceVariant::kRing, [](Config& c) { c.all_reduce_num_rings = 2; }));
+  EXPECT_NE(sig(AllReduceVariant::kRing, same),
+            sig(AllReduceVariant::kRing, [](Config& c) { c.all_reduce_ring_slice_n = 32; }));
+  EXPECT_NE(sig(AllReduceVariant::kRing, same), sig(AllReduceVariant::kRing, [](Config& c) { c.comm_sms = 2; }));
+  // Where the layout does not depend on a field, ranks may differ in it.
+  const auto launch_only = [](Config& c) {
+    c.comm_sms = 7;
+    c.swizzle_size = 8;
+    c.all_reduce_distribution = 1;
+    c.all_reduce_num_rings = 2;
+  };
+  EXPECT_EQ(sig(AllReduceVariant::kOneShot, same), sig(AllReduceVariant::kOneShot, launch_only));
+  EXPECT_EQ(sig(AllReduceVariant::kSpinlock, same), sig(AllReduceVariant::kSpinlock, [](Config& c) {
+              c.comm_sms = 7;  // atomic and spinlock: arrivals by tile and source, whatever the grid
+            }));
+  EXPECT_EQ(sig(AllReduceVariant::kTwoShot, same), sig(AllReduceVariant::kTwoShot, [](Config& c) {
+              c.comm_sms = 7;  // chunks are planned for a fixed block count, whatever the grid
+              c.swizzle_size = 8;
+            }));
 }
 
 TEST(CclLayout, LLVec8NeedsContiguousEightByteAlignedBlocks) {

@@ -167,6 +167,14 @@ TEST(CclWorkspace, MatchesComparesEveryFieldIncludingBlockSizes) {
   other = sig;
   other.reduce_op = ReduceOp::kAvg;
   EXPECT_FALSE(ws.matches(other)) << "the reduce op alone differs";
+  // The config's choices that the ranks' kernels share (OpSignature says which calls carry them).
+  for (int field = 0; field < 6; ++field) {
+    other = sig;
+    int* value[] = {&other.swizzle, &other.distribution, &other.rings,
+                    &other.slice_n, &other.grid,         &other.min_band_tiles};
+    *value[field] += 1;
+    EXPECT_FALSE(ws.matches(other)) << "field " << field << " alone differs";
+  }
   ws.release(host);
   EXPECT_EQ(host.live, 0);
 }
@@ -296,64 +304,6 @@ TEST(CclWorkspace, ReservedForASetOfCallsEachPreambleFitsWithoutAllocating) {
   }
 }
 
-// Ranks that reserve different needs, or one that reserves a workspace holding arrays, all raise together
-// (none allocates, none waits for the others).
-TEST(CclWorkspace, RanksThatReserveDifferentlyAllRaiseTogether) {
-  for (bool held : {false, true}) {
-    auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
-    std::vector<std::string> errors(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r)
-      threads.emplace_back([&, r] {
-        FakeHost host(bootstraps[r]);
-        Workspace ws;
-        WorkspaceNeeds needs;
-        needs.locks = 64;
-        needs.staging_bytes = 4096;
-        if (held && r == 1) {
-          FakeHost own;  // rank 1's workspace already holds an array (prepared on a host of its own)
-          ws.prepare(own, spinlock_sig(512, 512, 64, 64), lock_needs(512, 512, 64, 64));
-          const int before = host.allocs;
-          try {
-            ws.reserve(host, needs);
-          } catch (const std::invalid_argument& e) {
-            errors[r] = e.what();
-          }
-          EXPECT_EQ(host.allocs, before);
-          ws.release(own);
-          return;
-        }
-        if (!held && r == 1) needs.staging_bytes = 8192;
-        try {
-          ws.reserve(host, needs);
-        } catch (const std::invalid_argument& e) {
-          errors[r] = e.what();
-        }
-        EXPECT_EQ(host.allocs, 0) << "nothing allocated on a disagreement";
-      });
-    for (auto& t : threads) t.join();
-    if (held) {
-      EXPECT_EQ(errors[1],
-                "reserve_workspace: this workspace already holds arrays (it was prepared or reserved); reserve a "
-                "fresh workspace, or release() this one first.");
-      EXPECT_EQ(errors[0],
-                "Collective parameters differ across ranks: rank 0 has reserve 64 locks, 0 flags, 4096 staging bytes, "
-                "0 block state words but rank 1 has reserve 64 locks, 0 flags, 4096 staging bytes, 0 block state "
-                "words on a workspace that holds arrays. Every rank must reserve the same workspace.");
-    } else {
-      EXPECT_EQ(errors[0],
-                "Collective parameters differ across ranks: rank 0 has reserve 64 locks, 0 flags, 4096 staging bytes, "
-                "0 block state words but rank 1 has reserve 64 locks, 0 flags, 8192 staging bytes, 0 block state "
-                "words. Every rank must reserve the same workspace.");
-      EXPECT_EQ(errors[1].rfind("Collective parameters differ across ranks: rank 1 has reserve 64 locks, 0 flags, "
-                                "8192 staging bytes",
-                                0),
-                0u)
-          << errors[1];
-    }
-  }
-}
-
 // A workspace prepared again for another op starts from zero flags and block state, but for the epoch,
 // which keeps running (the old op's LL lines then carry other epochs' tags); prepared again for the same
 // op (another shape or variant) it keeps them: that op's kernels order their own layouts (layout_fence).
@@ -395,10 +345,10 @@ TEST(CclWorkspace, PreparedForAnotherOpItsFlagsAndStateStartFromZeroButTheEpoch)
   ws.release(host);
 }
 
-// Two ranks (threads on fake hosts) that disagree prepare a workspace with sig_of(rank) and `needs`;
+// Two ranks (threads on fake hosts) that disagree each run call(host, ws, rank) on a fresh workspace;
 // returns what each raised ("" if nothing) and checks that neither allocated anything.
-template <typename SigOf>
-std::vector<std::string> prepare_on_two_ranks(SigOf sig_of, const WorkspaceNeeds& needs) {
+template <typename Call>
+std::vector<std::string> raise_on_two_ranks(Call call) {
   auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
@@ -407,7 +357,7 @@ std::vector<std::string> prepare_on_two_ranks(SigOf sig_of, const WorkspaceNeeds
       FakeHost host(bootstraps[r]);
       Workspace ws;
       try {
-        ws.prepare(host, sig_of(r), needs);
+        call(host, ws, r);
       } catch (const std::invalid_argument& e) {
         errors[r] = e.what();
       }
@@ -415,6 +365,73 @@ std::vector<std::string> prepare_on_two_ranks(SigOf sig_of, const WorkspaceNeeds
     });
   for (auto& t : threads) t.join();
   return errors;
+}
+
+// The same for prepare with sig_of(rank) and `needs`.
+template <typename SigOf>
+std::vector<std::string> prepare_on_two_ranks(SigOf sig_of, const WorkspaceNeeds& needs) {
+  return raise_on_two_ranks([&](FakeHost& host, Workspace& ws, int r) { ws.prepare(host, sig_of(r), needs); });
+}
+
+// Peers reach a workspace's arrays at this rank's offsets of them: ranks whose heap alloc/free calls so
+// far differ (one allocated a buffer the others did not) would place the arrays at other offsets, and a
+// peer's writes would land in whatever lies at its offset. The preamble and the reservation compare the
+// sequences once the parameters agree, and every rank raises, allocating nothing.
+TEST(CclWorkspace, RanksWhoseHeapSequencesDifferAllRaiseBeforeAllocating) {
+  for (bool reserve : {false, true}) {
+    const auto errors = raise_on_two_ranks([&](FakeHost& host, Workspace& ws, int r) {
+      host.heap_calls = r == 0 ? 4 : 5;
+      host.heap_hash = r == 0 ? 17 : 23;
+      auto sig = spinlock_sig(512, 512, 64, 64);
+      sig.world_size = 2;
+      if (reserve)
+        ws.reserve(host, lock_needs(512, 512, 64, 64));
+      else
+        ws.prepare(host, sig, lock_needs(512, 512, 64, 64));
+    });
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(errors[r],
+                "Heap allocation sequence differs across ranks before this preamble: rank 0 made 4 (hash 17), rank 1 "
+                "made 5 (hash 23) alloc/free calls. Every rank must allocate and free the same sizes in the same "
+                "order, or the workspace's arrays would lie at other offsets on other ranks.")
+          << (reserve ? "reserve" : "prepare") << " on rank " << r;
+  }
+}
+
+// Ranks that reserve different needs, or one that reserves a workspace holding arrays, all raise together
+// (none allocates, none waits for the others).
+TEST(CclWorkspace, RanksThatReserveDifferentlyAllRaiseTogether) {
+  WorkspaceNeeds needs;
+  needs.locks = 64;
+  needs.staging_bytes = 4096;
+  const std::string reserve = "reserve 64 locks, 0 flags, 4096 staging bytes, 0 block state words";
+  // Rank 1 asks for more staging.
+  auto errors = raise_on_two_ranks([&](FakeHost& host, Workspace& ws, int r) {
+    WorkspaceNeeds mine = needs;
+    if (r == 1) mine.staging_bytes = 8192;
+    ws.reserve(host, mine);
+  });
+  EXPECT_EQ(errors[0], "Collective parameters differ across ranks: rank 0 has " + reserve +
+                           " but rank 1 has reserve 64 locks, 0 flags, 8192 staging bytes, 0 block state words. "
+                           "Every rank must reserve the same workspace.");
+  EXPECT_EQ(errors[1].rfind("Collective parameters differ across ranks: rank 1 has reserve 64 locks, 0 flags, 8192", 0),
+            0u)
+      << errors[1];
+  // Rank 1's workspace already holds an array (prepared on a host of its own).
+  errors = raise_on_two_ranks([&](FakeHost& host, Workspace& ws, int r) {
+    if (r == 0) return ws.reserve(host, needs);
+    FakeHost own;
+    Workspace prepared;
+    prepared.prepare(own, spinlock_sig(512, 512, 64, 64), lock_needs(512, 512, 64, 64));
+    const std::string why = test::error_text<std::invalid_argument>([&] { prepared.reserve(host, needs); });
+    prepared.release(own);
+    throw std::invalid_argument(why);
+  });
+  EXPECT_EQ(errors[1],
+            "reserve_workspace: this workspace already holds arrays (it was prepared or reserved); reserve a fresh "
+            "workspace, or release() this one first.");
+  EXPECT_EQ(errors[0], "Collective parameters differ across ranks: rank 0 has " + reserve + " but rank 1 has " +
+                           reserve + " on a workspace that holds arrays. Every rank must reserve the same workspace.");
 }
 
 // A device timeout leaves a workspace's flags, epochs and staging out of step between ranks (the kernels

@@ -512,7 +512,9 @@ TEST(OpsFusedPlan, SignatureAndSmSplit) {
   EXPECT_EQ(p.sig.variant, AllReduceVariant::kOneShot);
   EXPECT_EQ(p.sig.block_size_m, 128);
   EXPECT_EQ(p.sig.block_size_n, 128);
-  EXPECT_EQ(p.sig.describe(), "matmul_all_reduce 512x256 k 128 float32 world 2 variant one_shot blocks 128x128");
+  EXPECT_EQ(p.sig.min_band_tiles, 66) << "FusedConfig::min_band_tiles 0: half the device's SMs";
+  EXPECT_EQ(p.sig.describe(),
+            "matmul_all_reduce 512x256 k 128 float32 world 2 variant one_shot blocks 128x128 min_band_tiles 66");
   // Copy engines move the data by default: the GEMM keeps every SM.
   EXPECT_EQ(p.comm_sms, 16);
   EXPECT_EQ(p.gemm_sms, 132);
@@ -1033,12 +1035,34 @@ TEST(OpsFusedWorkspace, RanksThatDisagreeOnKAllRaiseTogether) {
   });
   EXPECT_EQ(errors[0],
             "Collective parameters differ across ranks: rank 0 has all_gather_matmul 512x512 k 128 bfloat16 world 2 "
-            "blocks 128x128 but rank 1 has all_gather_matmul 512x512 k 64 bfloat16 world 2 blocks 128x128. Every rank "
-            "must call with the same shapes and config.");
+            "blocks 128x128 min_band_tiles 66 but rank 1 has all_gather_matmul 512x512 k 64 bfloat16 world 2 blocks "
+            "128x128 min_band_tiles 66. Every rank must call with the same shapes and config.");
   EXPECT_EQ(errors[1],
             "Collective parameters differ across ranks: rank 1 has all_gather_matmul 512x512 k 64 bfloat16 world 2 "
-            "blocks 128x128 but rank 0 has all_gather_matmul 512x512 k 128 bfloat16 world 2 blocks 128x128. Every rank "
-            "must call with the same shapes and config.");
+            "blocks 128x128 min_band_tiles 66 but rank 0 has all_gather_matmul 512x512 k 128 bfloat16 world 2 blocks "
+            "128x128 min_band_tiles 66. Every rank must call with the same shapes and config.");
+  EXPECT_EQ(allocs[0], 0) << "nothing allocated on a disagreement";
+  EXPECT_EQ(allocs[1], 0);
+}
+
+// The fusion threshold decides whether a call runs the band pipeline or the GEMM then the collective, and
+// into how many bands: ranks whose thresholds differ (FusedConfig::min_band_tiles, or the device's SMs it
+// resolves from) would take different paths over one workspace and wait for each other into the timeout.
+// They disagree in the preamble instead, all of them, naming the field.
+TEST(OpsFusedWorkspace, RanksThatDisagreeOnTheFusionThresholdAllRaiseTogether) {
+  const auto [errors, allocs] = prepare_on_two_ranks([](int r) {
+    FusedConfig c = blocks(128, 128);
+    c.min_band_tiles = r == 0 ? 1 : 0;  // rank 1: the default, 132 / 2
+    return plan_matmul_reduce_scatter(operands(512, 512, 128, 256), c, 2, kSms);
+  });
+  EXPECT_EQ(errors[0],
+            "Collective parameters differ across ranks: rank 0 has matmul_reduce_scatter 512x512 k 128 bfloat16 world "
+            "2 blocks 128x128 min_band_tiles 1 but rank 1 has matmul_reduce_scatter 512x512 k 128 bfloat16 world 2 "
+            "blocks 128x128 min_band_tiles 66. Every rank must call with the same shapes and config.");
+  EXPECT_NE(errors[1].find("rank 1 has matmul_reduce_scatter 512x512 k 128 bfloat16 world 2 blocks 128x128 "
+                           "min_band_tiles 66 but rank 0 has"),
+            std::string::npos)
+      << errors[1];
   EXPECT_EQ(allocs[0], 0) << "nothing allocated on a disagreement";
   EXPECT_EQ(allocs[1], 0);
 }
@@ -1055,11 +1079,11 @@ TEST(OpsFusedWorkspace, RanksWithCAtDifferentHeapOffsetsAllRaiseTogether) {
   });
   EXPECT_EQ(errors[0],
             "Collective parameters differ across ranks: rank 0 has matmul_all_gather 256x512 k 128 bfloat16 world 2 "
-            "blocks 128x128 C on the symmetric heap at offset 4096 but rank 1 has matmul_all_gather 256x512 k 128 "
-            "bfloat16 world 2 blocks 128x128 C on the symmetric heap at offset 1048576. Every rank must call with the "
-            "same shapes and config.");
+            "blocks 128x128 C on the symmetric heap at offset 4096 min_band_tiles 66 but rank 1 has matmul_all_gather "
+            "256x512 k 128 bfloat16 world 2 blocks 128x128 C on the symmetric heap at offset 1048576 min_band_tiles "
+            "66. Every rank must call with the same shapes and config.");
   EXPECT_NE(errors[1].find("rank 1 has matmul_all_gather 256x512 k 128 bfloat16 world 2 blocks 128x128 C on the "
-                           "symmetric heap at offset 1048576 but rank 0 has"),
+                           "symmetric heap at offset 1048576 min_band_tiles 66 but rank 0 has"),
             std::string::npos)
       << errors[1];
   EXPECT_EQ(allocs[0], 0) << "nothing allocated on a disagreement";

@@ -120,6 +120,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
     }
     case AllReduceVariant::kTwoShot: {
       p.chunks = detail::plan_chunks(in.numel(), in.dtype, world, config.all_reduce_distribution, kPlanBlocks);
+      p.sig.distribution = config.all_reduce_distribution;
       const size_t rs = align256(p.chunks.per_rank * world * p.chunks.chunk * esz);
       const size_t ag = align256(p.chunks.per_rank * p.chunks.chunk * esz);
       p.needs.staging_bytes = rs + ag;
@@ -149,9 +150,13 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
                                 align256(p.tiles_per_rank * tile_elems * esz);
         if (p.variant == AllReduceVariant::kSpinlock) p.needs.locks = static_cast<size_t>(p.tiles);
       }
+      p.sig.swizzle = config.swizzle_size;
       if (p.variant == AllReduceVariant::kRing) {
         p.blocks = detail::ring_blocks(p.tiles, world, config.all_reduce_num_rings, limit);
         p.batch = detail::ring_batch(p.tiles, p.blocks, world, config.all_reduce_num_rings);
+        p.sig.rings = config.all_reduce_num_rings;
+        p.sig.slice_n = config.ring_slice_n();
+        p.sig.grid = p.blocks;
       } else {
         p.blocks = static_cast<int>(std::clamp<int64_t>(p.tiles, 1, limit));
       }
@@ -209,6 +214,11 @@ OneShotProtocol resolve_one_shot_protocol(const Config& config, size_t bytes) {
 void all_reduce_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                          ReduceOp op) {
   detail::prepare_everywhere(ctx, ws, [&] { return make_plan(detail::PlanScope::of(ctx), out, in, config, op); });
+}
+
+OpSignature detail::all_reduce_signature(const detail::PlanScope& s, const Tensor& out, const Tensor& in,
+                                         const Config& config, ReduceOp op) {
+  return make_plan(s, out, in, config, op).sig;
 }
 
 WorkspaceNeeds all_reduce_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size,

@@ -31,6 +31,11 @@ struct PlanScope {
   static PlanScope sizing(const char* op, int world_size);
 };
 
+// What all_reduce's preamble compares across ranks for this call, as the scope's device would plan it
+// (host tests; the preamble takes it from its plan).
+OpSignature all_reduce_signature(const PlanScope& s, const Tensor& out, const Tensor& in, const Config& config,
+                                 ReduceOp op = ReduceOp::kSum);
+
 // Epoch words in block_state (ccl_common.cuh: state[0] last completed epoch, state[1] finished blocks).
 inline constexpr int kCollectiveEpochWords = 2;
 

@@ -84,7 +84,13 @@ std::string OpSignature::describe() const {
                                                                : std::string(),
       symmetric_output ? detail::str_cat(" C on the symmetric heap at offset ", output_offset) : std::string(),
       ll_max_bytes >= 0 ? detail::str_cat(" LL up to ", ll_max_bytes, " bytes per block (IRIS_LL_MAX_BYTES)")
-                        : std::string());
+                        : std::string(),
+      swizzle > 0 ? detail::str_cat(" swizzle_size ", swizzle) : std::string(),
+      distribution >= 0 ? detail::str_cat(" all_reduce_distribution ", distribution) : std::string(),
+      rings > 0 ? detail::str_cat(" all_reduce_num_rings ", rings) : std::string(),
+      slice_n > 0 ? detail::str_cat(" ring slices of ", slice_n, " columns") : std::string(),
+      grid > 0 ? detail::str_cat(" grid ", grid, " blocks (comm_sms, or the device's SMs)") : std::string(),
+      min_band_tiles > 0 ? detail::str_cat(" min_band_tiles ", min_band_tiles) : std::string());
 }
 
 WorkspaceNeeds& WorkspaceNeeds::include(const WorkspaceNeeds& other) {
@@ -127,25 +133,54 @@ void Workspace::check_capacity(const WorkspaceNeeds& needs) const {
   check_block_state_capacity(block_state_capacity_, needs.block_state);
 }
 
+namespace {
+// Appended to what prepare and reserve exchange: this rank's heap alloc/free calls so far and their hash.
+constexpr char kHeapMark = '\x1f';
+std::string heap_sequence(const WorkspaceHost& host) {
+  return detail::str_cat(kHeapMark, host.allocation_count(), " (hash ", host.allocation_hash(), ")");
+}
+// Splits a rank's exchanged word at kHeapMark: the part every rank compares as given, then the heap's.
+std::pair<std::string_view, std::string_view> split_heap(std::string_view word) {
+  const size_t at = word.rfind(kHeapMark);
+  if (at == std::string_view::npos) return {word, {}};
+  return {word.substr(0, at), word.substr(at + 1)};
+}
+// After the call's parameters agree: every rank must have made the same heap allocations so far.
+void check_heap_sequences(const WorkspaceHost& host, const std::vector<std::string>& all) {
+  const std::string_view mine = split_heap(all[host.rank()]).second;
+  bool same = true;
+  std::string ranks;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const std::string_view theirs = split_heap(all[r]).second;
+    same = same && theirs == mine;
+    ranks += detail::str_cat(r == 0 ? "" : ", ", "rank ", r, " made ", theirs);
+  }
+  IRIS_CHECK_ARG(same, "Heap allocation sequence differs across ranks before this preamble: ", ranks,
+                 " alloc/free calls. Every rank must allocate and free the same sizes in the same order, or the "
+                 "workspace's arrays would lie at other offsets on other ranks.");
+}
+}  // namespace
+
 void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const WorkspaceNeeds& needs) {
-  // 1. Every rank must be preparing the same call; compare before touching the heap so that a
-  //    disagreement raises on every rank and no rank's allocation sequence diverges.
-  //    Each rank also says whether it raised a device error (a timeout or a misuse) since this workspace
-  //    was last prepared.
+  // 1. Every rank must be preparing the same call, from the same heap allocations; compare before
+  //    touching the heap so that a disagreement raises on every rank and no rank's allocation sequence
+  //    diverges. Each rank also says whether it raised a device error (a timeout or a misuse) since this
+  //    workspace was last prepared.
   static constexpr std::string_view kStale = "\x1e timed out since";
   const std::string mine = sig.describe();
   const bool stale = prepared_ && host.device_timeouts() != timeouts_;
-  auto all = host.allgather(stale ? mine + std::string(kStale) : mine);
+  auto all = host.allgather(mine + heap_sequence(host) + (stale ? std::string(kStale) : std::string()));
   bool any_stale = false;
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    std::string_view theirs = all[r];
-    if (theirs.ends_with(kStale)) {
-      theirs.remove_suffix(kStale.size());
+    if (all[r].ends_with(kStale)) {
+      all[r].resize(all[r].size() - kStale.size());
       any_stale = true;
     }
+    const std::string_view theirs = split_heap(all[r]).first;
     IRIS_CHECK_ARG(theirs == mine, "Collective parameters differ across ranks: rank ", host.rank(), " has ", mine,
                    " but rank ", r, " has ", theirs, ". Every rank must call with the same shapes and config.");
   }
+  check_heap_sequences(host, all);
   // 2. Capacity: deterministic from the arguments, so every rank decides the same way.
   if (lock_capacity_ > 0) check_lock_capacity(lock_capacity_, needs.locks);
   if (flag_capacity_ > 0) check_flag_capacity(flag_capacity_, needs.flags);
@@ -204,13 +239,16 @@ void Workspace::reserve(WorkspaceHost& host, const WorkspaceNeeds& needs) {
   const bool holds_arrays =
       prepared_ || lock_capacity_ > 0 || flag_capacity_ > 0 || staging_capacity_ > 0 || block_state_capacity_ > 0;
   const std::string mine = "reserve " + needs.describe() + (holds_arrays ? " on a workspace that holds arrays" : "");
-  const auto all = host.allgather(mine);
+  const auto all = host.allgather(mine + heap_sequence(host));
   IRIS_CHECK_ARG(!holds_arrays,
                  "reserve_workspace: this workspace already holds arrays (it was prepared or "
                  "reserved); reserve a fresh workspace, or release() this one first.");
-  for (int r = 0; r < static_cast<int>(all.size()); ++r)
-    IRIS_CHECK_ARG(all[r] == mine, "Collective parameters differ across ranks: rank ", host.rank(), " has ", mine,
-                   " but rank ", r, " has ", all[r], ". Every rank must reserve the same workspace.");
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const std::string_view theirs = split_heap(all[r]).first;
+    IRIS_CHECK_ARG(theirs == mine, "Collective parameters differ across ranks: rank ", host.rank(), " has ", mine,
+                   " but rank ", r, " has ", theirs, ". Every rank must reserve the same workspace.");
+  }
+  check_heap_sequences(host, all);
   allocate_missing(host, needs);
 }
 
@@ -226,6 +264,8 @@ void reserve_workspace(Context& ctx, Workspace& ws, const WorkspaceNeeds& needs)
 }
 
 int ContextWorkspaceHost::rank() const { return ctx_.rank(); }
+uint64_t ContextWorkspaceHost::allocation_count() const { return ctx_.allocation_count(); }
+uint64_t ContextWorkspaceHost::allocation_hash() const { return ctx_.allocation_hash(); }
 int ContextWorkspaceHost::world_size() const { return ctx_.world_size(); }
 void* ContextWorkspaceHost::alloc(size_t bytes) { return ctx_.alloc(bytes); }
 void ContextWorkspaceHost::free(void* ptr) { ctx_.free(ptr); }

@@ -138,6 +138,7 @@ FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& con
   p.sig.depth = mm.a.cols;
   p.needs.block_state = ccl::detail::block_state_words(world_size);  // the epoch is state[0]
   p.min_band_tiles = resolve_min_band_tiles(config, device_sms);
+  p.sig.min_band_tiles = p.min_band_tiles;
   return p;
 }
 

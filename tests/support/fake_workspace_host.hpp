@@ -39,11 +39,16 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
   }
   uint64_t device_timeouts() const override { return timeouts; }
   void synchronize_device() override { ++device_syncs; }
+  uint64_t allocation_count() const override { return heap_calls; }
+  uint64_t allocation_hash() const override { return heap_hash; }
 
   int allocs = 0;
   int live = 0;
   uint64_t timeouts = 0;  // as Context::device_timeouts(): set by a test to stand for a raised TimeoutError
   int device_syncs = 0;
+  // As Context::allocation_count() / allocation_hash(): set by a test to stand for a rank's heap calls.
+  uint64_t heap_calls = 0;
+  uint64_t heap_hash = 0;
 
  private:
   std::shared_ptr<Bootstrap> bs_;

@@ -67,6 +67,11 @@ class WorkspaceHost {
   // kernel on this rank's device has ended; a host without a device has neither.
   virtual uint64_t device_timeouts() const { return 0; }
   virtual void synchronize_device() {}
+  // This rank's heap alloc/free calls so far and their running hash (Context::allocation_count() and
+  // allocation_hash()): the preamble compares them across ranks before it allocates, since peers reach
+  // the workspace's arrays at this rank's offsets of them. A host without a heap of its own: 0, 0.
+  virtual uint64_t allocation_count() const { return 0; }
+  virtual uint64_t allocation_hash() const { return 0; }
 };
 
 // Number of tiles of a rows x cols tensor in block_m x block_n tiles: ceil(M/bm) * ceil(N/bn).
@@ -123,6 +128,20 @@ struct OpSignature {
   // here would take different protocols over one staging and misread each other's words, so it is
   // compared like the shapes.
   int64_t ll_max_bytes = -1;
+  // Choices of the config, or of the device, that the ranks' kernels must share beyond the shape (0, or
+  // -1 for distribution, where the call has none). Ranks that differ here would read each other's flags
+  // and staging in other layouts: the same tile index naming other rectangles (swizzle) or another
+  // owner (distribution) silently, or waits that chain into the timeout (the ring's rings, slices and
+  // grid; a fused op's bands). all_reduce's tile variants: swizzle_size, which orders tile t's
+  // rectangle; two_shot: all_reduce_distribution; ring: all_reduce_num_rings, the columns of a slice
+  // (ring_slice_n) and the grid (comm_sms, or the device's SMs); fused ops: the fusion threshold
+  // (FusedConfig::min_band_tiles as resolved for the device), which decides unfused or banded and the bands.
+  int swizzle = 0;
+  int distribution = -1;
+  int rings = 0;
+  int slice_n = 0;
+  int grid = 0;
+  int min_band_tiles = 0;
 
   bool operator==(const OpSignature&) const = default;
   std::string describe() const;
@@ -138,16 +157,19 @@ class Workspace {
   // Arrays stay allocated until release() (collective) or the Context goes away with its heap.
   ~Workspace() = default;
 
-  // True when prepared for exactly this operation, shape, dtype, world size, variant and block sizes.
+  // True when prepared for exactly this operation, shape, dtype, world size, variant and block sizes (and
+  // the config's choices the signature carries).
   bool matches(const OpSignature& sig) const { return prepared_ && sig == signature_; }
   bool prepared() const { return prepared_; }
   const OpSignature& signature() const { return signature_; }
 
   // Collective: makes sure every array holds at least `needs` (allocating and zeroing the missing
   // ones, keeping larger ones, throwing for smaller ones), after checking that every rank passed the
-  // same signature. On any error every rank throws. When any rank has raised a device timeout since
-  // the workspace was last prepared, every rank waits for its device's kernels to end and zeroes
-  // every array, epochs included: the calls start over in step on every rank.
+  // same signature and has made the same heap allocations so far (else the arrays would lie at other
+  // offsets on other ranks, and peers would write into whatever lies at theirs). On any error every
+  // rank throws. When any rank has raised a device timeout since the workspace was last prepared,
+  // every rank waits for its device's kernels to end and zeroes every array, epochs included: the
+  // calls start over in step on every rank.
   void prepare(WorkspaceHost& host, const OpSignature& sig, const WorkspaceNeeds& needs);
   // Collective: allocates and zeroes arrays of `needs` in a workspace that holds none (never prepared or
   // reserved, or released), for no call yet: the preambles that follow keep them and check each call's
@@ -203,6 +225,8 @@ class ContextWorkspaceHost final : public WorkspaceHost {
   std::vector<std::string> allgather(std::string_view mine) override;
   uint64_t device_timeouts() const override;
   void synchronize_device() override;
+  uint64_t allocation_count() const override;
+  uint64_t allocation_hash() const override;
 
  private:
   Context& ctx_;
