@@ -1029,20 +1029,27 @@ TwoRanks prepare_on_two_ranks(PlanOf plan_of) {
   return out;
 }
 
-TEST(OpsFusedWorkspace, RanksThatDisagreeOnKAllRaiseTogether) {
-  const auto [errors, allocs] = prepare_on_two_ranks([](int r) {
-    return plan_all_gather_matmul(operands(256, 512, r == 0 ? 128 : 64, 512), blocks(128, 128), 2, kSms);
-  });
+// Two ranks whose plans (plan_of(rank)) have the signatures described by sig0 and sig1: each raises naming
+// both, and neither allocates anything.
+template <typename PlanOf>
+void expect_every_rank_raises(PlanOf plan_of, const std::string& sig0, const std::string& sig1) {
+  const auto [errors, allocs] = prepare_on_two_ranks(plan_of);
+  const std::string tail = ". Every rank must call with the same shapes and config.";
   EXPECT_EQ(errors[0],
-            "Collective parameters differ across ranks: rank 0 has all_gather_matmul 512x512 k 128 bfloat16 world 2 "
-            "blocks 128x128 min_band_tiles 66 but rank 1 has all_gather_matmul 512x512 k 64 bfloat16 world 2 blocks "
-            "128x128 min_band_tiles 66. Every rank must call with the same shapes and config.");
+            "Collective parameters differ across ranks: rank 0 has " + sig0 + " but rank 1 has " + sig1 + tail);
   EXPECT_EQ(errors[1],
-            "Collective parameters differ across ranks: rank 1 has all_gather_matmul 512x512 k 64 bfloat16 world 2 "
-            "blocks 128x128 min_band_tiles 66 but rank 0 has all_gather_matmul 512x512 k 128 bfloat16 world 2 blocks "
-            "128x128 min_band_tiles 66. Every rank must call with the same shapes and config.");
+            "Collective parameters differ across ranks: rank 1 has " + sig1 + " but rank 0 has " + sig0 + tail);
   EXPECT_EQ(allocs[0], 0) << "nothing allocated on a disagreement";
   EXPECT_EQ(allocs[1], 0);
+}
+
+TEST(OpsFusedWorkspace, RanksThatDisagreeOnKAllRaiseTogether) {
+  expect_every_rank_raises(
+      [](int r) {
+        return plan_all_gather_matmul(operands(256, 512, r == 0 ? 128 : 64, 512), blocks(128, 128), 2, kSms);
+      },
+      "all_gather_matmul 512x512 k 128 bfloat16 world 2 blocks 128x128 min_band_tiles 66",
+      "all_gather_matmul 512x512 k 64 bfloat16 world 2 blocks 128x128 min_band_tiles 66");
 }
 
 // The fusion threshold decides whether a call runs the band pipeline or the GEMM then the collective, and
@@ -1050,44 +1057,31 @@ TEST(OpsFusedWorkspace, RanksThatDisagreeOnKAllRaiseTogether) {
 // resolves from) would take different paths over one workspace and wait for each other into the timeout.
 // They disagree in the preamble instead, all of them, naming the field.
 TEST(OpsFusedWorkspace, RanksThatDisagreeOnTheFusionThresholdAllRaiseTogether) {
-  const auto [errors, allocs] = prepare_on_two_ranks([](int r) {
-    FusedConfig c = blocks(128, 128);
-    c.min_band_tiles = r == 0 ? 1 : 0;  // rank 1: the default, 132 / 2
-    return plan_matmul_reduce_scatter(operands(512, 512, 128, 256), c, 2, kSms);
-  });
-  EXPECT_EQ(errors[0],
-            "Collective parameters differ across ranks: rank 0 has matmul_reduce_scatter 512x512 k 128 bfloat16 world "
-            "2 blocks 128x128 min_band_tiles 1 but rank 1 has matmul_reduce_scatter 512x512 k 128 bfloat16 world 2 "
-            "blocks 128x128 min_band_tiles 66. Every rank must call with the same shapes and config.");
-  EXPECT_NE(errors[1].find("rank 1 has matmul_reduce_scatter 512x512 k 128 bfloat16 world 2 blocks 128x128 "
-                           "min_band_tiles 66 but rank 0 has"),
-            std::string::npos)
-      << errors[1];
-  EXPECT_EQ(allocs[0], 0) << "nothing allocated on a disagreement";
-  EXPECT_EQ(allocs[1], 0);
+  expect_every_rank_raises(
+      [](int r) {
+        FusedConfig c = blocks(128, 128);
+        c.min_band_tiles = r == 0 ? 1 : 0;  // rank 1: the default, 132 / 2
+        return plan_matmul_reduce_scatter(operands(512, 512, 128, 256), c, 2, kSms);
+      },
+      "matmul_reduce_scatter 512x512 k 128 bfloat16 world 2 blocks 128x128 min_band_tiles 1",
+      "matmul_reduce_scatter 512x512 k 128 bfloat16 world 2 blocks 128x128 min_band_tiles 66");
 }
 
 // Peers write matmul_all_gather's (and two_shot's) rows straight into a symmetric C at the heap offset of
 // their own C: ranks whose C lies at different offsets disagree in the preamble, all of them, before
 // anything is allocated, instead of writing into whatever lies at the other offset.
 TEST(OpsFusedWorkspace, RanksWithCAtDifferentHeapOffsetsAllRaiseTogether) {
-  const auto [errors, allocs] = prepare_on_two_ranks([](int r) {
-    auto p = plan_matmul_all_gather(operands(128, 512, 128, 256), blocks(128, 128), 2, kSms);
-    p.sig.symmetric_output = true;  // as context_plan finds a contiguous C on the heap
-    p.sig.output_offset = r == 0 ? 4096 : 1 << 20;
-    return p;
-  });
-  EXPECT_EQ(errors[0],
-            "Collective parameters differ across ranks: rank 0 has matmul_all_gather 256x512 k 128 bfloat16 world 2 "
-            "blocks 128x128 C on the symmetric heap at offset 4096 min_band_tiles 66 but rank 1 has matmul_all_gather "
-            "256x512 k 128 bfloat16 world 2 blocks 128x128 C on the symmetric heap at offset 1048576 min_band_tiles "
-            "66. Every rank must call with the same shapes and config.");
-  EXPECT_NE(errors[1].find("rank 1 has matmul_all_gather 256x512 k 128 bfloat16 world 2 blocks 128x128 C on the "
-                           "symmetric heap at offset 1048576 min_band_tiles 66 but rank 0 has"),
-            std::string::npos)
-      << errors[1];
-  EXPECT_EQ(allocs[0], 0) << "nothing allocated on a disagreement";
-  EXPECT_EQ(allocs[1], 0);
+  expect_every_rank_raises(
+      [](int r) {
+        auto p = plan_matmul_all_gather(operands(128, 512, 128, 256), blocks(128, 128), 2, kSms);
+        p.sig.symmetric_output = true;  // as context_plan finds a contiguous C on the heap
+        p.sig.output_offset = r == 0 ? 4096 : 1 << 20;
+        return p;
+      },
+      "matmul_all_gather 256x512 k 128 bfloat16 world 2 blocks 128x128 C on the symmetric heap at offset 4096 "
+      "min_band_tiles 66",
+      "matmul_all_gather 256x512 k 128 bfloat16 world 2 blocks 128x128 C on the symmetric heap at offset 1048576 "
+      "min_band_tiles 66");
 }
 
 }  // namespace
