@@ -398,6 +398,32 @@ TEST(CclWorkspace, RanksWhoseHeapSequencesDifferAllRaiseBeforeAllocating) {
   }
 }
 
+// release() frees only once no kernel of any rank can reach the arrays: each rank waits for its device,
+// then for the others. A rank whose device failed still takes part (its peers do not wait for it), frees,
+// and raises the device's error.
+TEST(CclWorkspace, ReleaseWaitsForEveryRanksDeviceBeforeFreeing) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeHost host(bootstraps[r]);
+      Workspace ws;
+      auto sig = spinlock_sig(512, 512, 64, 64);
+      sig.world_size = 2;
+      ws.prepare(host, sig, lock_needs(512, 512, 64, 64));
+      EXPECT_EQ(host.device_syncs, 0);
+      host.device_failed = r == 1;
+      if (r == 1)
+        EXPECT_EQ(test::error_text<std::runtime_error>([&] { ws.release(host); }), "fake device: a sticky CUDA error");
+      else
+        ws.release(host);
+      EXPECT_EQ(host.device_syncs, 1) << "rank " << r;
+      EXPECT_EQ(host.live, 0) << "rank " << r << ": freed";
+      EXPECT_FALSE(ws.prepared());
+    });
+  for (auto& t : threads) t.join();
+}
+
 // Ranks that reserve different needs, or one that reserves a workspace holding arrays, all raise together
 // (none allocates, none waits for the others).
 TEST(CclWorkspace, RanksThatReserveDifferentlyAllRaiseTogether) {

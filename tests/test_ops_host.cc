@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1027,6 +1028,41 @@ TwoRanks prepare_on_two_ranks(PlanOf plan_of) {
     });
   for (auto& t : threads) t.join();
   return out;
+}
+
+// release() frees the fused arrays and the nested collective's only once no kernel of any rank can reach
+// them (each release waits for its rank's device, then for every rank). A rank whose device failed goes
+// through both releases, so its peer does not wait for it, frees everything and raises the device's error.
+TEST(OpsFusedWorkspace, ReleaseOnARankWhoseDeviceFailedStillFreesEverythingWithItsPeer) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  std::string errors[2];
+  int live[2] = {-1, -1}, syncs[2] = {0, 0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeWorkspaceHost host(bootstraps[r]);
+      FusedWorkspace ws;
+      const FusedPlan p = plan_matmul_reduce_scatter(operands(256, 512, 128, 128), blocks(128, 128), 2, kSms);
+      ws.prepare(host, p.sig, p.needs);
+      ws.collective().prepare(host, p.sig, p.needs);
+      host.device_failed = r == 1;
+      try {
+        ws.release(host);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+      live[r] = host.live;
+      syncs[r] = host.device_syncs;
+      EXPECT_FALSE(ws.prepared()) << "rank " << r;
+      EXPECT_FALSE(ws.collective().prepared()) << "rank " << r;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "fake device: a sticky CUDA error");
+  EXPECT_EQ(live[0], 0);
+  EXPECT_EQ(live[1], 0);
+  EXPECT_EQ(syncs[0], 2) << "one wait per release";
+  EXPECT_EQ(syncs[1], 2);
 }
 
 // Two ranks whose plans (plan_of(rank)) have the signatures described by sig0 and sig1: each raises naming

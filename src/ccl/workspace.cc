@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <utility>
 
 #include "iris/ccl/collectives.hpp"
@@ -253,9 +254,23 @@ void Workspace::reserve(WorkspaceHost& host, const WorkspaceNeeds& needs) {
 }
 
 void Workspace::release(WorkspaceHost& host) {
+  // A kernel of this rank or another may still reach these arrays: one that had not yet given up when a
+  // peer's timed out, or calls on a stream nobody has synchronized. A freed array may become the next
+  // allocation (a reservation's or a preamble's, zeroed for its first call), which a late write would
+  // corrupt: every rank waits for its device's kernels, then for every other rank, before any frees.
+  // A rank whose device failed (a sticky CUDA error) still takes part in the exchange, so that its peers
+  // do not wait for it, and raises the error after freeing.
+  std::exception_ptr failed;
+  try {
+    host.synchronize_device();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  host.allgather("");
   for (void* p : {static_cast<void*>(locks_), static_cast<void*>(flags_), staging_, static_cast<void*>(block_state_)})
     if (p != nullptr) host.free(p);
   *this = Workspace();
+  if (failed) std::rethrow_exception(failed);
 }
 
 void reserve_workspace(Context& ctx, Workspace& ws, const WorkspaceNeeds& needs) {

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -957,10 +958,8 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
   try {
     prepare();
   } catch (const WorkspaceTooSmall&) {
-    IRIS_CUDA_CHECK(cudaDeviceSynchronize());
-    ctx.barrier();  // no peer's call still reads or writes this rank's arrays
     ccl::ContextWorkspaceHost host(ctx);
-    ws.collective().release(host);
+    ws.collective().release(host);  // waits until no call of any rank still reaches the arrays
     prepare();
   }
 }
@@ -1115,10 +1114,19 @@ void FusedWorkspace::reserve_gemm_workspace(size_t bytes) {
 }
 
 void FusedWorkspace::release(ccl::WorkspaceHost& host) {
-  if (gemm_workspace_ != nullptr) IRIS_CUDA_CHECK(cudaDeviceSynchronize());  // no GEMM still uses it
+  // Each release waits for this rank's device (so no GEMM still uses the split-K buffer either) and for
+  // every rank. A rank whose device failed goes through both anyway, so that its peers do not wait for it,
+  // and raises the first error last.
+  std::exception_ptr failed;
+  for (ccl::Workspace* w : {&collective_, static_cast<ccl::Workspace*>(this)}) {
+    try {
+      w->release(host);
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
   free_gemm_workspace();
-  collective_.release(host);
-  ccl::Workspace::release(host);
+  if (failed) std::rethrow_exception(failed);
 }
 
 void matmul_all_reduce_preamble(Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,7 +39,10 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
     return {std::string(mine)};
   }
   uint64_t device_timeouts() const override { return timeouts; }
-  void synchronize_device() override { ++device_syncs; }
+  void synchronize_device() override {
+    ++device_syncs;
+    if (device_failed) throw std::runtime_error("fake device: a sticky CUDA error");
+  }
   uint64_t allocation_count() const override { return heap_calls; }
   uint64_t allocation_hash() const override { return heap_hash; }
 
@@ -46,6 +50,7 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
   int live = 0;
   uint64_t timeouts = 0;  // as Context::device_timeouts(): set by a test to stand for a raised TimeoutError
   int device_syncs = 0;
+  bool device_failed = false;  // synchronize_device() throws, as after a sticky CUDA error
   // As Context::allocation_count() / allocation_hash(): set by a test to stand for a rank's heap calls.
   uint64_t heap_calls = 0;
   uint64_t heap_hash = 0;

@@ -179,7 +179,8 @@ class Workspace {
   void reserve(WorkspaceHost& host, const WorkspaceNeeds& needs);
   // Throws the capacity errors when this workspace cannot serve `needs` (no communication).
   void check_capacity(const WorkspaceNeeds& needs) const;
-  // Collective: frees every array.
+  // Collective: waits until no kernel of any rank can still reach the arrays (each rank's device
+  // synchronized, then every rank), then frees every array.
   void release(WorkspaceHost& host);
 
   uint32_t* locks() const { return locks_; }
