@@ -160,6 +160,20 @@ void check_heap_sequences(const WorkspaceHost& host, const std::vector<std::stri
                  " alloc/free calls. Every rank must allocate and free the same sizes in the same order, or the "
                  "workspace's arrays would lie at other offsets on other ranks.");
 }
+// Waits until this rank's device has ended its kernels, then for every rank to have done the same: after
+// it, no kernel of any rank still reaches this rank's arrays. A rank whose device failed (a sticky CUDA
+// error) still takes part, so that its peers do not wait for it; its error is returned, for the caller to
+// raise once it has done what must not be skipped.
+std::exception_ptr wait_for_every_device(WorkspaceHost& host) {
+  std::exception_ptr failed;
+  try {
+    host.synchronize_device();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  host.allgather("");
+  return failed;
+}
 }  // namespace
 
 void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const WorkspaceNeeds& needs) {
@@ -193,8 +207,7 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   //     below only after that), then zeroes every array, the epoch too: the calls start over in step.
   //     Zeroed staging holds no LL line (the tag of a zero word is that of epoch 0, never a call's).
   if (any_stale) {
-    host.synchronize_device();
-    host.allgather("");
+    if (std::exception_ptr failed = wait_for_every_device(host)) std::rethrow_exception(failed);
     if (lock_capacity_ > 0) host.zero(locks_, lock_capacity_ * sizeof(uint32_t));
     if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
     if (staging_capacity_ > 0) host.zero(staging_, staging_capacity_);
@@ -257,16 +270,9 @@ void Workspace::release(WorkspaceHost& host) {
   // A kernel of this rank or another may still reach these arrays: one that had not yet given up when a
   // peer's timed out, or calls on a stream nobody has synchronized. A freed array may become the next
   // allocation (a reservation's or a preamble's, zeroed for its first call), which a late write would
-  // corrupt: every rank waits for its device's kernels, then for every other rank, before any frees.
-  // A rank whose device failed (a sticky CUDA error) still takes part in the exchange, so that its peers
-  // do not wait for it, and raises the error after freeing.
-  std::exception_ptr failed;
-  try {
-    host.synchronize_device();
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  host.allgather("");
+  // corrupt: nothing is freed before every device has ended its kernels. A rank whose device failed
+  // frees too, and raises the error last.
+  const std::exception_ptr failed = wait_for_every_device(host);
   for (void* p : {static_cast<void*>(locks_), static_cast<void*>(flags_), staging_, static_cast<void*>(block_state_)})
     if (p != nullptr) host.free(p);
   *this = Workspace();
