@@ -822,6 +822,49 @@ TEST_P(Collective, UnpreparedOrForeignWorkspaceIsRejected) {
   }, big_heap(GetParam().world));
 }
 
+// A preamble allocates, zeroes and synchronizes the context's stream, which a CUDA graph cannot capture (the
+// failed call would also end the capture): while ctx.stream() is being captured every op's preamble raises,
+// on every rank, naming it, and the capture goes on. A workspace whose arrays are no longer live on this
+// context's heap (freed behind its back, or from another Context) is refused by every op before launch.
+TEST_P(Collective, PreambleUnderCaptureAndWorkspaceOffTheHeapAreRefused) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        for (Op op : kOps) {
+          OpCall c = make_call(ctx, op, 4, 4);
+          Workspace ws;
+          IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeRelaxed));
+          EXPECT_EQ(
+              test::error_text<std::invalid_argument>([&] { preamble(ctx, op, c.out.view, c.in.view, ws); }),
+              std::string(op_name(op)) +
+                  "_preamble: the context's stream is being captured into a CUDA graph; call the preamble "
+                  "(collective: it allocates, zeroes and synchronizes) before the capture begins, and capture the "
+                  "calls only.");
+          cudaGraph_t graph = nullptr;
+          EXPECT_EQ(cudaStreamEndCapture(ctx.stream(), &graph), cudaSuccess) << "the capture was not ended by it";
+          if (graph != nullptr) IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+          EXPECT_FALSE(ws.prepared());
+          preamble(ctx, op, c.out.view, c.in.view, ws);
+          ctx.barrier();
+          // Every array freed behind the workspace's back (collective, the same order on every rank).
+          for (const void* a : {static_cast<const void*>(ws.locks()), static_cast<const void*>(ws.flags()),
+                                static_cast<const void*>(ws.staging()), static_cast<const void*>(ws.block_state())})
+            if (a != nullptr) ctx.free(const_cast<void*>(a));
+          EXPECT_EQ(
+              test::error_text<std::invalid_argument>([&] { call(ctx, op, c.out.view, c.in.view, ws); }),
+              std::string(op_name(op)) +
+                  ": the workspace's arrays are not on this context's heap (it was prepared with another Context, "
+                  "or with one since destroyed); call " +
+                  op_name(op) + "_preamble with a workspace of this context (on every rank).");
+          ctx.barrier();
+          c.out.release();
+          c.in.release();
+        }
+      },
+      big_heap(GetParam().world));
+}
+
 // ---- sizing ahead --------------------------------------------------------------------------------------
 
 ccl::WorkspaceNeeds needs(Op op, const Tensor& out, const Tensor& in, const Config& cfg, int world) {

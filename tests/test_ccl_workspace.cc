@@ -963,5 +963,79 @@ TEST(CclNeeds, ShapesAndConfigAreCheckedAsTheCallChecksThem) {
   EXPECT_NO_THROW(all_gather_needs(shape(dt, 2, 4), shape(dt, 1, 4), cfg, 2));
 }
 
+// Malformed views are refused with the view's name, before any size is computed from them: negative sizes,
+// a row stride below the columns (a negative one other than Tensor::matrix's -1 is kept, so it is refused
+// rather than read as contiguous), views past what a GPU addresses (a wrong shape or stride, whose byte
+// sizes would overflow: 2^32 x 2^32 elements once wrapped to 0 elements and returned as a silent no-op),
+// and inputs and outputs of different types.
+TEST(CclNeeds, MalformedViewsAreRefusedNamingTheView) {
+  const DType dt = DType::kFloat32;
+  const Config cfg;
+  auto error = [](auto&& fn) { return test::error_text<std::invalid_argument>(fn); };
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_EQ(error([&] { all_reduce_needs(shape(dt, big, big), shape(dt, big, big), cfg, 2); }),
+            "all_reduce: input 4294967296x4294967296 float32 spans more than 2^48 bytes, more than a GPU can address; "
+            "its shape or row stride is wrong.");
+  EXPECT_EQ(
+      error([&] { all_gather_needs(shape(dt, 2, 8), Tensor::matrix(nullptr, dt, 2, 8, int64_t{1} << 62), cfg, 2); }),
+      "all_gather: input 2x8 float32 (row stride 4611686018427387904) spans more than 2^48 bytes, more than a "
+      "GPU can address; its shape or row stride is wrong.");
+  EXPECT_NO_THROW(all_gather_needs(shape(dt, 2, int64_t{1} << 44), shape(dt, 1, int64_t{1} << 44), cfg, 2))
+      << "2^46 bytes: large, but addressable";
+  EXPECT_EQ(error([&] { broadcast_needs(Tensor::matrix(nullptr, dt, 4, 8, -7), shape(dt, 4, 8), 0, cfg, 2); }),
+            "broadcast: output row stride -7 is smaller than its 8 columns.");
+  EXPECT_NO_THROW(all_to_all_needs(Tensor::matrix(nullptr, dt, 1, 8, -7), shape(dt, 1, 8), cfg, 1))
+      << "one row has no second row to step to: any stride";
+  EXPECT_EQ(error([&] { reduce_scatter_needs(shape(dt, -1, 8), shape(dt, 2, 8), cfg, 2); }),
+            "reduce_scatter: output has negative shape -1x8.");
+  EXPECT_EQ(error([&] { all_to_all_needs(shape(dt, 2, 8), shape(DType::kFloat16, 2, 8), cfg, 2); }),
+            "all_to_all: input is float16 but output is float32.");
+  EXPECT_EQ(error([&] { all_reduce_needs(shape(dt, 1, 8), shape(static_cast<DType>(42), 1, 8), cfg, 2); }),
+            "all_reduce: input has an unknown dtype (42).");
+}
+
+// A workspace's arrays come from the heap of the context that prepared it: a workspace prepared with another
+// Context (or one since destroyed) would have its kernels reach peers at offsets of another heap. Its
+// preamble refuses it on that rank, and its peers, which see the description say so, raise with it.
+TEST(CclWorkspace, AWorkspaceOfAnotherContextsHeapIsRefused) {
+  const OpSignature sig = spinlock_sig(512, 512, 64, 64);
+  const WorkspaceNeeds needs = lock_needs(512, 512, 64, 64);
+  FakeHost first;
+  Workspace ws;
+  ws.prepare(first, sig, needs);
+  FakeHost second;
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ws.prepare(second, sig, needs); }),
+            "all_reduce: the workspace's arrays are not on this context's heap (it was prepared with another Context, "
+            "or with one since destroyed); give this context a workspace of its own (on every rank).");
+  EXPECT_EQ(second.allocs, 0);
+  ws.prepare(first, sig, needs);  // its own host still takes it
+  ws.release(first);
+  Workspace fresh;
+  fresh.prepare(second, sig, needs);  // a released or fresh workspace belongs to no heap yet
+  fresh.release(second);
+
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeHost other;
+      FakeHost host(bootstraps[r]);
+      Workspace w;
+      if (r == 1) w.prepare(other, sig, needs);  // rank 1's arrays are on another heap; rank 0's is fresh
+      errors[r] = test::error_text<std::invalid_argument>([&] { w.prepare(host, sig, needs); });
+      EXPECT_EQ(host.allocs, 0) << "rank " << r;
+      if (r == 1) w.release(other);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[1],
+            "all_reduce: the workspace's arrays are not on this context's heap (it was prepared with another Context, "
+            "or with one since destroyed); give this context a workspace of its own (on every rank).");
+  EXPECT_NE(errors[0].find("Collective parameters differ across ranks: rank 0 has " + sig.describe() +
+                           " but rank 1 has " + sig.describe() + " on a workspace of another context's heap."),
+            std::string::npos)
+      << errors[0];
+}
+
 }  // namespace
 }  // namespace iris::ccl

@@ -323,6 +323,24 @@ TEST(OpsGemmArguments, RejectionsNameTheTensorAndTheRule) {
   EXPECT_EQ(error_of([&] { (void)workspace_size(g); }), can_implement(g));
 }
 
+// Views too large for any GPU (a wrong shape or stride) are refused before their sizes overflow the byte
+// arithmetic; a negative row stride other than Tensor::matrix's default -1 is kept, and refused.
+TEST(OpsGemmArguments, ViewsPastTheAddressSpaceAndNegativeStridesAreRefused) {
+  auto g = gemm_args(256, 256, 128);
+  g.a = Tensor::matrix(fake_ptr(0), DType::kBFloat16, int64_t{1} << 32, 128, int64_t{1} << 32);
+  EXPECT_EQ(can_implement(g),
+            "gemm: A 4294967296x128 bfloat16 (row stride 4294967296) spans more than 2^48 bytes, more than a GPU can "
+            "address; its shape or row stride is wrong.");
+  g = gemm_args(256, 256, 128);
+  g.b = Tensor::matrix(fake_ptr(1), DType::kBFloat16, 128, 256, -7);
+  EXPECT_EQ(g.b.stride, -7);
+  EXPECT_EQ(can_implement(g), "gemm: B row stride -7 is smaller than its 256 columns.");
+  EXPECT_EQ(Tensor::matrix(fake_ptr(1), DType::kBFloat16, 128, 256).stride, 256) << "-1: contiguous";
+  g = gemm_args(256, 256, 128);
+  g.c.rows = -3;
+  EXPECT_EQ(can_implement(g), "gemm: C has negative shape -3x256.");
+}
+
 TEST(OpsGemmArguments, SourceIsCsShapeAndTypeAndNeverSplit) {
   auto g = gemm_args(1000, 520, 200);
   g.source = mat(4, DType::kBFloat16, 1000, 520);

@@ -15,12 +15,9 @@ PlanScope PlanScope::sizing(const char* op, int world_size) {
 }
 
 void check_view(const char* op, const char* what, const Tensor& t, bool shapes_only) {
-  IRIS_CHECK_ARG(dtype_size(t.dtype) != 0, op, ": ", what, " has an unknown dtype (", static_cast<int>(t.dtype), ").");
-  IRIS_CHECK_ARG(t.rows >= 0 && t.cols >= 0, op, ": ", what, " has negative shape ", t.rows, "x", t.cols, ".");
-  IRIS_CHECK_ARG(t.stride >= t.cols || t.rows <= 1, op, ": ", what, " row stride ", t.stride, " is smaller than its ",
-                 t.cols, " columns.");
+  const std::string why = t.problem(!shapes_only);
+  IRIS_CHECK_ARG(why.empty(), op, ": ", what, " ", why);
   if (shapes_only) return;
-  IRIS_CHECK_ARG(t.numel() == 0 || t.data != nullptr, op, ": ", what, " is null but has ", t.numel(), " elements.");
   IRIS_CHECK_ARG(reinterpret_cast<uintptr_t>(t.data) % t.element_size() == 0, op, ": ", what, " pointer ", t.data,
                  " is not aligned to its ", t.element_size(), "-byte ", dtype_name(t.dtype), " elements.");
 }
@@ -83,6 +80,24 @@ void require_no_timeout_since_prepare(const Context& ctx, const char* op, const 
                  ": a device error (an iris::TimeoutError, or a kernel's misuse) was raised on this rank since this "
                  "workspace was prepared, so its flags and epochs may be out of step between ranks; call ",
                  preamble, " again on every rank (it starts the workspace over) before using it.");
+}
+
+void require_not_capturing(const Context& ctx, OpKind op) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  IRIS_CUDA_CHECK(cudaStreamIsCapturing(ctx.stream(), &status));
+  IRIS_CHECK_ARG(status == cudaStreamCaptureStatusNone, op_name(op),
+                 "_preamble: the context's stream is being captured into a CUDA graph; call the preamble "
+                 "(collective: it allocates, zeroes and synchronizes) before the capture begins, and capture the "
+                 "calls only.");
+}
+
+void require_of_context(const Context& ctx, const char* op, const char* preamble, const Workspace& ws) {
+  const void* held = ws.any_array();
+  IRIS_CHECK_ARG(held == nullptr || ctx.is_symmetric(held), op,
+                 ": the workspace's arrays are not on this context's heap (it was prepared with another Context, "
+                 "or with one since destroyed); call ",
+                 preamble, " with a workspace of this context (on every rank).");
+  require_no_timeout_since_prepare(ctx, op, preamble, ws);
 }
 
 bool pdl_enabled() {

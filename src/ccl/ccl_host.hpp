@@ -47,9 +47,10 @@ inline constexpr int kCollectiveEpochWords = 2;
 // refused by the next as "too small".
 inline size_t block_state_words(int world) { return static_cast<size_t>(kCollectiveEpochWords + 1 + world); }
 
-// Throws InvalidArgument naming `op` and `what` ("input", "output") when the view is malformed:
-// negative sizes, stride < cols, and unless `shapes_only`: null data for a non-empty view, data not
-// aligned to the element.
+// Throws InvalidArgument naming `op` and `what` ("input", "output") when the view is malformed
+// (Tensor::problem: unknown dtype, negative sizes, stride < cols, a span past 2^48 bytes, and unless
+// `shapes_only` null data for a non-empty view), or unless `shapes_only` its data is not aligned to
+// the element.
 void check_view(const char* op, const char* what, const Tensor& t, bool shapes_only = false);
 // Throws when a and b partly overlap (identical views are allowed when `allow_same`).
 void check_no_partial_overlap(const char* op, const Tensor& a, const Tensor& b, bool allow_same);
@@ -97,6 +98,15 @@ void require_prepared(const char* op, const char* preamble, const Workspace& ws)
 // its state over (Workspace::prepare).
 void require_no_timeout_since_prepare(const Context& ctx, const char* op, const char* preamble, const Workspace& ws);
 
+// Nor one whose arrays are not on this context's heap (prepared with another Context, or with one since
+// destroyed): its kernels would reach peers at offsets of another heap. Then the timeout check above.
+void require_of_context(const Context& ctx, const char* op, const char* preamble, const Workspace& ws);
+
+// A preamble allocates, zeroes and synchronizes ctx.stream(), none of which a CUDA graph can capture (and
+// the failed call would end the capture): throws InvalidArgument naming the op's preamble while
+// ctx.stream() is being captured.
+void require_not_capturing(const Context& ctx, OpKind op);
+
 // The op's plan, then ws.prepare. When this rank's own validation (plan) throws, it still takes part
 // in prepare's exchange of signatures with a description no other rank can match, so the ranks that
 // validated raise "Collective parameters differ across ranks" instead of waiting for this one; then
@@ -110,6 +120,7 @@ void prepare_everywhere(Context& ctx, Workspace& ws, PlanFn&& plan) {
     auto p = plan();
     sig = p.sig;
     needs = p.needs;
+    require_not_capturing(ctx, sig.op);
   } catch (const std::exception& e) {
     host.allgather(std::string("invalid call on rank ") + std::to_string(ctx.rank()) + ": " + e.what());
     throw;
@@ -131,12 +142,12 @@ inline void require_op(const char* op, const char* preamble, const Workspace& ws
 }
 
 // Everything a call checks of its workspace right before launch, whether or not the preamble ran: prepared
-// for this op (require_op), no device error since (require_no_timeout_since_prepare), and room for
-// `needs` (never index past an array).
+// for this op (require_op), on this context's heap with no device error since (require_of_context), and
+// room for `needs` (never index past an array).
 inline void require_ready(const Context& ctx, const char* op, const char* preamble, const Workspace& ws, OpKind kind,
                           const WorkspaceNeeds& needs) {
   require_op(op, preamble, ws, kind);
-  require_no_timeout_since_prepare(ctx, op, preamble, ws);
+  require_of_context(ctx, op, preamble, ws);
   ws.check_capacity(needs);
 }
 

@@ -182,9 +182,15 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   //    diverges. Each rank also says whether it raised a device error (a timeout or a misuse) since this
   //    workspace was last prepared.
   static constexpr std::string_view kStale = "\x1e timed out since";
-  const std::string mine = sig.describe();
+  // A workspace whose arrays another heap holds (another Context's, or a destroyed one's) says so in its
+  // description, so that its peers raise with it rather than wait.
+  const bool foreign = any_array() != nullptr && !host.holds(any_array());
+  const std::string mine = sig.describe() + (foreign ? " on a workspace of another context's heap" : "");
   const bool stale = prepared_ && host.device_timeouts() != timeouts_;
   auto all = host.allgather(mine + heap_sequence(host) + (stale ? std::string(kStale) : std::string()));
+  IRIS_CHECK_ARG(!foreign, op_name(sig.op),
+                 ": the workspace's arrays are not on this context's heap (it was prepared with another Context, "
+                 "or with one since destroyed); give this context a workspace of its own (on every rank).");
   bool any_stale = false;
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
     if (all[r].ends_with(kStale)) {
@@ -247,6 +253,13 @@ void Workspace::allocate_missing(WorkspaceHost& host, const WorkspaceNeeds& need
   grow(staging_, staging_capacity_, needs.staging_bytes, 1);
 }
 
+const void* Workspace::any_array() const {
+  if (block_state_ != nullptr) return block_state_;
+  if (locks_ != nullptr) return locks_;
+  if (flags_ != nullptr) return flags_;
+  return staging_;
+}
+
 void Workspace::reserve(WorkspaceHost& host, const WorkspaceNeeds& needs) {
   // Deterministic from each rank's own state, but the states could differ: exchange first, so that a rank
   // refusing its workspace and the ranks that see its different word all raise.
@@ -298,6 +311,7 @@ std::vector<std::string> ContextWorkspaceHost::allgather(std::string_view mine) 
   return ctx_.bootstrap().allgather(mine);
 }
 uint64_t ContextWorkspaceHost::device_timeouts() const { return ctx_.device_timeouts(); }
+bool ContextWorkspaceHost::holds(const void* ptr) const { return ctx_.is_symmetric(ptr); }
 void ContextWorkspaceHost::synchronize_device() { IRIS_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 }  // namespace iris::ccl

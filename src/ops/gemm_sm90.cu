@@ -37,11 +37,8 @@ int64_t row_pitch(const Tensor& t) { return t.rows <= 1 ? t.cols : t.stride; }
 
 // The view itself: shape, stride, data. Returns the reason it is malformed, or "".
 std::string check_view(const char* op, const char* name, const Tensor& t) {
-  if (t.rows < 0 || t.cols < 0) return str_cat(op, ": ", name, " has negative shape ", t.rows, "x", t.cols, ".");
-  if (t.rows > 1 && t.stride < t.cols)
-    return str_cat(op, ": ", name, " row stride ", t.stride, " is smaller than its ", t.cols, " columns.");
-  if (t.numel() > 0 && t.data == nullptr) return str_cat(op, ": ", name, " is null but has ", t.numel(), " elements.");
-  return "";
+  std::string why = t.problem();
+  return why.empty() ? why : str_cat(op, ": ", name, " ", why);
 }
 
 // What TMA needs of a view beyond its row length: 16-byte aligned data and row pitch.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -27,12 +28,16 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
     ++live;
     void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
     std::memset(p, 0xAB, bytes);
+    blocks_.insert(p);
     return p;
   }
   void free(void* p) override {
+    if (blocks_.erase(p) == 0) throw std::invalid_argument("fake host: free of a pointer it did not allocate");
     --live;
     std::free(p);
   }
+  // The start of a live allocation of this host (what a workspace passes).
+  bool holds(const void* p) const override { return blocks_.count(const_cast<void*>(p)) > 0; }
   void zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
   std::vector<std::string> allgather(std::string_view mine) override {
     if (bs_) return bs_->allgather(mine);
@@ -57,6 +62,7 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
 
  private:
   std::shared_ptr<Bootstrap> bs_;
+  std::set<void*> blocks_;
 };
 
 }  // namespace iris::test

@@ -72,6 +72,10 @@ class WorkspaceHost {
   // the workspace's arrays at this rank's offsets of them. A host without a heap of its own: 0, 0.
   virtual uint64_t allocation_count() const { return 0; }
   virtual uint64_t allocation_hash() const { return 0; }
+  // True when ptr lies in a live allocation of this host's heap (Context::is_symmetric): a workspace whose
+  // arrays do not was prepared with another Context, or with one since destroyed, and its kernels would
+  // reach peers at offsets of another heap.
+  virtual bool holds(const void* ptr) const = 0;
 };
 
 // Number of tiles of a rows x cols tensor in block_m x block_n tiles: ceil(M/bm) * ceil(N/bn).
@@ -179,6 +183,9 @@ class Workspace {
   void reserve(WorkspaceHost& host, const WorkspaceNeeds& needs);
   // Throws the capacity errors when this workspace cannot serve `needs` (no communication).
   void check_capacity(const WorkspaceNeeds& needs) const;
+  // One of the arrays this workspace holds (null when it holds none): every array of a workspace comes from
+  // the heap of the host that allocated it.
+  const void* any_array() const;
   // Collective: waits until no kernel of any rank can still reach the arrays (each rank's device
   // synchronized, then every rank), then frees every array.
   void release(WorkspaceHost& host);
@@ -228,6 +235,7 @@ class ContextWorkspaceHost final : public WorkspaceHost {
   void synchronize_device() override;
   uint64_t allocation_count() const override;
   uint64_t allocation_hash() const override;
+  bool holds(const void* ptr) const override;
 
  private:
   Context& ctx_;

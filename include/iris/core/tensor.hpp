@@ -90,8 +90,10 @@ struct Tensor {
   int64_t cols = 0;
   int64_t stride = 0;  // elements between the starts of consecutive rows (>= cols)
 
+  // stride -1 (the default): contiguous rows. Any other stride is kept as given, a negative one too, so
+  // that the op refuses it (problem()) rather than reading the rows as if they were contiguous.
   static Tensor matrix(void* data, DType dtype, int64_t rows, int64_t cols, int64_t stride = -1) {
-    return Tensor{data, dtype, rows, cols, stride < 0 ? cols : stride};
+    return Tensor{data, dtype, rows, cols, stride == -1 ? cols : stride};
   }
   static Tensor vector(void* data, DType dtype, int64_t count) { return Tensor{data, dtype, 1, count, count}; }
 
@@ -102,6 +104,14 @@ struct Tensor {
   size_t span_bytes() const {
     return rows <= 0 || cols <= 0 ? 0 : static_cast<size_t>((rows - 1) * stride + cols) * element_size();
   }
+  // Why the view is malformed, as the rest of a sentence that starts with its name ("input has negative
+  // shape -1x8."), or "" when it is well formed: an unknown dtype, a negative size, a row stride smaller
+  // than its columns (with two rows or more), a span of more than kMaxSpanBytes (a wrong shape or stride:
+  // no GPU addresses that much, and larger sizes would overflow the byte arithmetic of every op), and,
+  // when `check_data`, null data with elements. Every op checks its views with it before anything else.
+  std::string problem(bool check_data = true) const;
+  static constexpr uint64_t kMaxSpanBytes = uint64_t{1} << 48;
+
   std::string describe() const {
     return detail::str_cat(rows, "x", cols, " ", dtype_name(dtype), (contiguous() ? "" : " (row stride "),
                            (contiguous() ? std::string() : std::to_string(stride) + ")"));
