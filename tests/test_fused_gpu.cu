@@ -372,15 +372,16 @@ class Problem {
  public:
   // The case's shape fitted to the world (fitted above); spec() is what runs.
   Problem(Context& ctx, Flavor flavor, const Case& c)
-      : ctx_(ctx), flavor_(flavor), c_(fit(c, ctx.world_size())), d_(dims(flavor.op, c_, ctx.world_size())) {
+      : ctx_(ctx), flavor_(flavor), c_(fit(flavor.op, c, ctx.world_size())), d_(dims(flavor.op, c_, ctx.world_size())) {
     const Shape& s = c_.shape;
     a_ = TestTensor::make(ctx, c.in, d_.a_rows, s.k, s.k, c.on_heap);
     b_ = TestTensor::make(ctx, c.in, d_.b_rows, d_.b_cols, d_.b_cols, false);
     out_ = TestTensor::make(ctx, c.out, d_.c_rows + 1, s.n, s.n, c.on_heap);
     if (c.bias) bias_ = TestTensor::make(ctx, c.out, 1, s.n, s.n, false);
   }
-  static Case fit(Case c, int world) {
-    c.shape = fitted(c.shape, world);
+  // The K-sharded gather cuts no rows: its M stays as given (one row too).
+  static Case fit(Op op, Case c, int world) {
+    if (!k_sharded(op)) c.shape = fitted(c.shape, world);
     return c;
   }
   ~Problem() {
@@ -1041,7 +1042,7 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
         EXPECT_TRUE(ws.signature().symmetric_output);
         EXPECT_EQ(error_text([&] { matmul_all_gather(ctx, off_heap, config, ws, nullptr); }),
                   "matmul_all_gather: C is not on the symmetric heap but the workspace was prepared with C on it; "
-                  "call matmul_all_gather_preamble again with this C.");
+                  "call matmul_all_gather_preamble again with these operands.");
         MatmulOperands elsewhere = on_heap;
         elsewhere.c.data = c_heap2;
         EXPECT_EQ(ws.signature().output_offset, static_cast<int64_t>(ctx.offset_of(c_heap)));
@@ -1067,7 +1068,7 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
         EXPECT_FALSE(ws.signature().symmetric_output);
         EXPECT_EQ(error_text([&] { matmul_all_gather(ctx, on_heap, config, ws, nullptr); }),
                   "matmul_all_gather: C is on the symmetric heap but the workspace was prepared with C not on it; "
-                  "call matmul_all_gather_preamble again with this C.");
+                  "call matmul_all_gather_preamble again with these operands.");
         ctx.synchronize();
         release_workspace(ctx, ws);
         IRIS_CUDA_CHECK(cudaFree(c_plain));
@@ -1076,6 +1077,85 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
         ctx.free(b);
         ctx.free(a);
         ctx.barrier();
+      },
+      options());
+}
+
+// matmul_all_reduce two_shot writes peers' rows straight into a C on the symmetric heap; the other variants
+// stage them. A workspace prepared for two_shot with C on the heap refuses a call of another variant with
+// the same C, saying why (before 2026-12-04 it said C was not on the symmetric heap, which it was); the
+// call's own preamble then moves the workspace over, and the call is right.
+TEST_P(FusedGpu, MatmulAllReduceSaysWhyACallMissesTheCOnTheHeapItsPreambleSaw) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.world_size() == 1) GTEST_SKIP() << "one rank writes no peer's C: nothing is refused";
+        const Case c{kManyTiles, kBF16, kBF16, false, kGemmTileSmall, /*bias=*/false, /*on_heap=*/true};
+        Problem p(ctx, Flavor{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot}, c);
+        const FusedConfig two_shot = config_for(p.flavor(), c.tile, /*pipelined=*/true);
+        FusedConfig one_shot = two_shot;
+        one_shot.all_reduce_variant = AllReduceVariant::kOneShot;
+        const uint64_t seed = 4100;
+        p.upload(seed, ctx.stream());
+        const MatmulOperands mm = p.operands();
+        // Arrays for both variants first (one_shot takes more flags than two_shot), then two_shot's preamble.
+        int sms = 0;
+        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
+        const FusedPlan one = plan_matmul_all_reduce(mm, one_shot, ctx.world_size(), sms);
+        ccl::WorkspaceNeeds both = one.needs;
+        both.include(plan_matmul_all_reduce(mm, two_shot, ctx.world_size(), sms).needs);
+        FusedWorkspace ws;
+        {
+          ccl::ContextWorkspaceHost host(ctx);
+          ws.prepare(host, one.sig, both);
+        }
+        matmul_all_reduce_preamble(ctx, mm, two_shot, ws);
+        ASSERT_TRUE(ws.signature().symmetric_output);
+        EXPECT_EQ(error_text([&] { matmul_all_reduce(ctx, mm, one_shot, ws, nullptr); }),
+                  "matmul_all_reduce: this call's variant (one_shot) stages peers' rows instead of writing them into "
+                  "C but the workspace was prepared with C on it; call matmul_all_reduce_preamble again with these "
+                  "operands.");
+        matmul_all_reduce_preamble(ctx, mm, one_shot, ws);
+        matmul_all_reduce(ctx, mm, one_shot, ws, nullptr);
+        finish(ctx, nullptr);
+        p.expect_matches(p.reference(seed), ctx.stream(), "one_shot after its own preamble");
+        ctx.barrier();
+        release_workspace(ctx, ws);
+      },
+      options());
+}
+
+// A one-row view may carry any row stride (a size-1 dimension's, or 0): the copy engines' pushes take its
+// width as its pitch. Before 2026-12-04 cudaMemcpy2D refused such a stride as a pitch below the width, in
+// the middle of all_gather_matmul_k_sharded's pipeline (its peers then waited into a timeout) for a one-row
+// A (decode). all_gather_matmul of one row per rank takes its unfused path (the iris::ccl all_gather of A).
+TEST_P(FusedGpu, OneRowOperandsWithAnyRowStrideAreRight) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int64_t w = ctx.world_size();
+        uint64_t seed = 4200;
+        for (Op op : {Op::kAllGatherMatmulKSharded, Op::kAllGatherMatmul})
+          for (int64_t stride : {int64_t{0}, int64_t{3}}) {
+            const Case c{{k_sharded(op) ? 1 : w, 256, 128}, kBF16, kBF16, false, kGemmTileTiny};
+            Problem p(ctx, Flavor{op}, c);
+            const FusedConfig config = config_for(p.flavor(), c.tile, /*pipelined=*/true);
+            p.upload(seed, ctx.stream());
+            MatmulOperands mm = p.operands();
+            ASSERT_EQ(mm.a.rows, 1);
+            mm.a.stride = stride;
+            FusedWorkspace ws;
+            const OpFns f = fns(op);
+            f.preamble(ctx, mm, config, ws);
+            f.run(ctx, mm, config, ws, nullptr);
+            finish(ctx, nullptr);
+            p.expect_matches(p.reference(seed), ctx.stream(),
+                             std::string(f.name) + " A row stride " + std::to_string(stride));
+            ++seed;
+            release_workspace(ctx, ws);
+          }
       },
       options());
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -323,24 +324,6 @@ TEST(OpsGemmArguments, RejectionsNameTheTensorAndTheRule) {
   EXPECT_EQ(error_of([&] { (void)workspace_size(g); }), can_implement(g));
 }
 
-// Views too large for any GPU (a wrong shape or stride) are refused before their sizes overflow the byte
-// arithmetic; a negative row stride other than Tensor::matrix's default -1 is kept, and refused.
-TEST(OpsGemmArguments, ViewsPastTheAddressSpaceAndNegativeStridesAreRefused) {
-  auto g = gemm_args(256, 256, 128);
-  g.a = Tensor::matrix(fake_ptr(0), DType::kBFloat16, int64_t{1} << 32, 128, int64_t{1} << 32);
-  EXPECT_EQ(can_implement(g),
-            "gemm: A 4294967296x128 bfloat16 (row stride 4294967296) spans more than 2^48 bytes, more than a GPU can "
-            "address; its shape or row stride is wrong.");
-  g = gemm_args(256, 256, 128);
-  g.b = Tensor::matrix(fake_ptr(1), DType::kBFloat16, 128, 256, -7);
-  EXPECT_EQ(g.b.stride, -7);
-  EXPECT_EQ(can_implement(g), "gemm: B row stride -7 is smaller than its 256 columns.");
-  EXPECT_EQ(Tensor::matrix(fake_ptr(1), DType::kBFloat16, 128, 256).stride, 256) << "-1: contiguous";
-  g = gemm_args(256, 256, 128);
-  g.c.rows = -3;
-  EXPECT_EQ(can_implement(g), "gemm: C has negative shape -3x256.");
-}
-
 TEST(OpsGemmArguments, SourceIsCsShapeAndTypeAndNeverSplit) {
   auto g = gemm_args(1000, 520, 200);
   g.source = mat(4, DType::kBFloat16, 1000, 520);
@@ -576,6 +559,90 @@ TEST(OpsFusedPlan, SignatureAndSmSplit) {
             "matmul_all_reduce: gemm_sms (133) and comm_sms (20) must each fit the device's 132 SMs.");
   EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), FusedConfig{}, 2, 0); }),
             "matmul_all_reduce: device_sms must be positive, got 0.");
+  // Split sizes whose sum overflows an int are refused, not passed as a negative sum.
+  c.copy_engine = false;
+  c.gemm_sms = std::numeric_limits<int>::max();
+  c.comm_sms = 16;
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
+            "matmul_all_reduce: gemm_sms (2147483647) + comm_sms (16) must leave at least one GEMM SM and fit the "
+            "device's 132 SMs (copy_engine is false: the communication kernels run beside the GEMM).");
+  c.gemm_sms = 100;
+  c.comm_sms = std::numeric_limits<int>::max();
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
+            "matmul_all_reduce: gemm_sms (100) + comm_sms (2147483647) must leave at least one GEMM SM and fit the "
+            "device's 132 SMs (copy_engine is false: the communication kernels run beside the GEMM).");
+}
+
+// validate() admits every Hopper wgmma tile, but the fused kernels run kFusedTiles only: the plan refuses
+// the others before it sizes anything (a 64x16 tile would otherwise ask the heap for 8 times the locks and
+// flags of 64x128, and fail there or at the call), so the preamble, heap_bytes and the call all say so.
+TEST(OpsFusedPlan, TilesTheFusedKernelsDoNotRunAreRefusedByThePlan) {
+  const std::string runs =
+      " is not a tile of the GEMM core; the fused kernels run 128x256x64, 128x128x64, "
+      "64x128x64, 64x64x64.";
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 512, 256, 512), blocks(256, 16), 2, kSms); }),
+            "matmul_all_reduce: block_size_m x block_size_n x block_size_k = 256x16x64" + runs);
+  EXPECT_EQ(error_of([&] { plan_all_gather_matmul(operands(256, 512, 128, 512), blocks(128, 64), 2, kSms); }),
+            "all_gather_matmul: block_size_m x block_size_n x block_size_k = 128x64x64" + runs);
+  for (const GemmTile& t : kFusedTiles) {
+    FusedConfig c = blocks(t.m, t.n);
+    c.block_size_k = t.k;
+    EXPECT_NO_THROW(plan_matmul_reduce_scatter(operands(512, 512, 256, 256), c, 2, kSms));
+  }
+}
+
+// A bias inside C would change under the epilogue's reads as other blocks write C.
+TEST(OpsGemmArguments, BiasOverlappingCIsRefused) {
+  auto g = gemm_args(256, 256, 128);
+  g.bias = static_cast<char*>(g.c.data) + 256 * 2 * 100;  // row 100 of C
+  EXPECT_EQ(can_implement(g), "gemm: bias overlaps C; pass a separate bias vector (N elements of C's type).");
+  g.bias = static_cast<char*>(g.c.data) - 256 * 2 + 16;  // its last 240 bytes are C's first
+  EXPECT_EQ(can_implement(g), "gemm: bias overlaps C; pass a separate bias vector (N elements of C's type).");
+  g.bias = static_cast<char*>(g.c.data) - 256 * 2;  // just before C
+  EXPECT_EQ(can_implement(g), "");
+  MatmulOperands mm = operands(512, 512, 128, 512);
+  mm.bias = mm.c.data;
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(mm, blocks(128, 128), 2, kSms); }),
+            "matmul_all_reduce: bias overlaps C; pass a separate bias vector (N elements of C's type).");
+}
+
+// Views too large for any GPU (a wrong shape or stride) are refused before their sizes overflow the byte
+// arithmetic; a negative row stride other than Tensor::matrix's default -1 is kept, and refused.
+TEST(OpsGemmArguments, ViewsPastTheAddressSpaceAndNegativeStridesAreRefused) {
+  auto g = gemm_args(256, 256, 128);
+  g.a = Tensor::matrix(fake_ptr(0), DType::kBFloat16, int64_t{1} << 32, 128, int64_t{1} << 32);
+  EXPECT_EQ(can_implement(g),
+            "gemm: A 4294967296x128 bfloat16 (row stride 4294967296) spans more than 2^48 bytes, more than a GPU can "
+            "address; its shape or row stride is wrong.");
+  g = gemm_args(256, 256, 128);
+  g.b = Tensor::matrix(fake_ptr(1), DType::kBFloat16, 128, 256, -7);
+  EXPECT_EQ(g.b.stride, -7);
+  EXPECT_EQ(can_implement(g), "gemm: B row stride -7 is smaller than its 256 columns.");
+  EXPECT_EQ(Tensor::matrix(fake_ptr(1), DType::kBFloat16, 128, 256).stride, 256) << "-1: contiguous";
+  g = gemm_args(256, 256, 128);
+  g.c.rows = -3;
+  EXPECT_EQ(can_implement(g), "gemm: C has negative shape -3x256.");
+}
+
+// A preamble that would re-allocate the GEMM's buffer of a workspace whose call a CUDA graph captured
+// raises instead of freeing it under the graph's replays (before any CUDA call: no device needed).
+TEST(OpsFusedWorkspace, ACapturedWorkspaceIsNotReallocatedUnderItsGraph) {
+  FusedWorkspace ws;
+  EXPECT_FALSE(ws.captured());
+  EXPECT_NO_THROW(ws.reserve_gemm_workspace(0, "matmul_all_reduce_preamble"));
+  ws.mark_captured();
+  EXPECT_TRUE(ws.captured());
+  EXPECT_NO_THROW(ws.reserve_gemm_workspace(0, "matmul_all_reduce_preamble")) << "no growth, nothing freed";
+  EXPECT_EQ(error_of([&] { ws.reserve_gemm_workspace(1 << 20, "matmul_all_reduce_preamble"); }),
+            "matmul_all_reduce_preamble: these operands need a larger GEMM split-K workspace than this one holds, but "
+            "a call with this workspace was captured in a CUDA graph, whose replays would keep using the buffer a "
+            "re-allocation frees; give each captured shape a workspace of its own (or release() this one first).");
+  EXPECT_EQ(ws.gemm_workspace(), nullptr);
+  FusedWorkspace moved(std::move(ws));
+  EXPECT_TRUE(moved.captured()) << "moves carry it";
+  FakeWorkspaceHost host;
+  moved.release(host);
+  EXPECT_FALSE(moved.captured()) << "release() frees every buffer: nothing of the graph's is left to protect";
 }
 
 // The fusion threshold: a call whose bands would have fewer than min_band_tiles tiles (default: half
@@ -970,15 +1037,11 @@ TEST(OpsFusedWorkspace, MatchesIsFalseWhenOnlyBlockSizesDiffer) {
   EXPECT_TRUE(ws.matches(p.sig));
   EXPECT_TRUE(ws.matches(plan_matmul_all_reduce(mm, blocks(128, 128), 1, kSms).sig));
   EXPECT_FALSE(ws.matches(plan_matmul_all_reduce(mm, blocks(64, 128), 1, kSms).sig)) << "block_size_m alone differs";
-  EXPECT_FALSE(ws.matches(plan_matmul_all_reduce(mm, blocks(128, 64), 1, kSms).sig)) << "block_size_n alone differs";
+  EXPECT_FALSE(ws.matches(plan_matmul_all_reduce(mm, blocks(128, 256), 1, kSms).sig)) << "block_size_n alone differs";
   EXPECT_FALSE(ws.matches(plan_matmul_all_reduce(mm, blocks(128, 128, AllReduceVariant::kOneShot), 1, kSms).sig));
   EXPECT_FALSE(ws.matches(plan_matmul_all_reduce(operands(512, 512, 128, 512), blocks(128, 128), 1, kSms).sig))
       << "K alone differs";
   EXPECT_FALSE(ws.matches(plan_matmul_reduce_scatter(mm, blocks(128, 128), 1, kSms).sig)) << "another op";
-  // block_size_k is the GEMM's pipeline depth, not part of the workspace.
-  FusedConfig deeper = blocks(128, 128);
-  deeper.block_size_k = 128;
-  EXPECT_TRUE(ws.matches(plan_matmul_all_reduce(mm, deeper, 1, kSms).sig));
   ws.release(host);
 }
 
@@ -1136,6 +1199,25 @@ TEST(OpsFusedWorkspace, RanksWithCAtDifferentHeapOffsetsAllRaiseTogether) {
       "min_band_tiles 66",
       "matmul_all_gather 256x512 k 128 bfloat16 world 2 blocks 128x128 C on the symmetric heap at offset 1048576 "
       "min_band_tiles 66");
+}
+
+// The bias is part of what ranks agree on: the reducing ops add it once, from rank 0 (one_shot, atomic,
+// spinlock, the unfused path) or from each band's owner (two_shot, matmul_reduce_scatter), so a bias passed
+// on some ranks only would be added to some rows only, or to none. Ranks that differ all raise.
+TEST(OpsFusedWorkspace, RanksThatDisagreeOnTheBiasAllRaiseTogether) {
+  auto with_bias = [](MatmulOperands mm, bool bias) {
+    mm.bias = bias ? fake_ptr(5) : nullptr;
+    return mm;
+  };
+  const auto p = plan_matmul_all_reduce(with_bias(operands(512, 512, 128, 512), true), blocks(128, 128), 2, kSms);
+  EXPECT_TRUE(p.sig.bias);
+  EXPECT_FALSE(plan_matmul_all_reduce(operands(512, 512, 128, 512), blocks(128, 128), 2, kSms).sig.bias);
+  expect_every_rank_raises(
+      [&](int r) {
+        return plan_matmul_reduce_scatter(with_bias(operands(512, 512, 128, 256), r == 0), blocks(128, 128), 2, kSms);
+      },
+      "matmul_reduce_scatter 512x512 k 128 bfloat16 world 2 blocks 128x128 with bias min_band_tiles 66",
+      "matmul_reduce_scatter 512x512 k 128 bfloat16 world 2 blocks 128x128 min_band_tiles 66");
 }
 
 }  // namespace

@@ -83,6 +83,7 @@ std::string OpSignature::describe() const {
       " blocks ", block_size_m, "x", block_size_n, root >= 0 ? detail::str_cat(" root ", root) : std::string(),
       op == OpKind::kAllReduce || op == OpKind::kReduceScatter ? std::string(" op ") + reduce_op_name(reduce_op)
                                                                : std::string(),
+      bias ? " with bias" : "",
       symmetric_output ? detail::str_cat(" C on the symmetric heap at offset ", output_offset) : std::string(),
       ll_max_bytes >= 0 ? detail::str_cat(" LL up to ", ll_max_bytes, " bytes per block (IRIS_LL_MAX_BYTES)")
                         : std::string(),

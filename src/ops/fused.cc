@@ -49,6 +49,15 @@ const char* preamble_name(OpKind op) {
   }
 }
 
+// A preamble that would re-allocate a buffer of a workspace whose calls a CUDA graph captured
+// (FusedWorkspace::captured): the graph's replays would keep using the freed buffer.
+[[noreturn]] void throw_captured(const char* preamble, const char* which) {
+  throw InvalidArgument(str_cat(preamble, ": these operands need a larger ", which,
+                                " workspace than this one holds, but a call with this workspace was captured in a "
+                                "CUDA graph, whose replays would keep using the buffer a re-allocation frees; give "
+                                "each captured shape a workspace of its own (or release() this one first)."));
+}
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Checks common to every op, in order: the config, the device SM count, the operands (all but C's
@@ -109,6 +118,18 @@ bool adds_on_sms(OpKind op, const FusedConfig& config) {
 }
 bool comm_on_sms(OpKind op, const FusedConfig& config) { return !config.copy_engine || adds_on_sms(op, config); }
 
+// A tile the fused kernels run (the plan refuses others before it sizes anything: a tile they do not run
+// could otherwise ask the heap for arrays sized by it, and fail there instead).
+void check_tile(const FusedPlan& p) {
+  if (std::find(kFusedTiles.begin(), kFusedTiles.end(), p.tile) == kFusedTiles.end()) {
+    std::string supported;  // only on the error path: this check runs on every call
+    for (const GemmTile& t : kFusedTiles) supported += str_cat(supported.empty() ? "" : ", ", t.m, "x", t.n, "x", t.k);
+    throw InvalidArgument(str_cat(ccl::op_name(p.sig.op), ": block_size_m x block_size_n x block_size_k = ", p.tile.m,
+                                  "x", p.tile.n, "x", p.tile.k,
+                                  " is not a tile of the GEMM core; the fused kernels run ", supported, "."));
+  }
+}
+
 // The SM split, the tile and the signature fields every op fills alike. m x n x k: this rank's GEMM (for
 // the tile the GEMM core advises when the config leaves it to the plan).
 FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms,
@@ -126,17 +147,20 @@ FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& con
                    ") and comm_sms (", p.comm_sms, ") must each fit the device's ", device_sms, " SMs.");
   } else {
     p.gemm_sms = config.gemm_sms > 0 ? config.gemm_sms : device_sms - p.comm_sms;
-    IRIS_CHECK_ARG(p.gemm_sms >= 1 && p.gemm_sms + p.comm_sms <= device_sms, ccl::op_name(op), ": gemm_sms (",
-                   p.gemm_sms, ") + comm_sms (", p.comm_sms, ") must leave at least one GEMM SM and fit the device's ",
-                   device_sms, " SMs (",
+    // (compared without adding: gemm_sms + comm_sms could overflow, and pass)
+    IRIS_CHECK_ARG(p.gemm_sms >= 1 && p.comm_sms <= device_sms && p.gemm_sms <= device_sms - p.comm_sms,
+                   ccl::op_name(op), ": gemm_sms (", p.gemm_sms, ") + comm_sms (", p.comm_sms,
+                   ") must leave at least one GEMM SM and fit the device's ", device_sms, " SMs (",
                    config.copy_engine ? "the atomic and spinlock variants add on SMs" : "copy_engine is false",
                    ": the communication kernels run beside the GEMM).");
   }
   p.sig.op = op;
+  check_tile(p);
   p.sig.world_size = world_size;
   p.sig.block_size_m = p.tile.m;
   p.sig.block_size_n = p.tile.n;
   p.sig.depth = mm.a.cols;
+  p.sig.bias = mm.bias != nullptr;
   p.needs.block_state = ccl::detail::block_state_words(world_size);  // the epoch is state[0]
   p.min_band_tiles = resolve_min_band_tiles(config, device_sms);
   p.sig.min_band_tiles = p.min_band_tiles;
@@ -425,7 +449,8 @@ void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedCo
   ccl::detail::prepare_everywhere(ctx, ws, [&] { return p = context_plan(plan, ctx, mm, config); });
   if (p.unfused) prepare_collective(ctx, p, mm, ws);
   // One rank's GEMM may split K (this rank's memory: nothing to agree on).
-  if (ctx.world_size() == 1) ws.reserve_gemm_workspace(ops::workspace_size(single_rank_gemm(mm)));
+  if (ctx.world_size() == 1)
+    ws.reserve_gemm_workspace(ops::workspace_size(single_rank_gemm(mm)), preamble_name(p.sig.op));
 }
 
 // ---- the band pipeline ---------------------------------------------------------------------------------
@@ -527,9 +552,13 @@ class Pipeline {
       return;
     }
     if (from.rows == 0) return;
-    const size_t esz = from.element_size();
-    IRIS_CUDA_CHECK(cudaMemcpy2DAsync(to, static_cast<size_t>(to_stride_elems) * esz, from.data,
-                                      static_cast<size_t>(from.stride) * esz, static_cast<size_t>(from.cols) * esz,
+    const size_t width = static_cast<size_t>(from.cols) * from.element_size();
+    // A one-row view may carry any stride (a size-1 dimension's): it has no second row, so its pitch is its
+    // width (cudaMemcpy2D refuses a pitch below the width).
+    auto pitch = [&](int64_t stride) {
+      return from.rows <= 1 ? width : static_cast<size_t>(stride) * from.element_size();
+    };
+    IRIS_CUDA_CHECK(cudaMemcpy2DAsync(to, pitch(to_stride_elems), from.data, pitch(from.stride), width,
                                       static_cast<size_t>(from.rows), cudaMemcpyDefault, side_));
   }
   // The band `part` (in this rank's heap) into the same place of every peer's heap, in ring order from
@@ -950,7 +979,7 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
       ccl::all_gather_preamble(ctx, v.out, v.in, auto_config, ws.collective());
   };
   // The GEMM's split-K partials (this rank's memory: nothing to agree on).
-  ws.reserve_gemm_workspace(ops::workspace_size(unfused_gemm_split_k(p, mm, v, ctx.rank())));
+  ws.reserve_gemm_workspace(ops::workspace_size(unfused_gemm_split_k(p, mm, v, ctx.rank())), preamble_name(p.sig.op));
   if (!ws.collective().prepared()) {
     prepare();
     return;
@@ -958,6 +987,7 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
   try {
     prepare();
   } catch (const WorkspaceTooSmall&) {
+    if (ws.captured()) throw_captured(preamble_name(p.sig.op), "collective");
     ccl::ContextWorkspaceHost host(ctx);
     ws.collective().release(host);  // waits until no call of any rank still reaches the arrays
     prepare();
@@ -1003,35 +1033,37 @@ bool symmetric_view(const Context& ctx, const Tensor& t) {
   return ctx.is_symmetric(last);
 }
 
-void check_tile(const FusedPlan& p) {
-  if (std::find(kFusedTiles.begin(), kFusedTiles.end(), p.tile) == kFusedTiles.end()) {
-    std::string supported;  // only on the error path: this check runs on every call
-    for (const GemmTile& t : kFusedTiles) supported += str_cat(supported.empty() ? "" : ", ", t.m, "x", t.n, "x", t.k);
-    throw InvalidArgument(str_cat(ccl::op_name(p.sig.op), ": block_size_m x block_size_n x block_size_k = ", p.tile.m,
-                                  "x", p.tile.n, "x", p.tile.k, " is not a tile of the GEMM core; the fused kernels run ",
-                                  supported, "."));
-  }
-}
-
 void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
             cudaStream_t stream) {
   const FusedPlan p = context_plan(plan, ctx, mm, config);
   check_fused_workspace(p, ws);
-  ccl::detail::require_no_timeout_since_prepare(ctx, ccl::op_name(p.sig.op), preamble_name(p.sig.op), ws);
-  check_tile(p);
-  // Every rank must take the path its peers prepared for (see OpSignature::symmetric_output).
-  IRIS_CHECK_ARG(p.sig.symmetric_output == ws.signature().symmetric_output, ccl::op_name(p.sig.op), ": C is ",
-                 p.sig.symmetric_output ? "" : "not ", "on the symmetric heap but the workspace was prepared with C ",
-                 ws.signature().symmetric_output ? "" : "not ", "on it; call ", preamble_name(p.sig.op),
-                 " again with this C.");
-  // Peers write their rows at the offset of the C they prepared with: a C elsewhere would miss them, and
-  // they would land on whatever lies at that offset now.
+  ccl::detail::require_of_context(ctx, ccl::op_name(p.sig.op), preamble_name(p.sig.op), ws);
+  // Every rank must take the path its peers prepared for (see OpSignature::symmetric_output). Peers write
+  // their rows at the offset of the C they prepared with: a C elsewhere would miss them, and they would
+  // land on whatever lies at that offset now.
+  if (p.sig.symmetric_output != ws.signature().symmetric_output) {
+    const bool c_on_heap = symmetric_view(ctx, mm.c);
+    const std::string why =
+        p.sig.symmetric_output ? std::string("C is on the symmetric heap")
+        : !c_on_heap           ? std::string("C is not on the symmetric heap")
+        : mm.c.stride != mm.c.cols
+            ? std::string("C is not contiguous (peers write rows straight into a contiguous C only)")
+            : str_cat("this call's variant (", ccl::variant_name(p.sig.variant),
+                      ") stages peers' rows instead of writing them into C");
+    throw InvalidArgument(str_cat(ccl::op_name(p.sig.op), ": ", why, " but the workspace was prepared with C ",
+                                  ws.signature().symmetric_output ? "" : "not ", "on it; call ",
+                                  preamble_name(p.sig.op), " again with these operands."));
+  }
   IRIS_CHECK_ARG(p.sig.output_offset == ws.signature().output_offset, ccl::op_name(p.sig.op), ": C is at heap offset ",
                  p.sig.output_offset, " but the workspace was prepared with C at heap offset ",
                  ws.signature().output_offset,
                  " (peers write their rows straight into C at the offset they prepared with); call ",
                  preamble_name(p.sig.op), " again with this C.");
   if (mm.c.numel() == 0) return;
+  const cudaStream_t on = ccl::detail::pick_stream(ctx, stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  IRIS_CUDA_CHECK(cudaStreamIsCapturing(on, &capture));
+  if (capture != cudaStreamCaptureStatusNone) ws.mark_captured();
   if (ctx.world_size() == 1) {
     run_single_rank(mm, p.sig.op, ws, ccl::detail::pick_stream(ctx, stream));
     ws.count_call();
@@ -1085,7 +1117,8 @@ FusedWorkspace::FusedWorkspace(FusedWorkspace&& other) noexcept
     : ccl::Workspace(std::move(other)),
       collective_(std::move(other.collective_)),
       gemm_workspace_(std::exchange(other.gemm_workspace_, nullptr)),
-      gemm_workspace_bytes_(std::exchange(other.gemm_workspace_bytes_, 0)) {}
+      gemm_workspace_bytes_(std::exchange(other.gemm_workspace_bytes_, 0)),
+      captured_(std::exchange(other.captured_, false)) {}
 
 FusedWorkspace& FusedWorkspace::operator=(FusedWorkspace&& other) noexcept {
   if (this == &other) return *this;
@@ -1094,6 +1127,7 @@ FusedWorkspace& FusedWorkspace::operator=(FusedWorkspace&& other) noexcept {
   collective_ = std::move(other.collective_);
   gemm_workspace_ = std::exchange(other.gemm_workspace_, nullptr);
   gemm_workspace_bytes_ = std::exchange(other.gemm_workspace_bytes_, 0);
+  captured_ = std::exchange(other.captured_, false);
   return *this;
 }
 
@@ -1105,8 +1139,9 @@ void FusedWorkspace::free_gemm_workspace() noexcept {
   gemm_workspace_bytes_ = 0;
 }
 
-void FusedWorkspace::reserve_gemm_workspace(size_t bytes) {
+void FusedWorkspace::reserve_gemm_workspace(size_t bytes, const char* op) {
   if (bytes <= gemm_workspace_bytes_) return;
+  if (captured_) throw_captured(op, "GEMM split-K");
   IRIS_CUDA_CHECK(cudaDeviceSynchronize());  // no GEMM of an earlier call still uses the old buffer
   free_gemm_workspace();
   IRIS_CUDA_CHECK(cudaMalloc(&gemm_workspace_, bytes));
@@ -1126,6 +1161,7 @@ void FusedWorkspace::release(ccl::WorkspaceHost& host) {
     }
   }
   free_gemm_workspace();
+  captured_ = false;
   if (failed) std::rethrow_exception(failed);
 }
 

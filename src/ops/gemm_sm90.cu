@@ -460,6 +460,9 @@ std::string check_matmul_operands(const char* op, const Tensor& a, const Tensor&
     if (auto why = check_tma(op, name, *t); !why.empty()) return why;
   if (bias != nullptr && reinterpret_cast<uintptr_t>(bias) % 16 != 0)
     return str_cat(op, ": bias ", bias, " is not 16-byte aligned.");
+  // The epilogue reads the bias while other blocks write C: a bias inside C would change under the reads.
+  if (bias != nullptr && overlaps(c, Tensor::vector(const_cast<void*>(bias), c.dtype, n)))
+    return str_cat(op, ": bias overlaps C; pass a separate bias vector (N elements of C's type).");
   if (overlaps(c, a) || overlaps(c, b)) return str_cat(op, ": C overlaps A or B; pass a separate output buffer.");
   return "";
 }
@@ -542,12 +545,14 @@ void run_gemm(const GemmArguments& args, void* workspace, const size_t* capacity
                                               capacity != nullptr ? *capacity : std::numeric_limits<size_t>::max());
       !why.empty())
     throw WorkspaceTooSmall(why);
+  // Stream-K's fixup and split-K's partials both read and write the workspace 16 bytes at a time.
+  IRIS_CHECK_ARG(l.workspace == 0 || reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "gemm: workspace ", workspace,
+                 " is not 16-byte aligned (", l.p.splits > 1 ? "split_k" : "stream_k",
+                 " keeps float32 partials there).");
   if (l.p.splits == 1) {
     l.inst->run(l.p, workspace, stream);
     return;
   }
-  IRIS_CHECK_ARG(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "gemm: workspace ", workspace,
-                 " is not 16-byte aligned (split_k keeps float32 partials there).");
   l.p.d = workspace;
   l.inst->run(l.p, static_cast<char*>(workspace) + l.partial_bytes, stream);
   detail::SplitKReduce r;

@@ -120,6 +120,10 @@ struct OpSignature {
   int root = -1;  // broadcast
   ReduceOp reduce_op = ReduceOp::kSum;
   int64_t depth = 0;  // fused ops: K of the GEMM (0 for collectives)
+  // fused ops: whether the call adds a bias. Every rank passes one, or none: the reducing ops add it once,
+  // some variants from rank 0 and others from the rank that owns a band, so a bias on some ranks only
+  // would be added to some rows only (or to none), silently.
+  bool bias = false;
   // matmul_all_gather and matmul_all_reduce two_shot: C lies on the symmetric heap, so peers write their
   // rows straight into it, at the heap offset of their own C: output_offset, C's byte offset in the heap
   // (-1 when C is elsewhere). Part of the signature so that every rank takes the same path and has C at

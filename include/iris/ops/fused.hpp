@@ -74,7 +74,9 @@
 //                                        same C everywhere
 // B is given K x N, or N x K (as LLM layers store weights) with b_is_nk. A and B are bfloat16 or
 // float16 (the same); C is A's type or float32; bias (optional) has N elements of C's type and is
-// added once to the result. The GEMM core's layout rules hold: K and N multiples of 8, 16-byte aligned
+// added once to the result: every rank passes the same bias, or none (the reducing ops take it from
+// rank 0 or from the rank that owns a band, depending on the variant; the preamble refuses a bias on
+// some ranks only). The GEMM core's layout rules hold: K and N multiples of 8, 16-byte aligned
 // data and row strides. Unlike iris::ops::gemm, K is the per-rank K (matmul_all_reduce,
 // matmul_reduce_scatter and all_gather_matmul_k_sharded shard K: the global K is W times it; B of
 // all_gather_matmul_k_sharded has the global K).
@@ -159,15 +161,23 @@ class FusedWorkspace : public ccl::Workspace {
   void* gemm_workspace() const { return gemm_workspace_; }
   size_t gemm_workspace_bytes() const { return gemm_workspace_bytes_; }
   // Makes gemm_workspace() hold at least `bytes` (allocating; call with no GEMM of this workspace in flight).
-  void reserve_gemm_workspace(size_t bytes);
+  // Throws InvalidArgument naming `op` when that would re-allocate it after a call was captured (captured()).
+  void reserve_gemm_workspace(size_t bytes, const char* op = "fused op");
   // Collective: frees every array, the collective's and the GEMM's too.
   void release(ccl::WorkspaceHost& host);
+  // True once a call with this workspace was captured into a CUDA graph (until release()). The graph's
+  // replays use the buffers the call was captured with, so from then on a preamble that would re-allocate
+  // one (the GEMM's split-K buffer, or the collective's arrays of an unfused call) raises instead of
+  // freeing it under the graph: give each captured shape a workspace of its own.
+  bool captured() const { return captured_; }
+  void mark_captured() { captured_ = true; }
 
  private:
   void free_gemm_workspace() noexcept;
   ccl::Workspace collective_;
   void* gemm_workspace_ = nullptr;
   size_t gemm_workspace_bytes_ = 0;
+  bool captured_ = false;
 };
 
 // Communication SMs an op takes when FusedConfig::comm_sms is 0: one in eight of the device's (16 of
