@@ -110,6 +110,19 @@ TEST(CclConfig, DefaultsAreValidAndBadFieldsAreNamed) {
   bad.all_reduce_ring_slice_n = 128;
   expect_msg(bad, 2, "all_reduce_ring_slice_n must divide block_size_n (block_size_n=64, slice=128)");
   expect_msg(c, 0, "world_size must be at least 1, got 0");
+  bad = c;
+  bad.block_size_m = 8192;
+  expect_msg(bad, 2, "block_size_m x block_size_n must be at most 4096 x 65536 and 4Mi elements, got 8192 x 64");
+  bad = c;
+  bad.block_size_m = 4096;
+  bad.block_size_n = 2048;  // each within its bound, 8Mi elements together
+  expect_msg(bad, 2, "block_size_m x block_size_n must be at most 4096 x 65536 and 4Mi elements, got 4096 x 2048");
+  bad = c;
+  bad.comm_sms = 65536;
+  expect_msg(bad, 2, "comm_sms must be at most 65535, got 65536");
+  bad = c;
+  bad.all_reduce_variant = static_cast<AllReduceVariant>(42);
+  expect_msg(bad, 2, "all_reduce_variant has an unknown value 42");
   EXPECT_EQ(parse_all_reduce_variant("two_shot"), AllReduceVariant::kTwoShot);
   EXPECT_THROW(parse_all_reduce_variant("three_shot"), std::invalid_argument);
   bad = c;

@@ -466,6 +466,17 @@ TEST(GemmGpuStreamK, WorkspaceOnlyWhenItRunsAndRequiredThen) {
   EXPECT_EQ(error_text<WorkspaceTooSmall>([&] { gemm(args, nullptr, nullptr); }),
             "gemm: these arguments need " + std::to_string(need) +
                 " bytes of device workspace (workspace_size(args)) but workspace is null.");
+  // The stream-K fixup reads and writes its partials 16 bytes at a time: a misaligned workspace is refused
+  // before launch (before 2026-12-04 only split-K's was, and stream-K's faulted with a misaligned address).
+  {
+    DeviceBuffer ws(need + 16);
+    void* misaligned = static_cast<char*>(ws.ptr) + 8;
+    std::ostringstream where;
+    where << misaligned;
+    EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, misaligned, need, nullptr); }),
+              "gemm: workspace " + where.str() + " is not 16-byte aligned (stream_k keeps float32 partials there).");
+    IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   for (GemmTile other : {GemmTile{}, kGemmTileLarge, kGemmTileSkinny, kGemmTileTiny}) {
     args.tile = other;
     EXPECT_EQ(workspace_size(args), 0u) << "only the 128x128 tile has a stream-K kernel: " << other.m << "x"
