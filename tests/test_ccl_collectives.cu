@@ -865,6 +865,61 @@ TEST_P(Collective, PreambleUnderCaptureAndWorkspaceOffTheHeapAreRefused) {
       big_heap(GetParam().world));
 }
 
+// A view that lies in the heap must lie within one live allocation of this rank's heap. An all_gather
+// output allocated one row short of what it is described as would have its last row written into the next
+// heap object (here: the input); a peer's buffer (translate) would be written in place of this rank's; a
+// freed block would be written under whatever is allocated there next. Every rank raises, in the preamble
+// (which allocates nothing) and at the call.
+TEST_P(Collective, ViewsOnTheHeapMustLieWithinOneLiveAllocationOfThisRank) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int w = ctx.world_size();
+        const int64_t m = 4, n = 64;
+        auto* short_out = ctx.empty<float>((w * m - 1) * n);
+        auto* in = ctx.empty<float>(m * n);
+        auto* gone = ctx.empty<float>(m * n);
+        const size_t gone_offset = ctx.offset_of(gone);
+        ctx.free(gone);
+        const Tensor out = Tensor::matrix(short_out, DType::kFloat32, w * m, n);
+        const Tensor mine = Tensor::matrix(in, DType::kFloat32, m, n);
+        auto error = [](auto&& fn) { return test::error_text<std::invalid_argument>(fn); };
+        Workspace ws;
+        const std::string past = "all_gather: output " + std::to_string(w * m) +
+                                 "x64 float32 runs 256 bytes past the end "
+                                 "of its heap allocation (" +
+                                 std::to_string((w * m - 1) * n * 4) + " bytes at heap offset " +
+                                 std::to_string(ctx.offset_of(short_out)) +
+                                 "); pass a view that lies within one allocation.";
+        const size_t heap_before = ctx.heap_bytes_in_use();
+        EXPECT_EQ(error([&] { ccl::all_gather_preamble(ctx, out, mine, Config{}, ws); }), past);
+        EXPECT_EQ(ctx.heap_bytes_in_use(), heap_before) << "nothing allocated";
+        EXPECT_EQ(error([&] { ccl::all_gather(ctx, out, mine, Config{}, ws); }), past);
+        const Tensor freed = Tensor::matrix(gone, DType::kFloat32, m, n);
+        EXPECT_EQ(error([&] { ccl::broadcast(ctx, freed, mine, 0, Config{}, ws); }),
+                  "broadcast: output 4x64 float32 lies in this rank's heap at offset " + std::to_string(gone_offset) +
+                      " but in no live allocation; pass a buffer that is allocated (was it freed?).");
+        if (w > 1) {
+          const int peer = (ctx.rank() + 1) % w;
+          const Tensor theirs = Tensor::matrix(ctx.translate(in, peer), DType::kFloat32, m, n);
+          EXPECT_EQ(error([&] { ccl::all_reduce_preamble(ctx, mine, theirs, Config{}, ws); }),
+                    "all_reduce: input 4x64 float32 lies in rank " + std::to_string(peer) + "'s heap, not in rank " +
+                        std::to_string(ctx.rank()) +
+                        "'s; pass this rank's own buffer (the kernels reach peers' memory themselves).");
+        }
+        // The whole allocation, in place: accepted.
+        const Tensor exact = Tensor::matrix(short_out, DType::kFloat32, w * m - 1, n);
+        EXPECT_NO_THROW(ccl::all_reduce_preamble(ctx, exact, exact, Config{}, ws));
+        EXPECT_NO_THROW(ccl::all_reduce(ctx, exact, exact, Config{}, ws));
+        ctx.barrier();
+        release(ctx, ws);
+        ctx.free(in);
+        ctx.free(short_out);
+      },
+      big_heap(GetParam().world));
+}
+
 // ---- sizing ahead --------------------------------------------------------------------------------------
 
 ccl::WorkspaceNeeds needs(Op op, const Tensor& out, const Tensor& in, const Config& cfg, int world) {

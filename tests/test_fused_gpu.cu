@@ -1160,6 +1160,41 @@ TEST_P(FusedGpu, OneRowOperandsWithAnyRowStrideAreRight) {
       options());
 }
 
+// Operands that lie in the heap must lie within one live allocation of this rank's: a C allocated one row
+// short of what it is described as would take the GEMM's last row (and, on peers' paths, their rows) into
+// the next heap object. Every rank raises, in the preamble and at the call, before anything is launched.
+TEST_P(FusedGpu, OperandsOnTheHeapMustLieWithinOneLiveAllocation) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int64_t m = 128, n = 128, k = 64;
+        auto* a = ctx.empty<__nv_bfloat16>(m * k);
+        auto* b = ctx.empty<__nv_bfloat16>(k * n);
+        auto* c = ctx.empty<__nv_bfloat16>((m - 1) * n);
+        MatmulOperands mm;
+        mm.a = Tensor::matrix(a, kBF16, m, k);
+        mm.b = Tensor::matrix(b, kBF16, k, n);
+        mm.c = Tensor::matrix(c, kBF16, m, n);
+        const std::string want =
+            "matmul_all_reduce: C 128x128 bfloat16 runs 256 bytes past the end of its heap "
+            "allocation (" +
+            std::to_string((m - 1) * n * 2) + " bytes at heap offset " + std::to_string(ctx.offset_of(c)) +
+            "); pass a view that lies within one allocation.";
+        FusedWorkspace ws;
+        EXPECT_EQ(error_text([&] { matmul_all_reduce_preamble(ctx, mm, FusedConfig{}, ws); }), want);
+        EXPECT_EQ(error_text([&] { matmul_all_reduce(ctx, mm, FusedConfig{}, ws, nullptr); }), want);
+        EXPECT_FALSE(ws.prepared());
+        ctx.barrier();
+        release_workspace(ctx, ws);
+        ctx.free(c);
+        ctx.free(b);
+        ctx.free(a);
+        ctx.barrier();
+      },
+      options());
+}
+
 __global__ void wait_for_a_word_nobody_sets(DeviceContext ctx, const uint64_t* word) {
   if (!iris::device::wait_until<iris::device::Order::kAcquire, iris::device::Scope::kSys>(
           ctx, word, iris::device::Cmp::kReached, 1, "test: a word nobody sets"))

@@ -35,6 +35,28 @@ TEST(HeapAllocator, BlocksDoNotOverlapAndZeroBytesGetsADistinctBlock) {
   EXPECT_EQ(a.block_size(z), 1024u);
 }
 
+// live_span names the live block holding an offset and the bytes its caller asked for (the ops refuse a
+// view in the heap that runs past them: Context::heap_span_problem); padding, freed blocks and free space
+// hold no live span.
+TEST(HeapAllocator, LiveSpanIsTheBlockHoldingAnOffsetAndItsRequestedBytes) {
+  HeapAllocator h(1 << 20, /*guard_bytes=*/256);
+  const size_t a = h.allocate(1000);
+  const size_t b = h.allocate(300);
+  for (size_t off : {a, a + 999, a + 1000, a + 1023}) {
+    const auto s = h.live_span(off);
+    ASSERT_TRUE(s.has_value()) << off;
+    EXPECT_EQ(s->offset, a);
+    EXPECT_EQ(s->requested, 1000u) << "the request, not the padded and guarded block";
+  }
+  ASSERT_TRUE(h.live_span(b + 299).has_value());
+  EXPECT_EQ(h.live_span(b + 299)->offset, b);
+  EXPECT_FALSE(h.live_span(b + h.block_size(b)).has_value()) << "free space after the last block";
+  h.release(a);
+  EXPECT_FALSE(h.live_span(a).has_value()) << "a freed block";
+  EXPECT_FALSE(h.live_span(a + 500).has_value());
+  EXPECT_EQ(h.live_span(b)->requested, 300u);
+}
+
 TEST(HeapAllocator, ReuseAfterFree) {
   HeapAllocator a(kMiB);
   size_t x = a.allocate(4096);

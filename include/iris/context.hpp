@@ -106,6 +106,12 @@ class Context {
   void free(void* ptr);
   // True when ptr points into a live allocation of this rank's heap.
   bool is_symmetric(const void* ptr) const;
+  // Why the bytes [ptr, ptr + bytes) may not be an op's argument, as the rest of a sentence that starts
+  // with the argument's name, or "" when they may: they lie outside every rank's heap (device memory of the
+  // caller's own), or within the bytes of one live allocation of this rank's heap. Otherwise they lie in a
+  // peer's heap, in no live allocation, or run past the end of theirs (an output described larger than
+  // it was allocated, which would write into the next heap object).
+  std::string heap_span_problem(const void* ptr, size_t bytes) const;
   // Offset of ptr within this rank's heap (throws InvalidArgument when not in the heap).
   size_t offset_of(const void* ptr) const;
 

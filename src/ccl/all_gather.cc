@@ -18,8 +18,8 @@ struct Plan {
 Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, const Config& config) {
   const int world = s.world;
   config.validate(world);
-  detail::check_view(kOp, "input", in, s.shapes_only);
-  detail::check_view(kOp, "output", out, s.shapes_only);
+  detail::check_view(kOp, "input", in, s);
+  detail::check_view(kOp, "output", out, s);
   IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
   IRIS_CHECK_ARG(out.rows == world * in.rows && out.cols == in.cols, kOp, ": input is ", in.rows, "x", in.cols,

@@ -68,8 +68,8 @@ struct Plan {
 void validate(const char* op, const detail::PlanScope& s, const Tensor& out, const Tensor& in, const Config& config,
               ReduceOp rop) {
   config.validate(s.world);
-  detail::check_view(op, "input", in, s.shapes_only);
-  detail::check_view(op, "output", out, s.shapes_only);
+  detail::check_view(op, "input", in, s);
+  detail::check_view(op, "output", out, s);
   IRIS_CHECK_ARG(in.dtype == out.dtype, op, ": input is ", dtype_name(in.dtype), " but output is ",
                  dtype_name(out.dtype), ".");
   IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, op, ": input is ", in.rows, "x", in.cols,

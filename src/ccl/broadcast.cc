@@ -26,10 +26,10 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   const int world = s.world;
   config.validate(world);
   IRIS_CHECK_ARG(root >= 0 && root < world, kOp, ": root ", root, " is not a rank of this world of ", world, ".");
-  detail::check_view(kOp, "output", out, s.shapes_only);
+  detail::check_view(kOp, "output", out, s);
   Plan p;
   if (s.rank == root || s.shapes_only) {
-    detail::check_view(kOp, "input", in, s.shapes_only);
+    detail::check_view(kOp, "input", in, s);
     IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
                    dtype_name(out.dtype), ".");
     IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, kOp, ": input is ", in.rows, "x", in.cols,

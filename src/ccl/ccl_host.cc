@@ -7,19 +7,24 @@
 
 namespace iris::ccl::detail {
 
-PlanScope PlanScope::of(const Context& ctx) { return PlanScope{ctx.rank(), ctx.world_size(), sm_count(ctx), false}; }
+PlanScope PlanScope::of(const Context& ctx) {
+  return PlanScope{ctx.rank(), ctx.world_size(), sm_count(ctx), false, &ctx};
+}
 
 PlanScope PlanScope::sizing(const char* op, int world_size) {
   IRIS_CHECK_ARG(world_size >= 1, op, ": world_size must be at least 1, got ", world_size, ".");
   return PlanScope{0, world_size, 1, true};
 }
 
-void check_view(const char* op, const char* what, const Tensor& t, bool shapes_only) {
-  const std::string why = t.problem(!shapes_only);
+void check_view(const char* op, const char* what, const Tensor& t, const PlanScope& s) {
+  const std::string why = t.problem(!s.shapes_only);
   IRIS_CHECK_ARG(why.empty(), op, ": ", what, " ", why);
-  if (shapes_only) return;
+  if (s.shapes_only) return;
   IRIS_CHECK_ARG(reinterpret_cast<uintptr_t>(t.data) % t.element_size() == 0, op, ": ", what, " pointer ", t.data,
                  " is not aligned to its ", t.element_size(), "-byte ", dtype_name(t.dtype), " elements.");
+  if (s.ctx == nullptr) return;
+  const std::string where = s.ctx->heap_span_problem(t.data, t.span_bytes());
+  IRIS_CHECK_ARG(where.empty(), op, ": ", what, " ", t.describe(), " ", where);
 }
 
 void check_no_partial_overlap(const char* op, const Tensor& a, const Tensor& b, bool allow_same) {

@@ -25,6 +25,8 @@ struct PlanScope {
   int world = 1;
   int sms = 1;
   bool shapes_only = false;
+  // The context a call plans for (null when sizing ahead): its heap says whether a view lies in it whole.
+  const Context* ctx = nullptr;
 
   static PlanScope of(const Context& ctx);
   // Throws InvalidArgument naming `op` unless world_size >= 1.
@@ -49,9 +51,11 @@ inline size_t block_state_words(int world) { return static_cast<size_t>(kCollect
 
 // Throws InvalidArgument naming `op` and `what` ("input", "output") when the view is malformed
 // (Tensor::problem: unknown dtype, negative sizes, stride < cols, a span past 2^48 bytes, and unless
-// `shapes_only` null data for a non-empty view), or unless `shapes_only` its data is not aligned to
-// the element.
-void check_view(const char* op, const char* what, const Tensor& t, bool shapes_only = false);
+// s.shapes_only null data for a non-empty view), or unless s.shapes_only its data is not aligned to
+// the element, or it lies in the heap but not within one live allocation of this rank's
+// (Context::heap_span_problem: a peer's memory, a freed block, or an output described larger than it
+// was allocated, whose writes would land in the next heap object).
+void check_view(const char* op, const char* what, const Tensor& t, const PlanScope& s);
 // Throws when a and b partly overlap (identical views are allowed when `allow_same`).
 void check_no_partial_overlap(const char* op, const Tensor& a, const Tensor& b, bool allow_same);
 // True when the view is contiguous and its data 16-byte aligned.

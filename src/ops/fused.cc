@@ -431,6 +431,15 @@ bool symmetric_view(const Context& ctx, const Tensor& t);
 // on the symmetric heap (peers then write their rows straight into it).
 FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm, const FusedConfig& config) {
   FusedPlan p = plan(mm, config, ctx.world_size(), ccl::detail::sm_count(ctx));
+  // Operands that lie in the heap lie within one live allocation of this rank's (Context::heap_span_problem):
+  // a C described larger than it was allocated would take the GEMM's and the peers' writes into the next
+  // heap object.
+  const Tensor bias = Tensor::vector(const_cast<void*>(mm.bias), mm.c.dtype, mm.bias != nullptr ? mm.c.cols : 0);
+  const std::pair<const char*, const Tensor*> operands[] = {{"A", &mm.a}, {"B", &mm.b}, {"C", &mm.c}, {"bias", &bias}};
+  for (auto [name, t] : operands) {
+    const std::string where = ctx.heap_span_problem(t->data, t->span_bytes());
+    IRIS_CHECK_ARG(where.empty(), ccl::op_name(p.sig.op), ": ", name, " ", t->describe(), " ", where);
+  }
   // Contiguous too: peers write with this rank's geometry, and the signature holds no row stride.
   if (p.sig.op == OpKind::kMatmulAllGather ||
       (p.sig.op == OpKind::kMatmulAllReduce && p.sig.variant == AllReduceVariant::kTwoShot))

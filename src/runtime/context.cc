@@ -390,6 +390,27 @@ bool Context::is_symmetric(const void* ptr) const {
   return allocator_->contains(static_cast<size_t>(p - own));
 }
 
+std::string Context::heap_span_problem(const void* ptr, size_t bytes) const {
+  const auto p = static_cast<const char*>(ptr);
+  const char* window = heap_->slot(0);
+  if (bytes == 0 || p < window || p >= window + heap_size_ * static_cast<size_t>(world_size_)) return "";
+  const int r = static_cast<int>(static_cast<size_t>(p - window) / heap_size_);
+  if (r != rank_)
+    return detail::str_cat("lies in rank ", r, "'s heap, not in rank ", rank_,
+                           "'s; pass this rank's own buffer (the kernels reach peers' memory themselves).");
+  const size_t offset = static_cast<size_t>(p - heap_->slot(rank_));
+  const auto span = allocator_->live_span(offset);
+  if (!span)
+    return detail::str_cat("lies in this rank's heap at offset ", offset,
+                           " but in no live allocation; pass a buffer that is allocated (was it freed?).");
+  const size_t end = span->offset + span->requested;
+  if (offset + bytes > end)
+    return detail::str_cat("runs ", offset + bytes - end, " bytes past the end of its heap allocation (",
+                           span->requested, " bytes at heap offset ", span->offset,
+                           "); pass a view that lies within one allocation.");
+  return "";
+}
+
 size_t Context::heap_bytes_in_use() const { return allocator_->bytes_in_use(); }
 size_t Context::heap_guard_bytes() const { return allocator_->guard_bytes(); }
 size_t Context::heap_bytes_free() const { return allocator_->bytes_free(); }

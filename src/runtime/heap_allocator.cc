@@ -97,6 +97,14 @@ bool HeapAllocator::contains(size_t offset) const {
   return offset < it->first + it->second.size;
 }
 
+std::optional<HeapAllocator::LiveSpan> HeapAllocator::live_span(size_t offset) const {
+  auto it = live_.upper_bound(offset);
+  if (it == live_.begin()) return std::nullopt;
+  --it;
+  if (offset >= it->first + it->second.size) return std::nullopt;
+  return LiveSpan{it->first, it->second.requested};
+}
+
 size_t HeapAllocator::block_size(size_t offset) const {
   auto it = live_.find(offset);
   return it == live_.end() ? 0 : it->second.size;

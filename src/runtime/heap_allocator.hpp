@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 namespace iris {
@@ -34,6 +35,13 @@ class HeapAllocator {
 
   // True when `offset` lies inside a live block.
   bool contains(size_t offset) const;
+  // The live block that holds `offset`: where it starts and the bytes its caller asked for (what an
+  // object may use; the rest of the block is padding and guard). nullopt when no live block holds it.
+  struct LiveSpan {
+    size_t offset = 0;
+    size_t requested = 0;
+  };
+  std::optional<LiveSpan> live_span(size_t offset) const;
   // Size of the live block starting at `offset` (0 if none).
   size_t block_size(size_t offset) const;
 
