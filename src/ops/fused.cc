@@ -1074,7 +1074,7 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
   IRIS_CUDA_CHECK(cudaStreamIsCapturing(on, &capture));
   if (capture != cudaStreamCaptureStatusNone) ws.mark_captured();
   if (ctx.world_size() == 1) {
-    run_single_rank(mm, p.sig.op, ws, ccl::detail::pick_stream(ctx, stream));
+    run_single_rank(mm, p.sig.op, ws, on);
     ws.count_call();
     return;
   }
@@ -1084,11 +1084,11 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
                    ": this call is below the fusion threshold and runs its GEMM, then the iris::ccl collective, "
                    "but the workspace was prepared for the band pipeline only; call ",
                    preamble_name(p.sig.op), " with these operands first.");
-    run_unfused(ctx, mm, p, ws, ccl::detail::pick_stream(ctx, stream));
+    run_unfused(ctx, mm, p, ws, on);
     ws.count_call();
     return;
   }
-  Pipeline pl(ctx, p, config.copy_engine, ws, stream);
+  Pipeline pl(ctx, p, config.copy_engine, ws, on);
   switch (p.sig.op) {
     case OpKind::kMatmulAllReduce:
       switch (config.all_reduce_variant) {
