@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "iris/runtime/local_launch.hpp"
 
 namespace iris::test {
@@ -30,11 +32,36 @@ void run_as_processes(int world) {
   LocalLaunchOptions options;
   options.extra_env = {"IRIS_TEST_CHILD=1"};
   options.timeout = std::chrono::seconds(env_int("IRIS_TEST_CHILD_TIMEOUT", 120));
+  // A child whose test skipped (GTEST_SKIP in the body) leaves a file here, so that a test every rank
+  // skipped is reported skipped, not passed (a child that skips exits 0, as one that passes).
+  char skip_dir[] = "/tmp/iris-test-skips.XXXXXX";
+  ASSERT_NE(::mkdtemp(skip_dir), nullptr);
+  options.extra_env.push_back(std::string("IRIS_TEST_SKIP_DIR=") + skip_dir);
   const std::vector<std::string> argv = {"/proc/self/exe",
                                          std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name(),
                                          "--gtest_brief=1"};
+  bool all_ok = true;
   for (const ProcessExit& e : run_local_processes(world, argv, options))
-    if (!e.ok()) ADD_FAILURE() << e.describe() << (e.exit_code > 0 ? " (its output is above)" : "");
+    if (!e.ok()) {
+      all_ok = false;
+      ADD_FAILURE() << e.describe() << (e.exit_code > 0 ? " (its output is above)" : "");
+    }
+  int skipped = 0;
+  for (int r = 0; r < world; ++r) {
+    const std::string marker = std::string(skip_dir) + "/rank" + std::to_string(r);
+    if (::access(marker.c_str(), F_OK) == 0) ++skipped;
+    ::unlink(marker.c_str());
+  }
+  ::rmdir(skip_dir);
+  if (all_ok && skipped == world) GTEST_SKIP() << "every rank skipped (each child's reason is above)";
+}
+
+// In a child: leaves the marker run_as_processes looks for when the test skipped.
+void report_child_skip() {
+  const char* dir = std::getenv("IRIS_TEST_SKIP_DIR");
+  if (dir == nullptr || !::testing::Test::IsSkipped()) return;
+  const std::string marker = std::string(dir) + "/rank" + std::to_string(env_int("RANK", -1));
+  if (std::FILE* f = std::fopen(marker.c_str(), "w")) std::fclose(f);
 }
 
 }  // namespace
@@ -112,6 +139,7 @@ void run_ranks(const RankSetup& setup, const std::function<void(Context&)>& body
     opts.device = env_int("LOCAL_RANK", 0) % gpu_count();
   auto ctx = Context::create_from_env(opts);
   body(*ctx);
+  report_child_skip();
 }
 
 }  // namespace iris::test
