@@ -66,6 +66,14 @@ TEST(HeapGuards, EnvironmentTakesOnlyZeroOrOne) {
             "Invalid IRIS_HEAP_GUARDS='yes': expected 0 or 1.");
 }
 
+// So is IRIS_CHECK_CALLS.
+TEST(CheckCalls, EnvironmentTakesOnlyZeroOrOne) {
+  ScopedEnv env("IRIS_CHECK_CALLS", "on");
+  auto bootstraps = make_thread_bootstraps(1, std::chrono::seconds(10));
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { Context ctx(bootstraps[0]); }),
+            "Invalid IRIS_CHECK_CALLS='on': expected 0 or 1.");
+}
+
 TEST(RunThreads, RejectsMoreRanksThanGpusWithClearMessage) {
   int n = local_device_count();
   try {

@@ -357,6 +357,30 @@ TEST(HeapGpuThreads, HeapGuardsOnOneRankOnlyRaiseOnEveryRank) {
             "IRIS_HEAP_GUARDS (or heap_guards) on every rank.");
 }
 
+// A rank that checks its calls (IRIS_CHECK_CALLS) would wait in the bootstrap at every call for peers that
+// do not: the ranks compare the switch when they create the context, and every rank raises.
+TEST(HeapGpuThreads, CallChecksOnOneRankOnlyRaiseOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  test::ScopedEnv env("IRIS_CHECK_CALLS", nullptr);  // IRIS_CHECK_CALLS=1 would turn rank 0's on too
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(30));
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ContextOptions o = small_heap();
+      o.device = r % test::gpu_count();
+      o.check_calls = r == 1;
+      errors[r] = test::error_text([&] { Context ctx(bootstraps[r], o); });
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0],
+            "Call checks differ across ranks: rank 0 has them off but rank 1 has them on. Set the same "
+            "IRIS_CHECK_CALLS (or check_calls) on every rank.");
+  EXPECT_EQ(errors[1],
+            "Call checks differ across ranks: rank 1 has them on but rank 0 has them off. Set the same "
+            "IRIS_CHECK_CALLS (or check_calls) on every rank.");
+}
+
 // Threads only: both ranks must be steered to different heap sizes inside one test process.
 TEST(HeapGpuThreads, DifferentHeapSizesOnRanksRaiseOnEveryRank) {
   IRIS_TEST_REQUIRE_GPUS(2);

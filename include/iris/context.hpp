@@ -50,6 +50,14 @@ struct ContextOptions {
   // raises HeapCorruption on every rank at the next barrier(), naming the rank, the object and the
   // bytes; the guard is then restored. Must be the same on every rank.
   bool heap_guards = false;
+  // Debug mode (also IRIS_CHECK_CALLS=1): every call of an iris::ccl collective or an iris::ops fused op
+  // first compares itself across ranks through the bootstrap: the op, shapes, dtype, the config's
+  // choices, the workspace (its heap offset) and how many calls it has served. A call that differs on any
+  // rank, or that a rank refused, raises InvalidArgument on every rank, naming both calls, before
+  // anything is launched: instead of a hang, or peers reading and writing each other's buffers in other
+  // layouts. Costs a host round trip per call; a CUDA graph replays calls checked when it was captured.
+  // Must be the same on every rank.
+  bool check_calls = false;
 };
 
 // Heap size from IRIS_HEAP_SIZE ("1073741824", "512M", "2G", "64K"), or 1 GiB when unset.
@@ -74,6 +82,8 @@ class Context {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   int device() const { return device_; }
+  // ContextOptions::check_calls, or IRIS_CHECK_CALLS=1.
+  bool check_calls() const { return check_calls_; }
   // A non-blocking stream owned by the context, on device().
   cudaStream_t stream() const { return stream_; }
   // A second non-blocking stream on device(), at the highest priority, created on first use: ops that
@@ -189,6 +199,7 @@ class Context {
   size_t heap_size_ = 0;
   std::chrono::milliseconds device_timeout_{10000};
   uint64_t device_timeouts_ = 0;
+  bool check_calls_ = false;
   std::unique_ptr<SymmetricHeap> heap_;
   std::unique_ptr<HeapAllocator> allocator_;
   DeviceErrorRecord* error_record_ = nullptr;  // pinned, mapped host memory

@@ -23,11 +23,11 @@ namespace {
 
 constexpr size_t kDefaultHeapSize = size_t{1} << 30;
 
-// IRIS_HEAP_GUARDS: unset, empty or 0 off, 1 on.
-bool heap_guards_from_env() {
-  const char* env = std::getenv("IRIS_HEAP_GUARDS");
+// A debug switch (IRIS_HEAP_GUARDS, IRIS_CHECK_CALLS): unset, empty or 0 off, 1 on.
+bool switch_from_env(const char* name) {
+  const char* env = std::getenv(name);
   if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
-  IRIS_CHECK_ARG(std::strcmp(env, "1") == 0, "Invalid IRIS_HEAP_GUARDS='", env, "': expected 0 or 1.");
+  IRIS_CHECK_ARG(std::strcmp(env, "1") == 0, "Invalid ", name, "='", env, "': expected 0 or 1.");
   return true;
 }
 
@@ -79,10 +79,19 @@ template <typename T>
 std::string pod_bytes(const T& v) {
   return std::string(reinterpret_cast<const char*>(&v), sizeof(T));
 }
+// What rank `from` sent to this rank's collective `what`, which every rank makes with a T. A word of
+// another size is another collective of that rank's: the ranks' collective calls are out of step (one made
+// a call, or an op's call check with IRIS_CHECK_CALLS, that the others did not), and each raises.
 template <typename T>
-T pod_from(const std::string& s) {
+T pod_from(const std::string& s, const char* what, int rank, int from) {
   T v{};
-  IRIS_ASSERT(s.size() == sizeof(T), "expected ", sizeof(T), " bytes from bootstrap, got ", s.size());
+  if (s.size() != sizeof(T))
+    throw InvalidArgument(detail::str_cat(
+        "Collective calls out of step across ranks: rank ", rank, " in ", what, " received ", s.size(),
+        " bytes from rank ", from, " where every rank sends ", sizeof(T), ", so rank ", from,
+        " made another collective call at this point (a call of an iris::ccl or iris::ops op "
+        "checked with IRIS_CHECK_CALLS, a preamble, an allocation...). Every rank must make the same collective "
+        "calls in the same order."));
   std::memcpy(&v, s.data(), sizeof(T));
   return v;
 }
@@ -204,7 +213,8 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   size_t requested = 0;
   bool guards = false;
   agree(*bootstrap_, "to set up its device", [&] {
-    guards = options.heap_guards || heap_guards_from_env();
+    guards = options.heap_guards || switch_from_env("IRIS_HEAP_GUARDS");
+    check_calls_ = options.check_calls || switch_from_env("IRIS_CHECK_CALLS");
     device_timeout_ = options.device_timeout.count() > 0
                           ? options.device_timeout
                           : seconds_from_env("IRIS_DEVICE_TIMEOUT", std::chrono::milliseconds(10000));
@@ -221,18 +231,22 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   });
 
   // Every rank must use the same heap size and guards: the window layout and the offsets depend on them.
+  // And the same check_calls: a rank that checks its calls waits in the bootstrap for peers that never come.
   struct Layout {
-    uint64_t heap_size, guards;
+    uint64_t heap_size, guards, check_calls;
   };
-  auto layouts = bootstrap_->allgather(pod_bytes(Layout{heap_size_, guards ? 1u : 0u}));
+  auto layouts = bootstrap_->allgather(pod_bytes(Layout{heap_size_, guards ? 1u : 0u, check_calls_ ? 1u : 0u}));
   for (int r = 0; r < world_size_; ++r) {
-    const Layout l = pod_from<Layout>(layouts[r]);
+    const Layout l = pod_from<Layout>(layouts[r], "creating the Context", rank_, r);
     IRIS_CHECK_ARG(l.heap_size == heap_size_, "Heap sizes differ across ranks: rank ", rank_, " has ", heap_size_,
                    " bytes but rank ", r, " has ", l.heap_size,
                    ". Set the same IRIS_HEAP_SIZE (or heap_size) on every rank.");
     IRIS_CHECK_ARG((l.guards != 0) == guards, "Heap guards differ across ranks: rank ", rank_, " has them ",
                    guards ? "on" : "off", " but rank ", r, " has them ", l.guards ? "on" : "off",
                    ". Set the same IRIS_HEAP_GUARDS (or heap_guards) on every rank.");
+    IRIS_CHECK_ARG((l.check_calls != 0) == check_calls_, "Call checks differ across ranks: rank ", rank_, " has them ",
+                   check_calls_ ? "on" : "off", " but rank ", r, " has them ", l.check_calls ? "on" : "off",
+                   ". Set the same IRIS_CHECK_CALLS (or check_calls) on every rank.");
   }
 
   agree(*bootstrap_, "to create its stream and error record", [&] {
@@ -461,7 +475,8 @@ void Context::check_heap_symmetry() {
   bool same = true;
   std::string detail;
   for (int r = 0; r < world_size_; ++r) {
-    auto s = pod_from<Seq>(all[r]);
+    auto s = pod_from<Seq>(all[r], "the comparison of heap allocation sequences (barrier(), check_heap_symmetry())",
+                           rank_, r);
     same = same && s.hash == mine.hash && s.count == mine.count;
     char hex[32];
     std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(s.hash));
