@@ -912,6 +912,124 @@ TEST_P(AllReduce, ConfigThatDiffersOnOneRankMakesEveryRankRaise) {
       big_heap(GetParam().world));
 }
 
+// IRIS_CHECK_CALLS (ContextOptions::check_calls): a call compares itself across ranks before it launches.
+// Without it, a rank that passes fewer rows than its peers, on a workspace that holds both calls, launches
+// kernels that read its peers' staging in another layout (or wait for words that never come). With it,
+// every variant: calls that agree give the reference; a call whose shape differs on one rank raises on
+// every rank, naming both calls, and launches nothing; a call one rank refuses (its output is not the
+// input's shape) raises its own error there and names the refusal on its peers; and the ranks are still
+// in step afterwards (the next call is right, and no device error was raised).
+TEST_P(AllReduce, WithCheckCallsACallThatDiffersOnOneRankRaisesEverywhereAndLaunchesNothing) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  ContextOptions options = big_heap(GetParam().world);
+  options.check_calls = true;
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        ASSERT_TRUE(ctx.check_calls());
+        const int culprit = ctx.world_size() - 1;
+        const bool is_culprit = ctx.rank() == culprit;
+        uint64_t seed = 11;
+        for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing,
+                                   AllReduceVariant::kSpinlock, AllReduceVariant::kAtomic}) {
+          const std::string name = ccl::variant_name(v);
+          SCOPED_TRACE(name);
+          const Config cfg = variant_config(v);
+          Workspace ws;
+          check_once(ctx, cfg, ws, DType::kFloat32, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++,
+                     "checked calls that agree: " + name);
+          auto x = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
+          const Tensor view = Tensor::matrix(x.raw, DType::kFloat32, is_culprit ? 32 : 64, 1000, 1000);
+          const uint64_t calls = ws.calls();
+          const std::string differ =
+              test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, view, view, cfg, ws); });
+          EXPECT_EQ(differ.rfind(detail::str_cat("Calls differ across ranks (IRIS_CHECK_CALLS): rank ", ctx.rank(),
+                                                 " calls all_reduce ", is_culprit ? "32" : "64", "x1000 float32 world ",
+                                                 ctx.world_size(), " variant ", name),
+                                 0),
+                    0u)
+              << differ;
+          EXPECT_NE(differ.find(detail::str_cat(" but rank ", is_culprit ? 0 : culprit, " calls all_reduce ",
+                                                is_culprit ? "64" : "32", "x1000")),
+                    std::string::npos)
+              << differ;
+          EXPECT_NE(differ.find(" on the workspace at heap offset "), std::string::npos) << differ;
+          EXPECT_EQ(ws.calls(), calls) << "nothing launched";
+          Tensor narrower = view;
+          narrower.cols = 999;
+          const std::string refused = test::error_text<std::invalid_argument>(
+              [&] { ccl::all_reduce(ctx, is_culprit ? narrower : view, view, cfg, ws); });
+          if (is_culprit) {
+            EXPECT_EQ(refused.rfind("all_reduce: ", 0), 0u) << refused;
+            EXPECT_EQ(refused.find("refused"), std::string::npos) << "its own error: " << refused;
+          } else {
+            EXPECT_EQ(refused.rfind(detail::str_cat("all_reduce: rank ", culprit,
+                                                    " refused this call, so no rank launches it (IRIS_CHECK_CALLS): "
+                                                    "all_reduce: "),
+                                    0),
+                      0u)
+                << refused;
+          }
+          EXPECT_EQ(ws.calls(), calls) << "nothing launched";
+          ctx.synchronize();  // no device error: no kernel waited for a peer that did not come
+          x.release();
+          check_once(ctx, cfg, ws, DType::kFloat32, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++,
+                     "still in step: " + name);
+          ccl::ContextWorkspaceHost host(ctx);
+          ws.release(host);
+        }
+      },
+      options);
+}
+
+// IRIS_CHECK_CALLS, a call made on one rank alone (the case of the device-timeout test below, which
+// without the check times out on the device): rank 0 calls all_reduce while its peers compare their heap
+// allocations (another collective of the context). Every rank raises, naming what the other did, and
+// nothing is launched; the collectives are in step again afterwards, and the next call is right.
+TEST_P(AllReduce, WithCheckCallsACallOnOneRankAloneRaisesOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks: one calls all_reduce alone";
+  ContextOptions options = big_heap(GetParam().world);
+  options.check_calls = true;
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const Config cfg = variant_config(AllReduceVariant::kOneShot);
+        Workspace ws;
+        check_once(ctx, cfg, ws, DType::kFloat32, ReduceOp::kSum, 32, 1000, 1000, false, true, 21, "before");
+        auto x = TestTensor::make(ctx, DType::kFloat32, 32, 1000, 1000, true);
+        const uint64_t calls = ws.calls();
+        if (ctx.rank() == 0) {
+          const std::string what =
+              test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, x.view, x.view, cfg, ws); });
+          EXPECT_EQ(what.rfind("Calls differ across ranks (IRIS_CHECK_CALLS): rank 0 calls all_reduce 32x1000 ", 0), 0u)
+              << what;
+          EXPECT_NE(what.find(" but rank 1 made another collective call of the context at this point"),
+                    std::string::npos)
+              << what;
+        } else {
+          const std::string what = test::error_text<std::invalid_argument>([&] { ctx.check_heap_symmetry(); });
+          EXPECT_EQ(what.rfind(detail::str_cat("Collective calls out of step across ranks: rank ", ctx.rank(),
+                                               " in the comparison of heap allocation sequences"),
+                               0),
+                    0u)
+              << what;
+          EXPECT_NE(what.find("from rank 0 where every rank sends 16, so rank 0 made another collective call"),
+                    std::string::npos)
+              << what;
+        }
+        EXPECT_EQ(ws.calls(), calls) << "nothing launched";
+        ctx.synchronize();
+        ctx.barrier();
+        x.release();
+        check_once(ctx, cfg, ws, DType::kFloat32, ReduceOp::kSum, 32, 1000, 1000, false, true, 22, "after");
+        ccl::ContextWorkspaceHost host(ctx);
+        ws.release(host);
+      },
+      options);
+}
+
 // Peers reach the workspace's arrays at this rank's offsets of them: a rank that allocated a buffer the
 // others did not would place them elsewhere. The preamble compares the heap's alloc/free sequences once the
 // call's parameters agree, and every rank raises before allocating (before 2026-12-04 only barrier()
@@ -956,6 +1074,8 @@ TEST_P(AllReduce, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
+        // A call on one rank alone is what IRIS_CHECK_CALLS refuses before launch (the test below).
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses a call made on one rank alone";
         const DType dt = DType::kFloat32;
         std::vector<Config> configs;
         for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing,

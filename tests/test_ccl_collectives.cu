@@ -1045,26 +1045,98 @@ TEST_P(Collective, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
   }, big_heap(GetParam().world));
 }
 
+// IRIS_CHECK_CALLS (ContextOptions::check_calls): each call compares itself across ranks before it launches.
+// On a workspace prepared for 4 x 128 blocks, the last rank calls with 96 columns (broadcast: from another
+// root), which the workspace holds: every rank raises, naming both calls, and nothing is launched. The
+// ranks stay in step: the next calls are right and no device error was raised.
+TEST_P(Collective, WithCheckCallsACallThatDiffersOnOneRankRaisesEverywhereAndLaunchesNothing) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  ContextOptions options = big_heap(GetParam().world);
+  options.check_calls = true;
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int culprit = ctx.world_size() - 1;
+        const bool is_culprit = ctx.rank() == culprit;
+        const Mode mode{0, true, false, "on the heap"};
+        uint64_t seed = 300;
+        for (Op op : kOps) {
+          SCOPED_TRACE(op_name(op));
+          OpCall c = make_call(ctx, op, 4, 128);
+          Workspace ws;
+          preamble(ctx, op, c.out.view, c.in.view, ws);
+          Tensor in = c.in.view, out = c.out.view;
+          if (is_culprit && op != Op::kBroadcast) in.cols = out.cols = 96;
+          const uint64_t calls = ws.calls();
+          const std::string what = test::error_text<std::invalid_argument>([&] {
+            if (op == Op::kBroadcast)
+              ccl::broadcast(ctx, out, in, is_culprit ? culprit : 0, Config{}, ws);
+            else
+              call(ctx, op, out, in, ws);
+          });
+          const std::string mine = op == Op::kBroadcast ? detail::str_cat(" root ", is_culprit ? culprit : 0)
+                                   : is_culprit         ? std::string("x96 float32")
+                                                        : std::string("x128 float32");
+          EXPECT_EQ(what.rfind(detail::str_cat("Calls differ across ranks (IRIS_CHECK_CALLS): rank ", ctx.rank(),
+                                               " calls ", op_name(op), " "),
+                               0),
+                    0u)
+              << what;
+          const size_t theirs = what.find(detail::str_cat(" but rank ", is_culprit ? 0 : culprit, " calls "));
+          ASSERT_NE(theirs, std::string::npos) << what;
+          EXPECT_LT(what.find(mine), theirs) << what;
+          EXPECT_EQ(ws.calls(), calls) << "nothing launched";
+          ctx.synchronize();  // no device error: no kernel waited for a peer that did not come
+          ctx.barrier();
+          c.out.release();
+          c.in.release();
+          switch (op) {
+            case Op::kAllGather:
+              check_all_gather(ctx, Config{}, ws, DType::kFloat32, 4, 128, mode, seed++);
+              break;
+            case Op::kReduceScatter:
+              check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, 4, 128, mode, seed++);
+              break;
+            case Op::kAllToAll:
+              check_all_to_all(ctx, Config{}, ws, DType::kFloat32, 4, 128, mode, seed++);
+              break;
+            case Op::kBroadcast:
+              check_broadcast(ctx, Config{}, ws, DType::kFloat32, 4, 128, mode, culprit, seed++);
+              break;
+          }
+          release(ctx, ws);
+        }
+      },
+      options);
+}
+
 TEST_P(Collective, OverlappingBuffersAreRejected) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
-  test::run_ranks(GetParam(), [](Context& ctx) {
-    const int w = ctx.world_size();
-    auto buf = TestTensor::make(ctx, DType::kFloat32, 2 * w, 64, 64, true);
-    Workspace ws;
-    // all_gather: in is part of out, but not this rank's rows (a shift of one row).
-    const Tensor shifted = rows_of(buf.view, ctx.rank() * 2 + (ctx.rank() == 0 ? 1 : -1), 2);
-    EXPECT_THROW(ccl::all_gather_preamble(ctx, buf.view, shifted, Config{}, ws), std::invalid_argument);
-    // all_to_all in place is not supported.
-    EXPECT_THROW(ccl::all_to_all(ctx, buf.view, buf.view, Config{}, ws), std::invalid_argument);
-    // broadcast: partial overlap on the root.
-    const Tensor half = rows_of(buf.view, 1, 2 * w - 1);
-    if (ctx.rank() == 0) {
-      EXPECT_THROW(ccl::broadcast(ctx, rows_of(buf.view, 0, 2 * w - 1), half, 0, Config{}, ws),
-                   std::invalid_argument);
-    }
-    ctx.barrier();
-    buf.release();
-  }, big_heap(GetParam().world));
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        // The root's invalid broadcast below is made on one rank alone; with IRIS_CHECK_CALLS even a refused call
+        // is compared across ranks, so every rank would have to make it.
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses a call made on one rank alone";
+        const int w = ctx.world_size();
+        auto buf = TestTensor::make(ctx, DType::kFloat32, 2 * w, 64, 64, true);
+        Workspace ws;
+        // all_gather: in is part of out, but not this rank's rows (a shift of one row).
+        const Tensor shifted = rows_of(buf.view, ctx.rank() * 2 + (ctx.rank() == 0 ? 1 : -1), 2);
+        EXPECT_THROW(ccl::all_gather_preamble(ctx, buf.view, shifted, Config{}, ws), std::invalid_argument);
+        // all_to_all in place is not supported.
+        EXPECT_THROW(ccl::all_to_all(ctx, buf.view, buf.view, Config{}, ws), std::invalid_argument);
+        // broadcast: partial overlap on the root.
+        const Tensor half = rows_of(buf.view, 1, 2 * w - 1);
+        if (ctx.rank() == 0) {
+          EXPECT_THROW(ccl::broadcast(ctx, rows_of(buf.view, 0, 2 * w - 1), half, 0, Config{}, ws),
+                       std::invalid_argument);
+        }
+        ctx.barrier();
+        buf.release();
+      },
+      big_heap(GetParam().world));
 }
 
 // A comm_sms past the device's SMs is refused by every op, in the preamble (every rank raises its own

@@ -1050,5 +1050,82 @@ TEST(CclWorkspace, AWorkspaceOfAnotherContextsHeapIsRefused) {
       << errors[0];
 }
 
+// IRIS_CHECK_CALLS: before a call launches, every rank compares it (its plan's signature, and which call on
+// the workspace it is) with every other rank's. Calls that agree pass; a call whose shape differs, a rank
+// that made a call more on the workspace, or a rank that refused the call makes every other rank raise,
+// naming both calls (or the refusal); the refusing rank returns, to raise its own error. A peer that made
+// another collective call of the context at that point (one this rank did not make) is named as such.
+TEST(CclWorkspace, CheckCallComparesEachCallAcrossRanksAndNamesBoth) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  std::vector<std::vector<std::string>> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeHost host(bootstraps[r]);
+      OpSignature sig = spinlock_sig(512, 512, 64, 64);
+      sig.world_size = 2;
+      Workspace ws;
+      ws.prepare(host, sig, lock_needs(512, 512, 64, 64));
+      auto attempt = [&](const OpSignature* s, std::string_view refusal = {}) {
+        std::string what;  // "" when the call passes
+        try {
+          ws.check_call(host, s, refusal);
+        } catch (const std::invalid_argument& e) {
+          what = e.what();
+        }
+        errors[r].push_back(what);
+      };
+      attempt(&sig);  // the same call on both ranks
+      ws.count_call();
+      OpSignature smaller = sig;
+      smaller.rows = 256;  // rank 1 calls with fewer rows: fits the workspace, but not its peer's call
+      attempt(r == 1 ? &smaller : &sig);
+      if (r == 0) ws.count_call();  // rank 0 launched a call that rank 1 did not
+      attempt(&sig);
+      ws.count_call();
+      if (r == 1) ws.count_call();                                              // in step again
+      attempt(r == 1 ? nullptr : &sig, "all_reduce: the output is too small");  // rank 1 refused its call
+      attempt(&sig);
+      if (r == 0)
+        attempt(&sig);  // rank 1 makes another collective call of the context meanwhile
+      else
+        host.allgather(std::string(16, '\0'));
+      host.allgather("");
+      ws.release(host);
+    });
+  for (auto& t : threads) t.join();
+  const std::string call = "all_reduce 512x512 float32 world 2 variant spinlock blocks 64x64 op sum";
+  const std::string tail =
+      ". Every rank must make the same calls on a workspace, in the same order, with the same shapes and config.";
+  ASSERT_EQ(errors[0].size(), 6u);
+  ASSERT_EQ(errors[1].size(), 5u);
+  EXPECT_EQ(errors[0][0], "");
+  EXPECT_EQ(errors[1][0], "");
+  EXPECT_EQ(errors[0][1], "Calls differ across ranks (IRIS_CHECK_CALLS): rank 0 calls " + call +
+                              " (call 2 on the workspace) but rank 1 calls all_reduce 256x512 float32 world 2 variant "
+                              "spinlock blocks 64x64 op sum (call 2 on the workspace)" +
+                              tail);
+  EXPECT_EQ(errors[1][1],
+            "Calls differ across ranks (IRIS_CHECK_CALLS): rank 1 calls all_reduce 256x512 float32 world 2 "
+            "variant spinlock blocks 64x64 op sum (call 2 on the workspace) but rank 0 calls " +
+                call + " (call 2 on the workspace)" + tail);
+  EXPECT_EQ(errors[0][2], "Calls differ across ranks (IRIS_CHECK_CALLS): rank 0 calls " + call +
+                              " (call 3 on the workspace) but rank 1 calls " + call + " (call 2 on the workspace)" +
+                              tail);
+  EXPECT_EQ(errors[1][2], "Calls differ across ranks (IRIS_CHECK_CALLS): rank 1 calls " + call +
+                              " (call 2 on the workspace) but rank 0 calls " + call + " (call 3 on the workspace)" +
+                              tail);
+  EXPECT_EQ(errors[0][3],
+            "all_reduce: rank 1 refused this call, so no rank launches it (IRIS_CHECK_CALLS): "
+            "all_reduce: the output is too small");
+  EXPECT_EQ(errors[1][3], "") << "the refusing rank raises its own error";
+  EXPECT_EQ(errors[0][4], "");
+  EXPECT_EQ(errors[1][4], "");
+  EXPECT_EQ(errors[0][5], "Calls differ across ranks (IRIS_CHECK_CALLS): rank 0 calls " + call +
+                              " (call 4 on the workspace) but rank 1 made another collective call of the context at "
+                              "this point (a barrier, a preamble, an allocation...), not this call" +
+                              tail);
+}
+
 }  // namespace
 }  // namespace iris::ccl

@@ -1289,6 +1289,50 @@ TEST_P(FusedGpu, InvalidCallOnOneRankMakesEveryRankRaise) {
       options());
 }
 
+// IRIS_CHECK_CALLS (ContextOptions::check_calls) for the fused ops, every op and variant, banded: a call
+// whose shape differs on one rank (smaller, so the workspace holds it) raises on every rank, naming both
+// calls, and launches nothing; the ranks are still in step afterwards. Without the check the culprit's
+// bands would name other rows than its peers', and their pushes and waits would not meet.
+TEST_P(FusedGpu, WithCheckCallsACallThatDiffersOnOneRankRaisesEverywhereAndLaunchesNothing) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  ContextOptions o = options();
+  o.check_calls = true;
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        ASSERT_TRUE(ctx.check_calls());
+        const int culprit = ctx.world_size() - 1;
+        const bool is_culprit = ctx.rank() == culprit;
+        uint64_t seed = 1300;
+        for (const Flavor& flavor : kFlavors) {
+          const std::string name = flavor_name(flavor);
+          SCOPED_TRACE(name);
+          const FusedConfig config = config_for(flavor, kGemmTileSmall, /*pipelined=*/true);
+          FusedWorkspace ws;
+          Problem big(ctx, flavor, {{384, 512, 64}, kBF16, kBF16, false, kGemmTileSmall});
+          call_and_check(ctx, big, config, ws, seed++, nullptr, name + ": checked calls that agree");
+          Problem small(ctx, flavor, {{192, 256, 64}, kBF16, kBF16, false, kGemmTileSmall});
+          const uint64_t calls = ws.calls();
+          const std::string what = error_text<std::invalid_argument>(
+              [&] { fns(flavor.op).run(ctx, is_culprit ? small.operands() : big.operands(), config, ws, nullptr); });
+          EXPECT_EQ(what.rfind(detail::str_cat("Calls differ across ranks (IRIS_CHECK_CALLS): rank ", ctx.rank(),
+                                               " calls ", fns(flavor.op).name, " "),
+                               0),
+                    0u)
+              << what;
+          EXPECT_NE(what.find(detail::str_cat(" but rank ", is_culprit ? 0 : culprit, " calls ", fns(flavor.op).name)),
+                    std::string::npos)
+              << what;
+          EXPECT_EQ(ws.calls(), calls) << "nothing launched";
+          ctx.synchronize();  // no device error: no kernel waited for a peer that did not come
+          call_and_check(ctx, big, config, ws, seed++, nullptr, name + ": still in step");
+          release_workspace(ctx, ws);
+        }
+      },
+      o);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, FusedGpu, ::testing::ValuesIn(test::any_world_rank_setups()), test::rank_setup_name);
 
 }  // namespace

@@ -47,8 +47,14 @@ WorkspaceNeeds all_gather_needs(const Tensor& out, const Tensor& in, const Confi
 
 void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream) {
-  const Plan p = make_plan(detail::PlanScope::of(ctx), out, in, config);
-  detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kAllGather, p.x.needs);
+  const Plan p = detail::checked_call(
+      ctx, ws,
+      [&] {
+        Plan plan = make_plan(detail::PlanScope::of(ctx), out, in, config);
+        detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kAllGather, plan.x.needs);
+        return plan;
+      },
+      [](const Plan& plan) -> const OpSignature& { return plan.x.sig; });
   if (in.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.x.ll) {

@@ -228,8 +228,14 @@ WorkspaceNeeds all_reduce_needs(const Tensor& out, const Tensor& in, const Confi
 
 void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream, ReduceOp op) {
-  Plan p = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
-  detail::require_ready(ctx, "all_reduce", "all_reduce_preamble", ws, OpKind::kAllReduce, p.needs);
+  const Plan p = detail::checked_call(
+      ctx, ws,
+      [&] {
+        Plan plan = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
+        detail::require_ready(ctx, "all_reduce", "all_reduce_preamble", ws, OpKind::kAllReduce, plan.needs);
+        return plan;
+      },
+      [](const Plan& plan) -> const OpSignature& { return plan.sig; });
   if (in.numel() == 0) return;
   stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;

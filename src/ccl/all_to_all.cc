@@ -39,8 +39,14 @@ WorkspaceNeeds all_to_all_needs(const Tensor& out, const Tensor& in, const Confi
 
 void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream) {
-  const detail::ExchangePlan p = make_plan(detail::PlanScope::of(ctx), out, in, config);
-  detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kAllToAll, p.needs);
+  const detail::ExchangePlan p = detail::checked_call(
+      ctx, ws,
+      [&] {
+        detail::ExchangePlan plan = make_plan(detail::PlanScope::of(ctx), out, in, config);
+        detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kAllToAll, plan.needs);
+        return plan;
+      },
+      [](const detail::ExchangePlan& plan) -> const OpSignature& { return plan.sig; });
   if (in.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.ll) {

@@ -65,8 +65,14 @@ WorkspaceNeeds broadcast_needs(const Tensor& out, const Tensor& in, int root, co
 
 void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config, Workspace& ws,
                cudaStream_t stream) {
-  const Plan p = make_plan(detail::PlanScope::of(ctx), out, in, root, config);
-  detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kBroadcast, p.needs);
+  const Plan p = detail::checked_call(
+      ctx, ws,
+      [&] {
+        Plan plan = make_plan(detail::PlanScope::of(ctx), out, in, root, config);
+        detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kBroadcast, plan.needs);
+        return plan;
+      },
+      [](const Plan& plan) -> const OpSignature& { return plan.sig; });
   if (out.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   const bool is_root = ctx.rank() == root;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "iris/ccl/config.hpp"
@@ -153,6 +154,27 @@ inline void require_ready(const Context& ctx, const char* op, const char* preamb
   require_op(op, preamble, ws, kind);
   require_of_context(ctx, op, preamble, ws);
   ws.check_capacity(needs);
+}
+
+// A call's validation and, with Context::check_calls() (IRIS_CHECK_CALLS), its comparison across ranks
+// before anything is launched. `validate` makes the call's plan and every check of its arguments and
+// workspace, and returns the plan; `signature(plan)` is what the ranks compare (Workspace::check_call). A
+// rank whose validation throws still takes part in the comparison with its reason, so that its peers raise
+// too instead of launching kernels that wait for it (or, with other shapes, read and write its buffers in
+// another layout); then it rethrows its own error. Without the mode this is validate() alone.
+template <typename Validate, typename Signature>
+auto checked_call(Context& ctx, const Workspace& ws, Validate&& validate, Signature&& signature) {
+  if (!ctx.check_calls()) return validate();
+  ContextWorkspaceHost host(ctx);
+  std::optional<decltype(validate())> plan;
+  try {
+    plan.emplace(validate());
+  } catch (const std::exception& e) {
+    ws.check_call(host, nullptr, e.what());
+    throw;
+  }
+  ws.check_call(host, &signature(*plan));
+  return std::move(*plan);
 }
 
 }  // namespace iris::ccl::detail

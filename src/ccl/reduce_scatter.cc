@@ -44,8 +44,14 @@ WorkspaceNeeds reduce_scatter_needs(const Tensor& out, const Tensor& in, const C
 
 void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                     cudaStream_t stream, ReduceOp op) {
-  const detail::ExchangePlan p = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
-  detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kReduceScatter, p.needs);
+  const detail::ExchangePlan p = detail::checked_call(
+      ctx, ws,
+      [&] {
+        detail::ExchangePlan plan = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
+        detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kReduceScatter, plan.needs);
+        return plan;
+      },
+      [](const detail::ExchangePlan& plan) -> const OpSignature& { return plan.sig; });
   if (out.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
   if (p.ll) {

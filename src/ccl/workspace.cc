@@ -254,6 +254,43 @@ void Workspace::allocate_missing(WorkspaceHost& host, const WorkspaceNeeds& need
   grow(staging_, staging_capacity_, needs.staging_bytes, 1);
 }
 
+void Workspace::check_call(WorkspaceHost& host, const OpSignature* sig, std::string_view refusal) const {
+  // Every word of a check starts with one of these, so that a peer's word from another collective of the
+  // context (a barrier, a preamble, an allocation: a call this rank did not make) is told apart.
+  static constexpr std::string_view kCall = "checked call: ";
+  static constexpr std::string_view kRefused = "checked call refused: ";
+  std::string mine;
+  if (sig == nullptr) {
+    mine = detail::str_cat(kRefused, refusal);
+  } else {
+    const void* arrays = any_array();
+    const int64_t offset = arrays != nullptr ? host.heap_offset(arrays) : -1;
+    mine = detail::str_cat(kCall, sig->describe(), " (call ", calls_ + 1, " on the workspace",
+                           offset >= 0 ? detail::str_cat(" at heap offset ", offset) : std::string(), ")");
+  }
+  const auto all = host.allgather(mine);
+  if (sig == nullptr) return;
+  const std::string_view call = std::string_view(mine).substr(kCall.size());
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const std::string_view theirs = all[r];
+    if (theirs == mine) continue;
+    if (theirs.starts_with(kRefused))
+      throw InvalidArgument(detail::str_cat(
+          op_name(sig->op), ": rank ", r,
+          " refused this call, so no rank launches it (IRIS_CHECK_CALLS): ", theirs.substr(kRefused.size())));
+    const std::string what =
+        theirs.starts_with(kCall)
+            ? detail::str_cat("calls ", theirs.substr(kCall.size()))
+            : std::string(
+                  "made another collective call of the context at this point (a barrier, a preamble, an "
+                  "allocation...), not this call");
+    throw InvalidArgument(detail::str_cat("Calls differ across ranks (IRIS_CHECK_CALLS): rank ", host.rank(), " calls ",
+                                          call, " but rank ", r, " ", what,
+                                          ". Every rank must make the same calls on a workspace, in the same order, "
+                                          "with the same shapes and config."));
+  }
+}
+
 const void* Workspace::any_array() const {
   if (block_state_ != nullptr) return block_state_;
   if (locks_ != nullptr) return locks_;
@@ -313,6 +350,9 @@ std::vector<std::string> ContextWorkspaceHost::allgather(std::string_view mine) 
 }
 uint64_t ContextWorkspaceHost::device_timeouts() const { return ctx_.device_timeouts(); }
 bool ContextWorkspaceHost::holds(const void* ptr) const { return ctx_.is_symmetric(ptr); }
+int64_t ContextWorkspaceHost::heap_offset(const void* ptr) const {
+  return ctx_.is_symmetric(ptr) ? static_cast<int64_t>(ctx_.offset_of(ptr)) : -1;
+}
 void ContextWorkspaceHost::synchronize_device() { IRIS_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 }  // namespace iris::ccl

@@ -1042,9 +1042,8 @@ bool symmetric_view(const Context& ctx, const Tensor& t) {
   return ctx.is_symmetric(last);
 }
 
-void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
-            cudaStream_t stream) {
-  const FusedPlan p = context_plan(plan, ctx, mm, config);
+// Everything a call checks of its arguments against its workspace before launch.
+void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan& p, const FusedWorkspace& ws) {
   check_fused_workspace(p, ws);
   ccl::detail::require_of_context(ctx, ccl::op_name(p.sig.op), preamble_name(p.sig.op), ws);
   // Every rank must take the path its peers prepared for (see OpSignature::symmetric_output). Peers write
@@ -1068,6 +1067,18 @@ void launch(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConf
                  ws.signature().output_offset,
                  " (peers write their rows straight into C at the offset they prepared with); call ",
                  preamble_name(p.sig.op), " again with this C.");
+}
+
+void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
+            cudaStream_t stream) {
+  const FusedPlan p = ccl::detail::checked_call(
+      ctx, ws,
+      [&] {
+        FusedPlan plan = context_plan(plan_fn, ctx, mm, config);
+        check_launch(ctx, mm, plan, ws);
+        return plan;
+      },
+      [](const FusedPlan& plan) -> const ccl::OpSignature& { return plan.sig; });
   if (mm.c.numel() == 0) return;
   const cudaStream_t on = ccl::detail::pick_stream(ctx, stream);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;

@@ -76,6 +76,12 @@ class WorkspaceHost {
   // arrays do not was prepared with another Context, or with one since destroyed, and its kernels would
   // reach peers at offsets of another heap.
   virtual bool holds(const void* ptr) const = 0;
+  // Byte offset of ptr, a live allocation of this host's heap, within the heap (Context::offset_of), the
+  // same on every rank for the same collective allocation; -1 for a host without a heap of its own.
+  virtual int64_t heap_offset(const void* ptr) const {
+    (void)ptr;
+    return -1;
+  }
 };
 
 // Number of tiles of a rows x cols tensor in block_m x block_n tiles: ceil(M/bm) * ceil(N/bn).
@@ -185,6 +191,12 @@ class Workspace {
   // without its preamble is refused. Every rank must pass the same needs, and a workspace that holds
   // arrays is refused, on every rank together.
   void reserve(WorkspaceHost& host, const WorkspaceNeeds& needs);
+  // Collective, for Context::check_calls() (IRIS_CHECK_CALLS): compares the call about to be launched with
+  // this workspace, `sig` (its plan's signature), with every rank's, together with which workspace (the heap
+  // offset of its arrays) and which call on it (calls() + 1). A rank that refused the call passes a null
+  // sig and its reason as `refusal`, and returns (it then raises its own error). Throws InvalidArgument
+  // on every other rank when any rank's call differs, or was refused, naming both.
+  void check_call(WorkspaceHost& host, const OpSignature* sig, std::string_view refusal = {}) const;
   // Throws the capacity errors when this workspace cannot serve `needs` (no communication).
   void check_capacity(const WorkspaceNeeds& needs) const;
   // One of the arrays this workspace holds (null when it holds none): every array of a workspace comes from
@@ -240,6 +252,7 @@ class ContextWorkspaceHost final : public WorkspaceHost {
   uint64_t allocation_count() const override;
   uint64_t allocation_hash() const override;
   bool holds(const void* ptr) const override;
+  int64_t heap_offset(const void* ptr) const override;
 
  private:
   Context& ctx_;
