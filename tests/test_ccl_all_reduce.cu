@@ -1030,6 +1030,58 @@ TEST_P(AllReduce, WithCheckCallsACallOnOneRankAloneRaisesOnEveryRank) {
       options);
 }
 
+// Every entry point runs on its context's device whatever the calling thread has current (a thread pool's
+// worker, or a thread that never chose one: device 0), and gives the thread its device back, as NCCL's
+// calls do (iris::detail::DeviceGuard). Without it the kernels would be launched for the wrong device
+// ("invalid resource handle") and the preamble's device queries would answer for another GPU. Needs a
+// second GPU to make current.
+TEST_P(AllReduce, CallsFromAThreadWithAnotherDeviceCurrentRunOnTheContextsDevice) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (test::gpu_count() < 2) GTEST_SKIP() << "needs a second GPU to make current, " << test::gpu_count() << " visible";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int other = (ctx.device() + 1) % test::gpu_count();
+        uint64_t seed = 31;
+        for (AllReduceVariant v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot, AllReduceVariant::kRing,
+                                   AllReduceVariant::kSpinlock, AllReduceVariant::kAtomic}) {
+          SCOPED_TRACE(ccl::variant_name(v));
+          const Config cfg = variant_config(v);
+          auto in = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
+          auto out = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
+          in.upload(ctx.stream(), test::make_input(DType::kFloat32, 64, 1000, 1000, seed, ctx.rank()));
+          Workspace ws;
+          IRIS_CUDA_CHECK(cudaSetDevice(other));
+          ccl::all_reduce_preamble(ctx, out.view, in.view, cfg, ws);
+          ccl::all_reduce(ctx, out.view, in.view, cfg, ws);
+          int current = -1;
+          IRIS_CUDA_CHECK(cudaGetDevice(&current));
+          EXPECT_EQ(current, other) << "the calling thread's device is given back";
+          ctx.synchronize();
+          IRIS_CUDA_CHECK(cudaSetDevice(ctx.device()));
+          auto host = out.download(ctx.stream());
+          int64_t wrong = 0;
+          for (int64_t i = 0; i < 64000; ++i) {
+            const double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, seed, ctx.world_size(), i);
+            wrong += !(std::fabs(test::decode(DType::kFloat32, host.data() + i * 4) - want) <=
+                       test::tolerance(DType::kFloat32, want, ctx.world_size()));
+          }
+          EXPECT_EQ(wrong, 0);
+          ++seed;
+          ctx.barrier();
+          out.release();
+          in.release();
+          {
+            IRIS_CUDA_CHECK(cudaSetDevice(other));
+            ccl::ContextWorkspaceHost host_ws(ctx);  // the context's device while it lives, then `other` again
+            ws.release(host_ws);
+          }
+          IRIS_CUDA_CHECK(cudaSetDevice(ctx.device()));
+        }
+      },
+      big_heap(GetParam().world));
+}
+
 // Peers reach the workspace's arrays at this rank's offsets of them: a rank that allocated a buffer the
 // others did not would place them elsewhere. The preamble compares the heap's alloc/free sequences once the
 // call's parameters agree, and every rank raises before allocating (before 2026-12-04 only barrier()

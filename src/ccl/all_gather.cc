@@ -47,6 +47,7 @@ WorkspaceNeeds all_gather_needs(const Tensor& out, const Tensor& in, const Confi
 
 void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream) {
+  const iris::detail::DeviceGuard device(ctx.device());
   const Plan p = detail::checked_call(
       ctx, ws,
       [&] {

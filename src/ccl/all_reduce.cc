@@ -228,6 +228,7 @@ WorkspaceNeeds all_reduce_needs(const Tensor& out, const Tensor& in, const Confi
 
 void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream, ReduceOp op) {
+  const iris::detail::DeviceGuard device(ctx.device());
   const Plan p = detail::checked_call(
       ctx, ws,
       [&] {

@@ -39,6 +39,7 @@ WorkspaceNeeds all_to_all_needs(const Tensor& out, const Tensor& in, const Confi
 
 void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream) {
+  const iris::detail::DeviceGuard device(ctx.device());
   const detail::ExchangePlan p = detail::checked_call(
       ctx, ws,
       [&] {

@@ -65,6 +65,7 @@ WorkspaceNeeds broadcast_needs(const Tensor& out, const Tensor& in, int root, co
 
 void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, const Config& config, Workspace& ws,
                cudaStream_t stream) {
+  const iris::detail::DeviceGuard device(ctx.device());
   const Plan p = detail::checked_call(
       ctx, ws,
       [&] {

@@ -44,6 +44,7 @@ WorkspaceNeeds reduce_scatter_needs(const Tensor& out, const Tensor& in, const C
 
 void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                     cudaStream_t stream, ReduceOp op) {
+  const iris::detail::DeviceGuard device(ctx.device());
   const detail::ExchangePlan p = detail::checked_call(
       ctx, ws,
       [&] {

@@ -335,6 +335,7 @@ void reserve_workspace(Context& ctx, Workspace& ws, const WorkspaceNeeds& needs)
   ws.reserve(host, needs);
 }
 
+ContextWorkspaceHost::ContextWorkspaceHost(Context& ctx) : ctx_(ctx), device_(ctx.device()) {}
 int ContextWorkspaceHost::rank() const { return ctx_.rank(); }
 uint64_t ContextWorkspaceHost::allocation_count() const { return ctx_.allocation_count(); }
 uint64_t ContextWorkspaceHost::allocation_hash() const { return ctx_.allocation_hash(); }

@@ -454,6 +454,7 @@ GemmArguments single_rank_gemm(const MatmulOperands& mm);
 // The band pipeline's arrays, and the collective's when the call runs unfused. Every rank computes the
 // same plan, so all prepare the collective or none.
 void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws) {
+  const iris::detail::DeviceGuard device(ctx.device());
   FusedPlan p;
   ccl::detail::prepare_everywhere(ctx, ws, [&] { return p = context_plan(plan, ctx, mm, config); });
   if (p.unfused) prepare_collective(ctx, p, mm, ws);
@@ -1071,6 +1072,7 @@ void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan&
 
 void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
             cudaStream_t stream) {
+  const iris::detail::DeviceGuard device(ctx.device());
   const FusedPlan p = ccl::detail::checked_call(
       ctx, ws,
       [&] {

@@ -307,6 +307,7 @@ Context::~Context() {
 }
 
 cudaStream_t Context::side_stream() {
+  const detail::DeviceGuard device(device_);  // the calling thread may have another device current
   if (side_stream_ == nullptr) {
     int least = 0, greatest = 0;
     IRIS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -316,6 +317,7 @@ cudaStream_t Context::side_stream() {
 }
 
 cudaEvent_t Context::ordering_event(size_t i) {
+  const detail::DeviceGuard device(device_);
   while (ordering_events_.size() <= i) {
     cudaEvent_t e = nullptr;
     IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -349,6 +351,7 @@ void* Context::translate_bytes(void* ptr, int to) const {
 }
 
 void* Context::alloc(size_t bytes, size_t alignment) {
+  const detail::DeviceGuard device(device_);
   size_t offset = allocator_->allocate(bytes, alignment);
   char* ptr = heap_->slot(rank_) + offset;
   if (guards_ != nullptr) guards_->fill(heap_->slot(rank_), {allocator_->guard_region(offset)}, stream_);
@@ -372,6 +375,7 @@ void* Context::alloc(size_t bytes, size_t alignment) {
 
 void Context::free(void* ptr) {
   if (ptr == nullptr) return;
+  const detail::DeviceGuard device(device_);
   size_t offset = offset_of(ptr);
   if (guards_ != nullptr && allocator_->block_size(offset) > 0) {
     // The freed object's guard is checked now (its block may be reused before the next barrier), and
@@ -453,6 +457,7 @@ std::string Context::heap_guard_report() {
 
 void Context::check_heap_guards() {
   if (guards_ == nullptr) return;
+  const detail::DeviceGuard device(device_);
   IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   // Every rank's stream is done first: a peer's kernel may write (past an object) into this heap.
   bootstrap_->barrier();

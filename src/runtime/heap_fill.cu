@@ -56,12 +56,14 @@ int grid_for(size_t count) {
 }  // namespace
 
 void Context::fill_bytes(void* dst, int value, size_t bytes) {
+  const detail::DeviceGuard device(device_);
   IRIS_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream_));
   IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void Context::fill_pattern(void* dst, const void* pattern, size_t pattern_size, size_t count) {
   if (count == 0) return;
+  const detail::DeviceGuard device(device_);
   auto launch = [&](auto word) {
     using Word = decltype(word);
     std::memcpy(&word, pattern, sizeof(Word));
@@ -85,6 +87,8 @@ T* Context::random(size_t count, uint64_t seed, double lo, double hi) {
   IRIS_CHECK_ARG(hi > lo, "Context::random needs lo < hi, got [", lo, ", ", hi, ").");
   T* p = empty<T>(count);
   if (count > 0) {
+    const detail::DeviceGuard device(device_);
+
     random_kernel<T><<<grid_for(count), 256, 0, stream_>>>(p, count, seed, lo, hi);
     IRIS_CUDA_CHECK_LAUNCH();
     IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "iris/ccl/config.hpp"
+#include "iris/core/cuda_check.hpp"
 #include "iris/core/tensor.hpp"
 
 namespace iris {
@@ -237,10 +238,11 @@ class Workspace {
   uint64_t timeouts_ = 0;
 };
 
-// WorkspaceHost over a Context's heap, stream and bootstrap.
+// WorkspaceHost over a Context's heap, stream and bootstrap. The context's device is the thread's current
+// one while the host lives (iris::detail::DeviceGuard): its memsets and device waits go to that device.
 class ContextWorkspaceHost final : public WorkspaceHost {
  public:
-  explicit ContextWorkspaceHost(Context& ctx) : ctx_(ctx) {}
+  explicit ContextWorkspaceHost(Context& ctx);
   int rank() const override;
   int world_size() const override;
   void* alloc(size_t bytes) override;
@@ -256,6 +258,7 @@ class ContextWorkspaceHost final : public WorkspaceHost {
 
  private:
   Context& ctx_;
+  iris::detail::DeviceGuard device_;
 };
 
 }  // namespace iris::ccl

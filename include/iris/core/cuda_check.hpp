@@ -21,3 +21,33 @@
 
 // After a kernel launch: surfaces launch-configuration errors at the launch site.
 #define IRIS_CUDA_CHECK_LAUNCH() IRIS_CUDA_CHECK(cudaGetLastError())
+
+namespace iris::detail {
+
+// Makes `device` the calling thread's current CUDA device for a scope, and gives the caller its own back
+// at the end, as NCCL's calls do. Every entry point that takes a Context holds one for the context's
+// device: its kernels, events, memsets and device queries then go to that device whatever the calling
+// thread had current (a thread pool's worker, a thread that never chose one: device 0, or one that a
+// framework moved elsewhere), instead of failing with "invalid resource handle" or, for queries,
+// answering for another GPU. No call to cudaSetDevice when the device is already current.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    int current = 0;
+    IRIS_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != device) {
+      IRIS_CUDA_CHECK(cudaSetDevice(device));
+      previous_ = current;
+    }
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);  // the caller's device existed: it was current
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;  // the caller's device, when this guard changed it
+};
+
+}  // namespace iris::detail
