@@ -333,11 +333,10 @@ TEST_P(HeapGpu, GuardsCatchAWritePastAHeapObjectOnEveryRank) {
       guarded_heap());
 }
 
-// The guards change every offset, so ranks must agree on them: every rank raises. Both ranks may use
-// one GPU here: the check runs before any heap exists.
-TEST(HeapGpuThreads, HeapGuardsOnOneRankOnlyRaiseOnEveryRank) {
-  IRIS_TEST_REQUIRE_GPUS(1);
-  test::ScopedEnv env("IRIS_HEAP_GUARDS", nullptr);  // IRIS_HEAP_GUARDS=1 would turn rank 0's on too
+// Each rank creates its context with `on` true on rank 1 only (the environment variable unset, which would
+// turn rank 0's on too); returns what each raised.
+std::vector<std::string> create_with_switch_on_rank_1(const char* env_name, bool ContextOptions::*on) {
+  test::ScopedEnv env(env_name, nullptr);
   auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(30));
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
@@ -345,10 +344,18 @@ TEST(HeapGpuThreads, HeapGuardsOnOneRankOnlyRaiseOnEveryRank) {
     threads.emplace_back([&, r] {
       ContextOptions o = small_heap();
       o.device = r % test::gpu_count();
-      o.heap_guards = r == 1;
+      o.*on = r == 1;
       errors[r] = test::error_text([&] { Context ctx(bootstraps[r], o); });
     });
   for (auto& t : threads) t.join();
+  return errors;
+}
+
+// The guards change every offset, so ranks must agree on them: every rank raises. Both ranks may use
+// one GPU here: the check runs before any heap exists.
+TEST(HeapGpuThreads, HeapGuardsOnOneRankOnlyRaiseOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  const auto errors = create_with_switch_on_rank_1("IRIS_HEAP_GUARDS", &ContextOptions::heap_guards);
   EXPECT_EQ(errors[0],
             "Heap guards differ across ranks: rank 0 has them off but rank 1 has them on. Set the same "
             "IRIS_HEAP_GUARDS (or heap_guards) on every rank.");
@@ -361,18 +368,7 @@ TEST(HeapGpuThreads, HeapGuardsOnOneRankOnlyRaiseOnEveryRank) {
 // do not: the ranks compare the switch when they create the context, and every rank raises.
 TEST(HeapGpuThreads, CallChecksOnOneRankOnlyRaiseOnEveryRank) {
   IRIS_TEST_REQUIRE_GPUS(1);
-  test::ScopedEnv env("IRIS_CHECK_CALLS", nullptr);  // IRIS_CHECK_CALLS=1 would turn rank 0's on too
-  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(30));
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      ContextOptions o = small_heap();
-      o.device = r % test::gpu_count();
-      o.check_calls = r == 1;
-      errors[r] = test::error_text([&] { Context ctx(bootstraps[r], o); });
-    });
-  for (auto& t : threads) t.join();
+  const auto errors = create_with_switch_on_rank_1("IRIS_CHECK_CALLS", &ContextOptions::check_calls);
   EXPECT_EQ(errors[0],
             "Call checks differ across ranks: rank 0 has them off but rank 1 has them on. Set the same "
             "IRIS_CHECK_CALLS (or check_calls) on every rank.");
