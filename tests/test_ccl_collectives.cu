@@ -845,6 +845,18 @@ TEST_P(Collective, PreambleUnderCaptureAndWorkspaceOffTheHeapAreRefused) {
           EXPECT_EQ(cudaStreamEndCapture(ctx.stream(), &graph), cudaSuccess) << "the capture was not ended by it";
           if (graph != nullptr) IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
           EXPECT_FALSE(ws.prepared());
+          // A reservation too (before 2026-12-04 it failed with a raw CUDA error, which ended the capture).
+          IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeRelaxed));
+          ccl::WorkspaceNeeds needs;
+          needs.flags = 64;
+          EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::reserve_workspace(ctx, ws, needs); }),
+                    "reserve_workspace: the context's stream is being captured into a CUDA graph; reserve the "
+                    "workspace (collective: it allocates, zeroes and synchronizes) before the capture begins, and "
+                    "capture the calls only.");
+          graph = nullptr;
+          EXPECT_EQ(cudaStreamEndCapture(ctx.stream(), &graph), cudaSuccess) << "the capture was not ended by it";
+          if (graph != nullptr) IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+          EXPECT_EQ(ws.flag_capacity(), 0u);
           preamble(ctx, op, c.out.view, c.in.view, ws);
           ctx.barrier();
           // Every array freed behind the workspace's back (collective, the same order on every rank).

@@ -471,6 +471,19 @@ TEST(CclWorkspace, RanksThatReserveDifferentlyAllRaiseTogether) {
             "workspace, or release() this one first.");
   EXPECT_EQ(errors[0], "Collective parameters differ across ranks: rank 0 has " + reserve + " but rank 1 has " +
                            reserve + " on a workspace that holds arrays. Every rank must reserve the same workspace.");
+  // Rank 1's stream is being captured into a CUDA graph: a reservation allocates, zeroes and synchronizes.
+  errors = raise_on_two_ranks([&](FakeHost& host, Workspace& ws, int r) {
+    host.capture = r == 1;
+    ws.reserve(host, needs);
+  });
+  EXPECT_EQ(errors[1],
+            "reserve_workspace: the context's stream is being captured into a CUDA graph; reserve the workspace "
+            "(collective: it allocates, zeroes and synchronizes) before the capture begins, and capture the calls "
+            "only.");
+  EXPECT_EQ(errors[0], "Collective parameters differ across ranks: rank 0 has " + reserve + " but rank 1 has " +
+                           reserve +
+                           " while its stream is being captured into a CUDA graph. Every rank must reserve the same "
+                           "workspace.");
 }
 
 // A device timeout leaves a workspace's flags, epochs and staging out of step between ranks (the kernels

@@ -303,11 +303,17 @@ void Workspace::reserve(WorkspaceHost& host, const WorkspaceNeeds& needs) {
   // refusing its workspace and the ranks that see its different word all raise.
   const bool holds_arrays =
       prepared_ || lock_capacity_ > 0 || flag_capacity_ > 0 || staging_capacity_ > 0 || block_state_capacity_ > 0;
-  const std::string mine = "reserve " + needs.describe() + (holds_arrays ? " on a workspace that holds arrays" : "");
+  const bool capturing = host.capturing();
+  const std::string mine = "reserve " + needs.describe() + (holds_arrays ? " on a workspace that holds arrays" : "") +
+                           (capturing ? " while its stream is being captured into a CUDA graph" : "");
   const auto all = host.allgather(mine + heap_sequence(host));
   IRIS_CHECK_ARG(!holds_arrays,
                  "reserve_workspace: this workspace already holds arrays (it was prepared or "
                  "reserved); reserve a fresh workspace, or release() this one first.");
+  IRIS_CHECK_ARG(!capturing,
+                 "reserve_workspace: the context's stream is being captured into a CUDA graph; reserve the workspace "
+                 "(collective: it allocates, zeroes and synchronizes) before the capture begins, and capture the "
+                 "calls only.");
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
     const std::string_view theirs = split_heap(all[r]).first;
     IRIS_CHECK_ARG(theirs == mine, "Collective parameters differ across ranks: rank ", host.rank(), " has ", mine,
@@ -355,5 +361,10 @@ int64_t ContextWorkspaceHost::heap_offset(const void* ptr) const {
   return ctx_.is_symmetric(ptr) ? static_cast<int64_t>(ctx_.offset_of(ptr)) : -1;
 }
 void ContextWorkspaceHost::synchronize_device() { IRIS_CUDA_CHECK(cudaDeviceSynchronize()); }
+bool ContextWorkspaceHost::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  IRIS_CUDA_CHECK(cudaStreamIsCapturing(ctx_.stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
 
 }  // namespace iris::ccl

@@ -49,12 +49,14 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
     if (device_failed) throw std::runtime_error("fake device: a sticky CUDA error");
   }
   uint64_t allocation_count() const override { return heap_calls; }
+  bool capturing() const override { return capture; }
   uint64_t allocation_hash() const override { return heap_hash; }
 
   int allocs = 0;
   int live = 0;
   uint64_t timeouts = 0;  // as Context::device_timeouts(): set by a test to stand for a raised TimeoutError
   int device_syncs = 0;
+  bool capture = false;        // capturing() says so, as a context's stream being captured into a CUDA graph
   bool device_failed = false;  // synchronize_device() throws, as after a sticky CUDA error
   // As Context::allocation_count() / allocation_hash(): set by a test to stand for a rank's heap calls.
   uint64_t heap_calls = 0;

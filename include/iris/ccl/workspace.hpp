@@ -83,6 +83,9 @@ class WorkspaceHost {
     (void)ptr;
     return -1;
   }
+  // True while the context's stream is being captured into a CUDA graph, which can capture none of a
+  // reservation's allocations, memsets and synchronizations; a host without a device: false.
+  virtual bool capturing() const { return false; }
 };
 
 // Number of tiles of a rows x cols tensor in block_m x block_n tiles: ceil(M/bm) * ceil(N/bn).
@@ -255,6 +258,7 @@ class ContextWorkspaceHost final : public WorkspaceHost {
   uint64_t allocation_hash() const override;
   bool holds(const void* ptr) const override;
   int64_t heap_offset(const void* ptr) const override;
+  bool capturing() const override;
 
  private:
   Context& ctx_;
