@@ -88,9 +88,7 @@ void require_no_timeout_since_prepare(const Context& ctx, const char* op, const 
 }
 
 void require_not_capturing(const Context& ctx, OpKind op) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  IRIS_CUDA_CHECK(cudaStreamIsCapturing(ctx.stream(), &status));
-  IRIS_CHECK_ARG(status == cudaStreamCaptureStatusNone, op_name(op),
+  IRIS_CHECK_ARG(!iris::detail::capturing(ctx.stream()), op_name(op),
                  "_preamble: the context's stream is being captured into a CUDA graph; call the preamble "
                  "(collective: it allocates, zeroes and synchronizes) before the capture begins, and capture the "
                  "calls only.");

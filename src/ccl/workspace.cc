@@ -361,10 +361,6 @@ int64_t ContextWorkspaceHost::heap_offset(const void* ptr) const {
   return ctx_.is_symmetric(ptr) ? static_cast<int64_t>(ctx_.offset_of(ptr)) : -1;
 }
 void ContextWorkspaceHost::synchronize_device() { IRIS_CUDA_CHECK(cudaDeviceSynchronize()); }
-bool ContextWorkspaceHost::capturing() const {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  IRIS_CUDA_CHECK(cudaStreamIsCapturing(ctx_.stream(), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
+bool ContextWorkspaceHost::capturing() const { return iris::detail::capturing(ctx_.stream()); }
 
 }  // namespace iris::ccl

@@ -1083,9 +1083,7 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
       [](const FusedPlan& plan) -> const ccl::OpSignature& { return plan.sig; });
   if (mm.c.numel() == 0) return;
   const cudaStream_t on = ccl::detail::pick_stream(ctx, stream);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  IRIS_CUDA_CHECK(cudaStreamIsCapturing(on, &capture));
-  if (capture != cudaStreamCaptureStatusNone) ws.mark_captured();
+  if (iris::detail::capturing(on)) ws.mark_captured();
   if (ctx.world_size() == 1) {
     run_single_rank(mm, p.sig.op, ws, on);
     ws.count_call();

@@ -90,12 +90,7 @@ void HeapAllocator::release(size_t offset) {
   free_.emplace(start, size);
 }
 
-bool HeapAllocator::contains(size_t offset) const {
-  auto it = live_.upper_bound(offset);
-  if (it == live_.begin()) return false;
-  --it;
-  return offset < it->first + it->second.size;
-}
+bool HeapAllocator::contains(size_t offset) const { return live_span(offset).has_value(); }
 
 std::optional<HeapAllocator::LiveSpan> HeapAllocator::live_span(size_t offset) const {
   auto it = live_.upper_bound(offset);

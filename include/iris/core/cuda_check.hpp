@@ -24,6 +24,14 @@
 
 namespace iris::detail {
 
+// True while `stream` is being captured into a CUDA graph (allocations, memsets and synchronizations,
+// which a graph cannot capture, must be refused then rather than end the capture with a CUDA error).
+inline bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  IRIS_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 // Makes `device` the calling thread's current CUDA device for a scope, and gives the caller its own back
 // at the end, as NCCL's calls do. Every entry point that takes a Context holds one for the context's
 // device: its kernels, events, memsets and device queries then go to that device whatever the calling
