@@ -41,22 +41,6 @@ constexpr int kCheckFailed = 1;
 constexpr int kUnexpectedException = 90;
 constexpr int kKilled = -1;
 
-// A port nobody listens on right now: bind port 0, read what the kernel picked, release it. (Another
-// program could take it before rank 0 binds it; launchers avoid that by handing over a listening
-// socket: listening_socket and StoreAdoptsTheLaunchersSocket.)
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
-  socklen_t len = sizeof(addr);
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(s);
-  return ntohs(addr.sin_port);
-}
-
 // A loopback TCP socket listening on a port the kernel picks (what run_local_processes hands rank 0);
 // -1 on failure.
 int listening_socket(int* port) {
@@ -101,6 +85,48 @@ iris::LaunchInfo tcp_info(int rank, int world, int port) {
   info.launcher = "test";
   return info;
 }
+
+// Where the ranks of one test meet: a loopback socket listening on a port the kernel picked, held by the
+// test from the pick to its end and handed to rank 0's store as a launcher hands it (store_listen_fd).
+// No other program can take the port in between, as it could when tests picked a port, released it and
+// let rank 0 bind it again (a rare failure of CI, never of iris). The children inherit the descriptor;
+// the test closes it when the ranks are done.
+struct Rendezvous {
+  int port = 0;
+  int fd = -1;
+  Rendezvous() : fd(listening_socket(&port)) {}
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+  ~Rendezvous() {
+    if (fd >= 0) ::close(fd);
+  }
+  iris::LaunchInfo info(int rank, int world) const {
+    iris::LaunchInfo i = tcp_info(rank, world, port);
+    if (rank == 0) i.store_listen_fd = fd;
+    return i;
+  }
+};
+
+// A loopback port that refuses connections for as long as the object lives: bound, so that no other
+// program takes it, but not listening (a store that is not running).
+struct ClosedPort {
+  int port = 0;
+  int fd = -1;
+  ClosedPort() : fd(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+      port = ntohs(addr.sin_port);
+  }
+  ClosedPort(const ClosedPort&) = delete;
+  ClosedPort& operator=(const ClosedPort&) = delete;
+  ~ClosedPort() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 // Runs body(rank) in one child process per entry of `ranks`; returns the exit codes in that order
 // (kKilled for a child still running after `limit`, which is then killed).
@@ -210,9 +236,9 @@ size_t contribution_length(int rank, int round) {
 TEST(BootstrapTcp, AllgatherVariableLengths) {
   for (int world : {2, 4}) {
     SCOPED_TRACE(::testing::Message() << "world " << world);
-    int port = free_port();
+    const Rendezvous rv;
     auto codes = run_ranks(world, [&](int rank) {
-      auto bs = iris::make_tcp_bootstrap(tcp_info(rank, world, port), 10s);
+      auto bs = iris::make_tcp_bootstrap(rv.info(rank, world), 10s);
       CHILD_CHECK(rank, bs->rank() == rank && bs->world_size() == world && bs->timeout() == 10s);
       for (int round = 0; round < 3; ++round) {
         auto all = bs->allgather(pattern(rank, round, contribution_length(rank, round)));
@@ -227,9 +253,9 @@ TEST(BootstrapTcp, AllgatherVariableLengths) {
 
 TEST(BootstrapTcp, BroadcastFromNonZeroRoot) {
   constexpr int kWorld = 3;
-  int port = free_port();
+  const Rendezvous rv;
   auto codes = run_ranks(kWorld, [&](int rank) {
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 10s);
     std::string big = pattern(2, 0, 100'000);
     std::string got = bs->broadcast(rank == 2 ? big : std::string("ignored"), 2);
     CHILD_CHECK(rank, got == big);
@@ -252,9 +278,9 @@ TEST(BootstrapTcp, BarrierWaitsForEveryRank) {
   void* mem = ::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   auto* counter = new (mem) std::atomic<int>(0);
-  int port = free_port();
+  const Rendezvous rv;
   auto codes = run_ranks(kWorld, [&](int rank) {
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 10s);
     for (int round = 0; round < kRounds; ++round) {
       // Stagger the arrivals so a barrier that does not wait is caught.
       std::this_thread::sleep_for(std::chrono::milliseconds(((rank + round) % kWorld) * 40));
@@ -272,9 +298,9 @@ TEST(BootstrapTcp, BarrierWaitsForEveryRank) {
 TEST(BootstrapTcp, ManySequentialCollectives) {
   constexpr int kWorld = 4;
   constexpr int kIterations = 200;
-  int port = free_port();
+  const Rendezvous rv;
   auto codes = run_ranks(kWorld, [&](int rank) {
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 10s);
     for (int i = 0; i < kIterations; ++i) {
       switch (i % 3) {
         case 0: {
@@ -298,9 +324,9 @@ TEST(BootstrapTcp, ManySequentialCollectives) {
 }
 
 TEST(BootstrapTcp, SingleRank) {
-  int port = free_port();
+  const Rendezvous rv;
   auto codes = run_ranks(1, [&](int rank) {
-    auto bs = iris::make_tcp_bootstrap(tcp_info(0, 1, port), 5s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(0, 1), 5s);
     CHILD_CHECK(rank, bs->allgather("alone") == std::vector<std::string>{"alone"});
     CHILD_CHECK(rank, bs->broadcast("me", 0) == "me");
     bs->barrier();
@@ -314,10 +340,10 @@ TEST(BootstrapTcp, SingleRank) {
 
 TEST(BootstrapTcp, ExchangeFdsSharesTheSameFiles) {
   constexpr int kWorld = 3;
-  int port = free_port();
+  const Rendezvous rv;
   auto codes = run_ranks(kWorld, [&](int rank) {
     const int fds_before = open_fd_count();
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 10s);
 
     // memfd: read what the owner wrote through the received descriptor, then write into the
     // owner's file through it; the owner sees every peer's mark in its own file.
@@ -383,11 +409,11 @@ TEST(BootstrapTcp, ExchangeFdsSharesTheSameFiles) {
 
 TEST(BootstrapTcp, ExchangeFdsWithBadDescriptorReleasesOthers) {
   constexpr int kWorld = 2;
-  int port = free_port();
+  const Rendezvous rv;
   const std::string bad = "iris bootstrap: exchange_fds: -1 is not an open file descriptor";
   auto codes = run_ranks(kWorld, [&](int rank) {
     const int fds_before = open_fd_count();
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 10s);
     int code = 0;
     if (rank == 1) {
       code = same_text(rank, what_of<iris::InvalidArgument>([&] { bs->exchange_fds(-1); }), bad);
@@ -406,37 +432,38 @@ TEST(BootstrapTcp, ExchangeFdsWithBadDescriptorReleasesOthers) {
 
 TEST(BootstrapTcp, MissingPeerTimesOutNamingIt) {
   constexpr int kWorld = 4;
-  int port = free_port();
-  const std::string want =
-      "iris bootstrap: timed out after 1.0 s: rank 3 never connected to the store at 127.0.0.1:" + std::to_string(port);
+  const Rendezvous rv;
+  const std::string want = "iris bootstrap: timed out after 1.0 s: rank 3 never connected to the store at 127.0.0.1:" +
+                           std::to_string(rv.port);
   auto start = std::chrono::steady_clock::now();
   auto codes = run_processes({0, 1, 2}, [&](int rank) {
-    return same_text(
-        rank, what_of<iris::TimeoutError>([&] { iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 1s); }), want);
+    return same_text(rank, what_of<iris::TimeoutError>([&] { iris::make_tcp_bootstrap(rv.info(rank, kWorld), 1s); }),
+                     want);
   });
   expect_all_zero(codes, {0, 1, 2});
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 
 TEST(BootstrapTcp, MissingStoreTimesOutNamingAddress) {
-  int port = free_port();
+  const ClosedPort closed;
   const std::string want =
-      "iris bootstrap: rank 1 could not connect to the bootstrap store at 127.0.0.1:" + std::to_string(port) +
+      "iris bootstrap: rank 1 could not connect to the bootstrap store at 127.0.0.1:" + std::to_string(closed.port) +
       " within 0.5 s (Connection refused); rank 0 hosts the store: is it running, and do all "
       "ranks use the same MASTER_ADDR and MASTER_PORT?";
   auto codes = run_processes({1}, [&](int rank) {
     return same_text(
-        rank, what_of<iris::TimeoutError>([&] { iris::make_tcp_bootstrap(tcp_info(rank, 2, port), 500ms); }), want);
+        rank, what_of<iris::TimeoutError>([&] { iris::make_tcp_bootstrap(tcp_info(rank, 2, closed.port), 500ms); }),
+        want);
   });
   expect_all_zero(codes, {1});
 }
 
 TEST(BootstrapTcp, RankMissingFromCollectiveTimesOut) {
   constexpr int kWorld = 3;
-  int port = free_port();
+  const Rendezvous rv;
   const std::string want = "iris bootstrap: timed out after 1.0 s in barrier #2 waiting for rank 2 (of 3)";
   auto codes = run_ranks(kWorld, [&](int rank) {
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 1s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 1s);
     bs->barrier();
     if (rank == 2) {
       // Late: the others gave up. The failure is sticky, so this rank gets the same answer.
@@ -449,9 +476,9 @@ TEST(BootstrapTcp, RankMissingFromCollectiveTimesOut) {
 
 TEST(BootstrapTcp, ExitedRankReleasesOthers) {
   constexpr int kWorld = 4;
-  int port = free_port();
+  const Rendezvous rv;
   auto codes = run_ranks(kWorld, [&](int rank) {
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 10s);
     bs->barrier();
     if (rank == 3) ::_exit(0);  // dies without closing its bootstrap
     int first = same_text(rank, what_of<iris::RemoteError>([&] { bs->barrier(); }),
@@ -466,13 +493,13 @@ TEST(BootstrapTcp, ExitedRankReleasesOthers) {
 
 TEST(BootstrapTcp, ExitedStoreHostReleasesOthers) {
   constexpr int kWorld = 3;
-  int port = free_port();
+  const Rendezvous rv;
   auto codes = run_ranks(kWorld, [&](int rank) {
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 10s);
     bs->barrier();
     if (rank == 0) ::_exit(0);  // takes the store down with it
     return same_text(rank, what_of<iris::RemoteError>([&] { bs->barrier(); }),
-                     "rank 0 (host of the bootstrap store at 127.0.0.1:" + std::to_string(port) +
+                     "rank 0 (host of the bootstrap store at 127.0.0.1:" + std::to_string(rv.port) +
                          ") disconnected (process exited?)");
   });
   expect_all_zero(codes);
@@ -480,9 +507,9 @@ TEST(BootstrapTcp, ExitedStoreHostReleasesOthers) {
 
 TEST(BootstrapTcp, ClosedRankIsNotReportedAsDead) {
   constexpr int kWorld = 3;
-  int port = free_port();
+  const Rendezvous rv;
   auto codes = run_ranks(kWorld, [&](int rank) {
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 10s);
     bs->barrier();
     if (rank == 1) {
       bs.reset();  // a normal close: says goodbye
@@ -497,9 +524,9 @@ TEST(BootstrapTcp, ClosedRankIsNotReportedAsDead) {
 
 TEST(BootstrapTcp, AbortReleasesOthers) {
   constexpr int kWorld = 3;
-  int port = free_port();
+  const Rendezvous rv;
   auto codes = run_ranks(kWorld, [&](int rank) {
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, kWorld, port), 10s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 10s);
     bs->barrier();
     if (rank == 1) {
       std::this_thread::sleep_for(200ms);  // the others are blocked in the barrier by now
@@ -515,22 +542,21 @@ TEST(BootstrapTcp, AbortReleasesOthers) {
 }
 
 TEST(BootstrapTcp, WorldSizeMismatchFailsEveryRank) {
-  int port = free_port();
+  const Rendezvous rv;
   const std::string want = "iris bootstrap: rank 1 was started with world size 3 but rank 0 with world size 2";
   auto codes = run_ranks(2, [&](int rank) {
     int world = rank == 0 ? 2 : 3;
-    return same_text(rank, what_of<iris::Error>([&] { iris::make_tcp_bootstrap(tcp_info(rank, world, port), 10s); }),
-                     want);
+    return same_text(rank, what_of<iris::Error>([&] { iris::make_tcp_bootstrap(rv.info(rank, world), 10s); }), want);
   });
   expect_all_zero(codes);
 }
 
 TEST(BootstrapTcp, MismatchedCollectivesFail) {
-  int port = free_port();
+  const Rendezvous rv;
   const std::string want =
       "iris bootstrap: ranks disagree on collective #2: rank 0 called barrier, rank 1 called broadcast from rank 1";
   auto codes = run_ranks(2, [&](int rank) {
-    auto bs = iris::make_tcp_bootstrap(tcp_info(rank, 2, port), 10s);
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, 2), 10s);
     bs->allgather("ok");
     if (rank == 0) return same_text(rank, what_of<iris::Error>([&] { bs->barrier(); }), want);
     return same_text(rank, what_of<iris::Error>([&] { bs->broadcast("v", 1); }), want);
