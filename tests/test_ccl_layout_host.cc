@@ -243,6 +243,35 @@ TEST(CclLayout, SmallBlocksTakeLLAndLargeOnesChunkedByTheMeasuredRule) {
   EXPECT_EQ(chunked.needs.flags, 2u * 3 * static_cast<size_t>(chunked.chunks.nchunks));
 }
 
+// How the collectives tell in-place calls from overlapping buffers: spans that share a byte overlap (rows of
+// strided views that interleave too), one-row views are the same view whatever their strides, and the
+// refusal says what to pass.
+TEST(CclLayout, OverlappingBuffersAreRefusedUnlessTheSameView) {
+  alignas(16) static float buf[64];
+  const auto view = [](int64_t first, int64_t rows, int64_t cols, int64_t stride) {
+    return Tensor::matrix(buf + first, DType::kFloat32, rows, cols, stride);
+  };
+  const Tensor a = view(0, 4, 8, 8);  // elements 0..31
+  EXPECT_TRUE(a.overlaps(view(31, 1, 1, 1)));
+  EXPECT_FALSE(a.overlaps(view(32, 4, 8, 8)));                 // back to back
+  EXPECT_FALSE(a.overlaps(view(8, 0, 8, 8)));                  // empty: no bytes
+  EXPECT_TRUE(view(0, 2, 4, 16).overlaps(view(8, 2, 4, 16)));  // interleaved rows: the spans meet
+  EXPECT_TRUE(a.same_view(view(0, 4, 8, 8)));
+  EXPECT_FALSE(a.same_view(view(0, 4, 8, 16)));
+  EXPECT_FALSE(a.same_view(Tensor::matrix(buf, DType::kInt32, 4, 8)));
+  EXPECT_TRUE(view(0, 1, 8, 8).same_view(view(0, 1, 8, 40)));  // one row: the stride is never used
+
+  EXPECT_NO_THROW(detail::check_no_partial_overlap("all_reduce", a, view(32, 4, 8, 8), true));
+  EXPECT_NO_THROW(detail::check_no_partial_overlap("all_reduce", a, a, true));
+  EXPECT_NO_THROW(detail::check_no_partial_overlap("broadcast", view(0, 1, 8, 8), view(0, 1, 8, 40), true));
+  EXPECT_EQ(test::error_text<InvalidArgument>(
+                [&] { detail::check_no_partial_overlap("all_reduce", a, view(8, 4, 8, 8), true); }),
+            "all_reduce: output and input overlap without being the same view; pass separate buffers or the same "
+            "view for in-place.");
+  EXPECT_EQ(test::error_text<InvalidArgument>([&] { detail::check_no_partial_overlap("op", a, a, false); }),
+            "op: output and input overlap; pass separate buffers.");
+}
+
 // For every pair (shape the workspace was prepared for, shape it then serves) with every world size
 // and dtype: both parities of the served call fit in the arrays, and parity 0's bytes end before
 // parity 1's begin, whether the call is LL or chunked and whatever the call before it was.

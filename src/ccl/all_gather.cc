@@ -26,8 +26,8 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
                  " on each of ", world, " ranks, so the output must be ", world * in.rows, "x", in.cols, ", got ",
                  out.rows, "x", out.cols, ".");
   Plan p;
-  p.in_place = in.numel() > 0 && detail::same_view(in, detail::row_block(out, s.rank * in.rows, in.rows));
-  IRIS_CHECK_ARG(s.shapes_only || p.in_place || !detail::overlaps(in, out), kOp,
+  p.in_place = in.numel() > 0 && in.same_view(detail::row_block(out, s.rank * in.rows, in.rows));
+  IRIS_CHECK_ARG(s.shapes_only || p.in_place || !in.overlaps(out), kOp,
                  ": input overlaps the output without being the output's rows of this rank (", s.rank * in.rows, " to ",
                  (s.rank + 1) * in.rows, "); pass separate buffers, or exactly those rows for in-place.");
   p.x = detail::plan_exchange(s, detail::collective_signature(OpKind::kAllGather, in, world, config), in.rows, in.cols,

@@ -21,8 +21,7 @@ detail::ExchangePlan make_plan(const detail::PlanScope& s, const Tensor& out, co
                  " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
   IRIS_CHECK_ARG(in.rows % world == 0, kOp, ": ", in.rows, " rows do not split into ", world,
                  " equal blocks (one per rank).");
-  IRIS_CHECK_ARG(s.shapes_only || !detail::overlaps(in, out), kOp,
-                 ": output and input overlap; pass separate buffers.");
+  IRIS_CHECK_ARG(s.shapes_only || !in.overlaps(out), kOp, ": output and input overlap; pass separate buffers.");
   return detail::plan_exchange(s, detail::collective_signature(OpKind::kAllToAll, in, world, config), in.rows / world,
                                in.cols, in.dtype, config);
 }

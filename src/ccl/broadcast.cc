@@ -35,7 +35,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
     IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, kOp, ": input is ", in.rows, "x", in.cols,
                    " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
     if (!s.shapes_only) detail::check_no_partial_overlap(kOp, out, in, /*allow_same=*/true);
-    p.in_place = out.numel() > 0 && detail::same_view(in, out);
+    p.in_place = out.numel() > 0 && in.same_view(out);
   }
   p.sig = detail::collective_signature(OpKind::kBroadcast, out, world, config, root);
   const size_t esz = out.element_size();

@@ -28,14 +28,10 @@ void check_view(const char* op, const char* what, const Tensor& t, const PlanSco
 }
 
 void check_no_partial_overlap(const char* op, const Tensor& a, const Tensor& b, bool allow_same) {
-  const auto* a0 = static_cast<const char*>(a.data);
-  const auto* b0 = static_cast<const char*>(b.data);
-  const auto* a1 = a0 + a.span_bytes();
-  const auto* b1 = b0 + b.span_bytes();
-  if (a.numel() == 0 || b.numel() == 0 || a1 <= b0 || b1 <= a0) return;
-  const bool same = a0 == b0 && a.rows == b.rows && a.cols == b.cols && a.stride == b.stride && a.dtype == b.dtype;
-  IRIS_CHECK_ARG(allow_same && same, op, ": output and input overlap", allow_same ? " without being the same view" : "",
-                 "; pass separate buffers", allow_same ? " or the same view for in-place" : "", ".");
+  if (!a.overlaps(b)) return;
+  IRIS_CHECK_ARG(allow_same && a.same_view(b), op, ": output and input overlap",
+                 allow_same ? " without being the same view" : "", "; pass separate buffers",
+                 allow_same ? " or the same view for in-place" : "", ".");
 }
 
 bool vec16(const Tensor& t) { return t.contiguous() && reinterpret_cast<uintptr_t>(t.data) % 16 == 0; }

@@ -13,7 +13,7 @@
 // chunked calls): the argument "a peer is at most one call ahead" then covers every mix of calls.
 // broadcast uses one slot and one flag per chunk (see broadcast.cu).
 //
-// Host helpers of these four ops: overlaps, row_block, same_view, vec_ok, dispatch_bits; on the device
+// Host helpers of these four ops: row_block, vec_ok, dispatch_bits (Tensor has overlaps and same_view); on the device
 // side block_fanout, pipelined_chunks and end_call_published (block_signal_each and block_wait_each are
 // in ccl_common.cuh, shared with all_reduce). prepare_everywhere and require_op, shared with all_reduce,
 // are in ccl_host.hpp.
@@ -142,24 +142,10 @@ void dispatch_bits(DType dtype, bool vec, F&& f) {
 
 // ---- host helpers -------------------------------------------------------------------------------------
 
-// True when the element ranges of a and b share a byte (empty views share none).
-inline bool overlaps(const Tensor& a, const Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  const auto* a0 = static_cast<const char*>(a.data);
-  const auto* b0 = static_cast<const char*>(b.data);
-  return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
-}
-
 // Rows [first, first + rows) of t, as a view.
 inline Tensor row_block(const Tensor& t, int64_t first, int64_t rows) {
   return Tensor{static_cast<char*>(t.data) + static_cast<size_t>(first * t.stride) * t.element_size(), t.dtype, rows,
                 t.cols, t.stride};
-}
-
-// True when a and b are the same elements at the same addresses.
-inline bool same_view(const Tensor& a, const Tensor& b) {
-  return a.data == b.data && a.dtype == b.dtype && a.rows == b.rows && a.cols == b.cols &&
-         (a.stride == b.stride || a.rows <= 1);
 }
 
 // True when the kernels can move t in 16-byte packs: the data is 16-byte aligned, so is every block of

@@ -22,8 +22,8 @@ detail::ExchangePlan make_plan(const detail::PlanScope& s, const Tensor& out, co
                  " on each of ", world, " ranks, so the input must be ", world * out.rows, "x", out.cols, ", got ",
                  in.rows, "x", in.cols, ".");
   IRIS_CHECK_ARG(valid_reduce_op(rop), kOp, ": unknown reduce op ", static_cast<int>(rop), ".");
-  const bool in_place = out.numel() > 0 && detail::same_view(out, detail::row_block(in, s.rank * out.rows, out.rows));
-  IRIS_CHECK_ARG(s.shapes_only || in_place || !detail::overlaps(in, out), kOp,
+  const bool in_place = out.numel() > 0 && out.same_view(detail::row_block(in, s.rank * out.rows, out.rows));
+  IRIS_CHECK_ARG(s.shapes_only || in_place || !in.overlaps(out), kOp,
                  ": output overlaps the input without being the input's rows of this rank (", s.rank * out.rows, " to ",
                  (s.rank + 1) * out.rows, "); pass separate buffers, or exactly those rows for in-place.");
   return detail::plan_exchange(s, detail::collective_signature(OpKind::kReduceScatter, in, world, config, -1, rop),

@@ -54,13 +54,6 @@ std::string check_tma(const char* op, const char* name, const Tensor& t) {
   return "";
 }
 
-bool overlaps(const Tensor& x, const Tensor& y) {
-  if (x.numel() == 0 || y.numel() == 0) return false;
-  const auto* x0 = static_cast<const char*>(x.data);
-  const auto* y0 = static_cast<const char*>(y.data);
-  return x0 < y0 + y.span_bytes() && y0 < x0 + x.span_bytes();
-}
-
 // What an automatic choice resolves to on `sm_count` SMs, whether the stream-K kernel runs, and the split
 // of K.
 struct Choice {
@@ -461,9 +454,9 @@ std::string check_matmul_operands(const char* op, const Tensor& a, const Tensor&
   if (bias != nullptr && reinterpret_cast<uintptr_t>(bias) % 16 != 0)
     return str_cat(op, ": bias ", bias, " is not 16-byte aligned.");
   // The epilogue reads the bias while other blocks write C: a bias inside C would change under the reads.
-  if (bias != nullptr && overlaps(c, Tensor::vector(const_cast<void*>(bias), c.dtype, n)))
+  if (bias != nullptr && c.overlaps(Tensor::vector(const_cast<void*>(bias), c.dtype, n)))
     return str_cat(op, ": bias overlaps C; pass a separate bias vector (N elements of C's type).");
-  if (overlaps(c, a) || overlaps(c, b)) return str_cat(op, ": C overlaps A or B; pass a separate output buffer.");
+  if (c.overlaps(a) || c.overlaps(b)) return str_cat(op, ": C overlaps A or B; pass a separate output buffer.");
   return "";
 }
 
@@ -509,7 +502,7 @@ std::string can_implement(const GemmArguments& g) {
                      "; the source must have C's shape.");
     if (auto why = check_tma("gemm", "source", s); !why.empty()) return why;
     const bool same = s.data == g.c.data && row_pitch(s) == row_pitch(g.c);
-    if (!same && overlaps(s, g.c))
+    if (!same && s.overlaps(g.c))
       return "gemm: source overlaps C without being C; pass C itself (C += A @ B) or a separate buffer.";
     if (g.split_k > 1 || g.stream_k)
       return str_cat("gemm: a source is not supported with ", g.stream_k ? "stream_k" : "split_k > 1",

@@ -104,6 +104,21 @@ struct Tensor {
   size_t span_bytes() const {
     return rows <= 0 || cols <= 0 ? 0 : static_cast<size_t>((rows - 1) * stride + cols) * element_size();
   }
+  // True when the spans of this view and `other` (span_bytes from data) share a byte; an empty view shares
+  // none. Spans, not elements: the rows of two strided views that interleave without sharing an element
+  // overlap here, and the ops that refuse overlapping buffers refuse them too.
+  bool overlaps(const Tensor& other) const {
+    if (numel() <= 0 || other.numel() <= 0) return false;
+    const auto* a = static_cast<const char*>(data);
+    const auto* b = static_cast<const char*>(other.data);
+    return a < b + other.span_bytes() && b < a + span_bytes();
+  }
+  // True when both views are the same elements at the same addresses (a one-row view's stride is unused, so
+  // it may differ).
+  bool same_view(const Tensor& other) const {
+    return data == other.data && dtype == other.dtype && rows == other.rows && cols == other.cols &&
+           (stride == other.stride || rows <= 1);
+  }
   // Why the view is malformed, as the rest of a sentence that starts with its name ("input has negative
   // shape -1x8."), or "" when it is well formed: an unknown dtype, a negative size, a row stride smaller
   // than its columns (with two rows or more), a span of more than kMaxSpanBytes (a wrong shape or stride:
