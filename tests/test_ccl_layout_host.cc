@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -241,6 +242,33 @@ TEST(CclLayout, SmallBlocksTakeLLAndLargeOnesChunkedByTheMeasuredRule) {
   EXPECT_EQ(ll.needs.staging_bytes, detail::ll_staging_bytes(1000, DType::kFloat32, 4));
   const ExchangePlan chunked = plan_exchange_layout(OpKind::kAllGather, 4, 64, 1000, DType::kFloat32);
   EXPECT_EQ(chunked.needs.flags, 2u * 3 * static_cast<size_t>(chunked.chunks.nchunks));
+}
+
+// The two LL variables, parsed as the first plan reads them (once per process, so the parse is tested
+// here and not through the environment): sizes with suffixes, 0 meaning "never" for the bound only,
+// anything else refused naming the variable.
+TEST(CclLayout, LLVariablesParseSizesAndNameThemselvesWhenRefused) {
+  EXPECT_EQ(detail::ll_max_bytes_from(nullptr), std::nullopt);
+  EXPECT_EQ(detail::ll_max_bytes_from(""), std::nullopt);
+  EXPECT_EQ(detail::ll_max_bytes_from("0"), size_t{0});
+  EXPECT_EQ(detail::ll_max_bytes_from("4096"), size_t{4096});
+  EXPECT_EQ(detail::ll_max_bytes_from("64K"), size_t{64} << 10);
+  EXPECT_EQ(detail::ll_block_bytes_from(nullptr), size_t{2} << 10);
+  EXPECT_EQ(detail::ll_block_bytes_from(""), size_t{2} << 10);
+  EXPECT_EQ(detail::ll_block_bytes_from("16K"), size_t{16} << 10);
+  EXPECT_EQ(detail::ll_block_bytes_from("512"), size_t{512});
+  const std::string rule =
+      "': expected a positive integer with an optional K, M, G or T suffix (powers of 1024), e.g. 1073741824, "
+      "512M or 2G.";
+  for (const char* bad : {"-1", "4KB", "1.5K", "big"}) {
+    EXPECT_EQ(test::error_text<InvalidArgument>([&] { detail::ll_max_bytes_from(bad); }),
+              std::string("IRIS_LL_MAX_BYTES: Invalid byte size '") + bad + rule + " (or 0: never use LL)");
+    EXPECT_EQ(test::error_text<InvalidArgument>([&] { detail::ll_block_bytes_from(bad); }),
+              std::string("IRIS_LL_BLOCK_BYTES: Invalid byte size '") + bad + rule +
+                  " (bytes of LL lines per block, e.g. 2K)");
+  }
+  EXPECT_EQ(test::error_text<InvalidArgument>([] { detail::ll_block_bytes_from("0"); }),
+            "IRIS_LL_BLOCK_BYTES: Invalid byte size '0" + rule + " (bytes of LL lines per block, e.g. 2K)");
 }
 
 // How the collectives tell in-place calls from overlapping buffers: spans that share a byte overlap (rows of

@@ -117,37 +117,37 @@ bool pdl_enabled() {
 constexpr size_t kLLMaxBytesCopy = size_t{4} << 10;
 constexpr size_t kLLMaxBytesReduce = size_t{64} << 10;
 
-size_t ll_max_bytes(OpKind op) {
-  static const char* env = std::getenv("IRIS_LL_MAX_BYTES");
-  if (env != nullptr && *env != '\0') {
-    // Read (and a bad value raised) at the first plan, which every rank makes together.
-    static const size_t bytes = [] {
-      if (std::strcmp(env, "0") == 0) return size_t{0};  // never LL
-      try {
-        return parse_byte_size(env);
-      } catch (const InvalidArgument& e) {
-        throw InvalidArgument(std::string("IRIS_LL_MAX_BYTES: ") + e.what() + " (or 0: never use LL)");
-      }
-    }();
-    return bytes;
+std::optional<size_t> ll_max_bytes_from(const char* env) {
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  if (std::strcmp(env, "0") == 0) return size_t{0};  // never LL
+  try {
+    return parse_byte_size(env);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("IRIS_LL_MAX_BYTES: ") + e.what() + " (or 0: never use LL)");
   }
+}
+
+size_t ll_max_bytes(OpKind op) {
+  // Read (and a bad value raised) at the first plan, which every rank makes together.
+  static const std::optional<size_t> bytes = ll_max_bytes_from(std::getenv("IRIS_LL_MAX_BYTES"));
+  if (bytes) return *bytes;
   return op == OpKind::kReduceScatter ? kLLMaxBytesReduce : kLLMaxBytesCopy;
 }
 
 // The reasoning and the measurements behind 2 KiB are in ll_exchange.cu (the grid).
 constexpr size_t kLLBlockBytes = size_t{2} << 10;
 
+size_t ll_block_bytes_from(const char* env) {
+  if (env == nullptr || *env == '\0') return kLLBlockBytes;
+  try {
+    return parse_byte_size(env);  // refuses 0 too
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("IRIS_LL_BLOCK_BYTES: ") + e.what() + " (bytes of LL lines per block, e.g. 2K)");
+  }
+}
+
 size_t ll_block_bytes() {
-  static const size_t bytes = [] {
-    const char* env = std::getenv("IRIS_LL_BLOCK_BYTES");
-    if (env == nullptr || *env == '\0') return kLLBlockBytes;
-    try {
-      return parse_byte_size(env);  // refuses 0 too
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(std::string("IRIS_LL_BLOCK_BYTES: ") + e.what() +
-                            " (bytes of LL lines per block, e.g. 2K)");
-    }
-  }();
+  static const size_t bytes = ll_block_bytes_from(std::getenv("IRIS_LL_BLOCK_BYTES"));
   return bytes;
 }
 

@@ -81,9 +81,15 @@ inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 // once; it must be the same on every rank: it is part of the exchange's OpSignature, which the preamble
 // compares).
 size_t ll_max_bytes(OpKind op);
+// IRIS_LL_MAX_BYTES's value `env` (null or empty: unset, so the measured rule): its bytes, 0 for "0" (never
+// LL); throws InvalidArgument naming the variable on anything else parse_byte_size refuses.
+std::optional<size_t> ll_max_bytes_from(const char* env);
 // Bytes of LL lines one block of an LL launch pushes, summed over its peers (ll_launch): 2 KiB, or
 // IRIS_LL_BLOCK_BYTES (read once; a launch shape only, so ranks may differ).
 size_t ll_block_bytes();
+// IRIS_LL_BLOCK_BYTES's value `env` (null or empty: 2 KiB) as bytes; throws InvalidArgument naming the
+// variable on what parse_byte_size refuses (0 included).
+size_t ll_block_bytes_from(const char* env);
 // Words from parity 0 to parity 1 of an LL staging: half the capacity, in whole 16-byte lines.
 inline int64_t ll_parity_words(const Workspace& ws) { return static_cast<int64_t>(ws.staging_capacity() / 2 / 16 * 2); }
 
