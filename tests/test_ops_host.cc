@@ -17,6 +17,7 @@
 #include "iris/ops/fused.hpp"
 #include "iris/ops/gemm.hpp"
 #include "iris/runtime/bootstrap.hpp"
+#include "ops/gemm_check.hpp"
 #include "support/error_text.hpp"
 #include "support/fake_workspace_host.hpp"
 #include "support/require_gemm_core.hpp"
@@ -379,6 +380,20 @@ TEST(OpsGemmArguments, SourceIsCsShapeAndTypeAndNeverSplit) {
   IRIS_TEST_REQUIRE_DEVICE_SMS(132);
   g.source = Tensor{};
   EXPECT_EQ(resolved_split_k(g), 8);
+}
+
+// gemm()'s refusal of a workspace (iris::WorkspaceTooSmall's text; the fused ops raise it before launch
+// too), pinned without a GPU: test_gemm_gpu.cu checks that gemm() throws it and writes nothing.
+TEST(OpsGemmWorkspace, RefusalSaysWhatTheArgumentsNeedAndWhatIsHeld) {
+  void* ws = fake_ptr(5);
+  EXPECT_EQ(detail::check_gemm_workspace(0, nullptr, 0), "");
+  EXPECT_EQ(detail::check_gemm_workspace(4096, ws, 4096), "");
+  EXPECT_EQ(detail::check_gemm_workspace(4096, ws, size_t{1} << 20), "");
+  EXPECT_EQ(detail::check_gemm_workspace(4096, nullptr, size_t{1} << 20),
+            "gemm: these arguments need 4096 bytes of device workspace (workspace_size(args)) but workspace is null.");
+  EXPECT_EQ(detail::check_gemm_workspace(4096, ws, 4080),
+            "gemm: these arguments need 4096 bytes of device workspace (workspace_size(args)) but the workspace "
+            "holds 4080.");
 }
 
 TEST(OpsGemmAvailability, WithoutCutlassGemmSaysHowToGetIt) {
