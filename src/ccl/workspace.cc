@@ -323,16 +323,21 @@ void Workspace::reserve(WorkspaceHost& host, const WorkspaceNeeds& needs) {
   allocate_missing(host, needs);
 }
 
-void Workspace::release(WorkspaceHost& host) {
+void Workspace::release(WorkspaceHost& host) { release_all(host, {this}); }
+
+void Workspace::release_all(WorkspaceHost& host, std::initializer_list<Workspace*> workspaces) {
   // A kernel of this rank or another may still reach these arrays: one that had not yet given up when a
   // peer's timed out, or calls on a stream nobody has synchronized. A freed array may become the next
   // allocation (a reservation's or a preamble's, zeroed for its first call), which a late write would
   // corrupt: nothing is freed before every device has ended its kernels. A rank whose device failed
   // frees too, and raises the error last.
   const std::exception_ptr failed = wait_for_every_device(host);
-  for (void* p : {static_cast<void*>(locks_), static_cast<void*>(flags_), staging_, static_cast<void*>(block_state_)})
-    if (p != nullptr) host.free(p);
-  *this = Workspace();
+  for (Workspace* ws : workspaces) {
+    for (void* p : {static_cast<void*>(ws->locks_), static_cast<void*>(ws->flags_), ws->staging_,
+                    static_cast<void*>(ws->block_state_)})
+      if (p != nullptr) host.free(p);
+    *ws = Workspace();
+  }
   if (failed) std::rethrow_exception(failed);
 }
 

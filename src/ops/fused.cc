@@ -1169,16 +1169,14 @@ void FusedWorkspace::reserve_gemm_workspace(size_t bytes, const char* op) {
 }
 
 void FusedWorkspace::release(ccl::WorkspaceHost& host) {
-  // Each release waits for this rank's device (so no GEMM still uses the split-K buffer either) and for
-  // every rank. A rank whose device failed goes through both anyway, so that its peers do not wait for it,
-  // and raises the first error last.
+  // One wait, for this rank's device (so no GEMM still uses the split-K buffer either) and for every rank,
+  // then both workspaces' arrays are freed. A rank whose device failed frees too, so that its peers do not
+  // wait for it, and raises the error last.
   std::exception_ptr failed;
-  for (ccl::Workspace* w : {&collective_, static_cast<ccl::Workspace*>(this)}) {
-    try {
-      w->release(host);
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
+  try {
+    ccl::Workspace::release_all(host, {&collective_, static_cast<ccl::Workspace*>(this)});
+  } catch (...) {
+    failed = std::current_exception();
   }
   free_gemm_workspace();
   captured_ = false;

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -209,6 +210,10 @@ class Workspace {
   // Collective: waits until no kernel of any rank can still reach the arrays (each rank's device
   // synchronized, then every rank), then frees every array.
   void release(WorkspaceHost& host);
+  // release() of several workspaces of this rank with one wait: each rank's device synchronized once, every
+  // rank once, then every array of each freed. A rank whose device failed frees too, and raises the error
+  // last. (FusedWorkspace releases its own arrays and its collective's this way.)
+  static void release_all(WorkspaceHost& host, std::initializer_list<Workspace*> workspaces);
 
   uint32_t* locks() const { return locks_; }
   uint64_t* flags() const { return flags_; }
