@@ -1112,6 +1112,67 @@ TEST_P(AllReduce, RankAllocatingOutOfStepMakesThePreambleRaiseEverywhere) {
       big_heap(GetParam().world));
 }
 
+// Without IRIS_CHECK_CALLS a call after its preamble is not compared on the host. Ranks whose calls differ
+// and each change the workspace's layout (here every rank passes its own row count, 4 * (rank + 1), where the
+// preamble and the call before saw 64) are caught by all_reduce's layout fence on the device: each rank
+// finds a peer's key other than its own, ends its kernel before touching its peers' data, and raises
+// InvalidArgument at synchronize() naming that peer; the workspace is then refused until prepared again,
+// and prepared again it is right. Before 2026-12-04 these calls ran: each rank read its peers' staging in
+// its own layout (a wrong result and no error) or waited for words that never came. Every variant but
+// one_shot LL, whose layout has no shape (ccl_common.cuh, layout_fence).
+TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        const DType dt = DType::kFloat32;
+        const int next = (ctx.rank() + 1) % ctx.world_size();
+        uint64_t seed = 1300;
+        for (const Config& cfg :
+             {variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kSimple),
+              variant_config(AllReduceVariant::kTwoShot), variant_config(AllReduceVariant::kRing),
+              variant_config(AllReduceVariant::kSpinlock), variant_config(AllReduceVariant::kAtomic)}) {
+          const std::string name = ccl::variant_name(cfg.all_reduce_variant);
+          SCOPED_TRACE(name);
+          Workspace ws;
+          check_once(ctx, cfg, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++, "agreeing: " + name);
+          const uint64_t errors = ctx.device_timeouts();
+          // The same allocation on every rank (the heap's sequences must agree), a view of its own rows.
+          auto x = TestTensor::make(ctx, dt, 64, 1000, 1000, true);
+          const Tensor view = Tensor::matrix(x.raw, dt, 4 * (ctx.rank() + 1), 1000, 1000);
+          const std::vector<char> input = test::make_input(dt, 64, 1000, 1000, seed++, ctx.rank());
+          x.upload(ctx.stream(), input);
+          ccl::all_reduce(ctx, view, view, cfg, ws);
+          const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
+          EXPECT_TRUE(x.download(ctx.stream()) == input) << "the kernel that found the difference wrote its output";
+          EXPECT_EQ(err.rfind(detail::str_cat("iris device error in all_reduce"), 0), 0u) << err;
+          EXPECT_NE(err.find(detail::str_cat(" on rank ", ctx.rank(), ": rank ", next,
+                                             " made another call on this workspace (its call lays out the data as ")),
+                    std::string::npos)
+              << err;
+          EXPECT_NE(err.find("so the ranks' calls differ in shape, dtype, variant or config. The kernel ended "
+                             "before it touched its peers' data."),
+                    std::string::npos)
+              << err;
+          EXPECT_EQ(ctx.device_timeouts(), errors + 1);
+          EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, view, view, cfg, ws); })
+                        .rfind("all_reduce: a device error (an iris::TimeoutError, a kernel's misuse, or calls that "
+                               "differed across ranks) was raised "
+                               "on this rank since this workspace was prepared",
+                               0),
+                    0u);
+          x.release();
+          ctx.barrier();
+          check_once(ctx, cfg, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++, "prepared again: " + name);
+          ccl::ContextWorkspaceHost host(ctx);
+          ws.release(host);
+        }
+      },
+      big_heap(GetParam().world));
+}
+
 // A device timeout on one rank leaves the workspace out of step between ranks: here rank 0 calls all_reduce
 // alone (its peers never join), so its kernel gives up after the 300 ms device timeout with its epoch one
 // ahead of theirs. all_reduce then refuses the workspace on rank 0 with an exact message (before 2026-12-03
@@ -1147,7 +1208,8 @@ TEST_P(AllReduce, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
           EXPECT_EQ(ctx.device_timeouts(), 1u);
           EXPECT_EQ(
               test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, x.view, x.view, one_shot, ws); }),
-              "all_reduce: a device error (an iris::TimeoutError, or a kernel's misuse) was raised on this rank since "
+              "all_reduce: a device error (an iris::TimeoutError, a kernel's misuse, or calls that differed across "
+              "ranks) was raised on this rank since "
               "this workspace was prepared, so its flags and epochs may be out of step between ranks; call "
               "all_reduce_preamble again "
               "on every rank (it starts the workspace over) before using it.");

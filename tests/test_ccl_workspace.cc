@@ -802,7 +802,7 @@ TEST(CclNeeds, EveryOpSizesTheSameBlockStateSoOneWorkspaceServesThemAll) {
   const DType dt = DType::kFloat32;
   for (int w : {1, 2, 4, 8}) {
     SCOPED_TRACE("world " + std::to_string(w));
-    const size_t want = 3 + static_cast<size_t>(w);
+    const size_t want = 3 + 3 * static_cast<size_t>(w);
     EXPECT_EQ(all_gather_needs(shape(dt, w * 4, 100), shape(dt, 4, 100), cfg, w).block_state, want);
     EXPECT_EQ(reduce_scatter_needs(shape(dt, 4, 100), shape(dt, w * 4, 100), cfg, w).block_state, want);
     EXPECT_EQ(all_to_all_needs(shape(dt, w * 4, 100), shape(dt, w * 4, 100), cfg, w).block_state, want);

@@ -209,7 +209,8 @@ TEST_P(DeviceTimeoutTest, DeviceBarrierTimesOutWhenAPeerNeverArrives) {
           // Rank 0 is one crossing ahead now: its next crossing is refused (before 2026-12-03 a peer's next
           // crossing passed on rank 0's abandoned arrival, and rank 0 then timed out again).
           EXPECT_EQ(test::error_text<std::invalid_argument>([&] { barrier.arrive_and_wait(); }),
-                    "DeviceBarrier::arrive_and_wait: a device error (an iris::TimeoutError, or a kernel's misuse) was "
+                    "DeviceBarrier::arrive_and_wait: a device error (an iris::TimeoutError, a kernel's misuse, or "
+                    "calls that differed across ranks) was "
                     "raised on this rank since this barrier was created, so its epochs may be out of step between "
                     "ranks; create a new "
                     "DeviceBarrier on every rank.");

@@ -1227,7 +1227,8 @@ TEST_P(FusedGpu, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
           EXPECT_EQ(
               error_text<std::invalid_argument>([&] { f.run(ctx, p.operands(), config, ws, nullptr); }),
               std::string(f.name) +
-                  ": a device error (an iris::TimeoutError, or a kernel's misuse) was raised on this rank "
+                  ": a device error (an iris::TimeoutError, a kernel's misuse, or calls that differed across ranks) "
+                  "was raised on this rank "
                   "since this workspace was prepared, so its flags and epochs may be out of step between ranks; call " +
                   f.name + "_preamble again on every rank (it starts the workspace over) before using it.");
           ctx.barrier();

@@ -249,9 +249,19 @@ __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64
 // serve calls of different variants and shapes (one_shot's LL lines and two_shot's slots and tiles
 // overlap in the staging), so when a call's layout differs from the previous call's on this
 // workspace, nobody may touch a peer's staging before every rank has finished the previous call.
-// The all_reduce state has 1 + W more words: state[2] is the layout key of the last call
-// (end_call stores it), state[3 + s] the epoch at which rank s last passed a fence (written by s).
+// The all_reduce state has 1 + 3W more words: state[2] is the layout key of the last call
+// (end_call stores it), state[3 + s] the epoch at which rank s last passed a fence (written by s), and
+// state[3 + W + 2s + parity] the key of rank s's call at its last fence of that epoch parity (written by
+// s before that epoch: a peer is at most one call ahead, so the other parity's word is the only one it
+// may overwrite before this rank reads).
 // Every rank makes the same calls, so every rank sees the same change and fences in the same call.
+// Ranks whose calls differ (a shape, dtype, variant or config that differs without a preamble to compare
+// them) are caught here when each of them changes layout, the first call after a preamble included: each
+// reads its peers' keys after their fence words and, on a key other than its own, records a
+// kDeviceErrorCallMismatch naming the peer (InvalidArgument on the host) and ends its kernel before it
+// touches a peer's data. A rank whose layout did not change does not fence: its peers then wait for its
+// fence word and time out (TimeoutError), as does it for their data. one_shot LL's key has no shape (see
+// all_reduce.cc's layout_key), so calls of different shapes on it are not caught here.
 // Block 0 tells every peer it has started this call (release at system scope: its earlier kernels,
 // the previous call included, have completed, and their staging reads are ordered before the word);
 // every block waits, with acquire, until every peer said the same. Cost: one NVLink round trip, on
@@ -264,15 +274,27 @@ __device__ __forceinline__ bool layout_fence(const DeviceContext& ctx, uint64_t*
   if (fenced != nullptr) *fenced = change;
   if (!change) return true;
   const int me = ctx.rank, world = ctx.world_size;
+  uint64_t* const keys = state + 3 + world + (epoch & 1);  // keys[2 * s]: rank s's key at this parity
   __shared__ int fence_ok;
   if (threadIdx.x == 0) {
     if (blockIdx.x == 0)
-      for (int k = 1; k < world; ++k)
-        dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, state + 3 + me, epoch, (me + k) % world);
+      for (int k = 1; k < world; ++k) {
+        const int to = (me + k) % world;
+        // Ordered before the fence word by the signal's release, so a peer that acquires it reads the key.
+        dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(dev::translate(ctx, keys + 2 * me, to), layout_key);
+        dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, state + 3 + me, epoch, to);
+      }
     bool ok = true;
-    for (int k = 1; k < world && ok; ++k)
-      ok = dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(ctx, state + 3 + (me + k) % world,
-                                                                   dev::Cmp::kReached, epoch, op);
+    for (int k = 1; k < world && ok; ++k) {
+      const int from = (me + k) % world;
+      ok =
+          dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(ctx, state + 3 + from, dev::Cmp::kReached, epoch, op);
+      const uint64_t theirs = ok ? dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(keys + 2 * from) : layout_key;
+      if (theirs != layout_key) {
+        dev::record_device_error(ctx, dev::kDeviceErrorCallMismatch, op, keys + 2 * from, theirs, layout_key, 0, from);
+        ok = false;
+      }
+    }
     fence_ok = ok ? 1 : 0;
   }
   __syncthreads();

@@ -78,7 +78,8 @@ void require_prepared(const char* op, const char* preamble, const Workspace& ws)
 
 void require_no_timeout_since_prepare(const Context& ctx, const char* op, const char* preamble, const Workspace& ws) {
   IRIS_CHECK_ARG(ws.device_timeouts_at_prepare() == ctx.device_timeouts(), op,
-                 ": a device error (an iris::TimeoutError, or a kernel's misuse) was raised on this rank since this "
+                 ": a device error (an iris::TimeoutError, a kernel's misuse, or calls that differed across ranks) was "
+                 "raised on this rank since this "
                  "workspace was prepared, so its flags and epochs may be out of step between ranks; call ",
                  preamble, " again on every rank (it starts the workspace over) before using it.");
 }

@@ -44,11 +44,11 @@ inline constexpr int kCollectiveEpochWords = 2;
 
 // The block state every op sizes (ccl and the fused ops alike), by the world size alone, so that one
 // workspace's block state serves every op of its context: the epoch words, then all_reduce's layout fence
-// (ccl_common.cuh, layout_fence): the last call's layout key (state[2]) and one word per rank
-// (state[3 + s]). The other collectives use the epoch words, the fused ops state[0]. Before 2026-12-03
-// each op sized its own (2, 3 + W, or 2 per fused block), and a workspace prepared for one op was
-// refused by the next as "too small".
-inline size_t block_state_words(int world) { return static_cast<size_t>(kCollectiveEpochWords + 1 + world); }
+// (ccl_common.cuh, layout_fence): the last call's layout key (state[2]), one word per rank (state[3 + s])
+// and two per rank (state[3 + W + 2s + parity]) for the keys the peers' calls fence with. The other
+// collectives use the epoch words, the fused ops state[0]. Before 2026-12-03 each op sized its own (2, 3 + W,
+// or 2 per fused block), and a workspace prepared for one op was refused by the next as "too small".
+inline size_t block_state_words(int world) { return static_cast<size_t>(kCollectiveEpochWords + 1 + 3 * world); }
 
 // Throws InvalidArgument naming `op` and `what` ("input", "output") when the view is malformed
 // (Tensor::problem: unknown dtype, negative sizes, stride < cols, a span past 2^48 bytes, and unless

@@ -42,7 +42,8 @@ DeviceBarrier::~DeviceBarrier() {
 
 void DeviceBarrier::arrive_and_wait(cudaStream_t stream) {
   IRIS_CHECK_ARG(ctx_->device_timeouts() == timeouts_,
-                 "DeviceBarrier::arrive_and_wait: a device error (an iris::TimeoutError, or a kernel's misuse) was "
+                 "DeviceBarrier::arrive_and_wait: a device error (an iris::TimeoutError, a kernel's misuse, or calls "
+                 "that differed across ranks) was "
                  "raised on this rank since this barrier was created, so its epochs may be out of step between ranks; "
                  "create a new DeviceBarrier on every rank.");
   // One thread per rank (rounded up to whole warps), so every peer's word is written and polled in

@@ -514,6 +514,17 @@ void Context::check_device_error() {
   // Counted whatever the code: a misuse also made every bounded wait of this rank's running kernels give
   // up (timeout.cuh), so workspaces and barriers may be out of step all the same.
   ++device_timeouts_;
+  if (copy.code == device::kDeviceErrorCallMismatch) {
+    char theirs[32], ours[32];
+    std::snprintf(theirs, sizeof(theirs), "%llx", static_cast<unsigned long long>(copy.observed));
+    std::snprintf(ours, sizeof(ours), "%llx", static_cast<unsigned long long>(copy.expected));
+    throw InvalidArgument(detail::str_cat(
+        "iris device error in ", copy.op, " on rank ", copy.rank, ": rank ", copy.peer,
+        " made another call on this workspace (its call lays out the data as ", theirs, ", this rank's as ", ours,
+        "), so the ranks' calls differ in shape, dtype, variant or config. The kernel ended before it touched its "
+        "peers' data. Every rank must make the same calls on a workspace, in the same order; IRIS_CHECK_CALLS=1 "
+        "names the difference before launch. Call the preamble again on every rank before using the workspace."));
+  }
   if (copy.code == device::kDeviceErrorMisuse)
     throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, " (block ",
                                           copy.block, "): got ", static_cast<int64_t>(copy.observed),

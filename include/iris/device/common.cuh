@@ -42,6 +42,10 @@ inline constexpr int32_t kDeviceErrorTimeout = 1;  // a bounded wait expired
 // An argument a kernel passed was out of range (e.g. a barrier slot): the record's `observed` holds it (as
 // a signed value) and `expected` the exclusive upper bound of [0, expected). The host raises InvalidArgument.
 inline constexpr int32_t kDeviceErrorMisuse = 2;
+// A peer's call differs from this rank's (a collective's layout fence compares them, ccl_common.cuh): the
+// record's `observed` holds the peer's value, `expected` this rank's and `peer` the peer. The host raises
+// InvalidArgument.
+inline constexpr int32_t kDeviceErrorCallMismatch = 3;
 
 }  // namespace iris::device
 

@@ -17,7 +17,8 @@
 //
 // State afterwards (what the host sees):
 //  * ctx.synchronize() / check_device_error() throws iris::TimeoutError with the op, rank, word and
-//    values (InvalidArgument naming the value and its range for a misuse, kDeviceErrorMisuse), and
+//    values (InvalidArgument naming the value and its range for a misuse, kDeviceErrorMisuse, and the
+//    peer for a call that differs from a peer's, kDeviceErrorCallMismatch), and
 //    clears the record. Until it is cleared, every bounded wait launched with this
 //    context (in this or later kernels) gives up at its first error poll (within ~100 us), so work
 //    queued behind a failed kernel drains quickly instead of each waiting out its own bound.
@@ -63,10 +64,11 @@ IRIS_DEVICE_INLINE bool device_error_raised(const DeviceContext& ctx) {
 
 // Claims ctx.error for this failure (CAS 0 -> code at system scope) and fills it in. Returns false
 // when another failure was recorded first (or the context has no error record); the record then
-// describes that one. Not inlined: it is the cold path of every wait.
+// describes that one. Not inlined: it is the cold path of every wait. `peer`: the rank the record names,
+// or -2 for the owner of `address`.
 inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx, int32_t code, const char* op,
                                                         const void* address, uint64_t observed, uint64_t expected,
-                                                        uint64_t elapsed_ns) {
+                                                        uint64_t elapsed_ns, int32_t peer = -2) {
   DeviceErrorRecord* record = ctx.error;
   if (record == nullptr) return false;
   cuda::atomic_ref<int32_t, cuda::thread_scope_system> claim(record->code);
@@ -74,7 +76,7 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
   if (!claim.compare_exchange_strong(free_code, code, cuda::std::memory_order_relaxed)) return false;
   volatile DeviceErrorRecord* out = record;
   out->rank = ctx.rank;
-  out->peer = rank_of(ctx, address);
+  out->peer = peer != -2 ? peer : rank_of(ctx, address);
   out->block = static_cast<int32_t>(block_index_in_grid());
   out->address = reinterpret_cast<uint64_t>(address);
   out->observed = observed;
@@ -86,6 +88,12 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
   // Why: a host thread may read the record while other blocks of this kernel still run (code is
   // already non-zero); push the fields out to host memory now rather than at kernel end.
   __threadfence_system();
+  if (code == kDeviceErrorCallMismatch) {
+    printf("iris: device error in %s on rank %d (block %d): rank %d's call differs (%llx, this rank's %llx)\n",
+           op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), peer,
+           static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected));
+    return true;
+  }
   if (code == kDeviceErrorMisuse) {
     printf("iris: device error in %s on rank %d (block %d, thread %u): got %lld, which must be in [0, %llu)\n",
            op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), thread_index_in_block(),

@@ -86,7 +86,7 @@
 // grid each rank's GEMM computes, with the plan's tile (FusedPlan::tile: the config's, or by default
 // select_fused_tile's for the GEMM, so shapes that pick different tiles need different arrays): M x N
 // (matmul_all_reduce, matmul_reduce_scatter, all_gather_matmul, all_gather_matmul_k_sharded) or M/W x N
-// (matmul_all_gather). Every op has one lock word per tile and the block state every iris::ccl op has (3 + W
+// (matmul_all_gather). Every op has one lock word per tile and the block state every iris::ccl op has (3 + 3W
 // words, by the world size alone; word 0 holds the call's epoch). Flags (64-bit, epoch-valued) and staging:
 //   matmul_all_reduce one_shot           flags W + 4W (ready; data by source and band)  staging W slots of M x N
 //   matmul_all_reduce two_shot           flags W + 2(W-1) + 2W (ready; data by ring step and sub-band;
