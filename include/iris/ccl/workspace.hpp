@@ -210,10 +210,6 @@ class Workspace {
   // Collective: waits until no kernel of any rank can still reach the arrays (each rank's device
   // synchronized, then every rank), then frees every array.
   void release(WorkspaceHost& host);
-  // release() of several workspaces of this rank with one wait: each rank's device synchronized once, every
-  // rank once, then every array of each freed. A rank whose device failed frees too, and raises the error
-  // last. (FusedWorkspace releases its own arrays and its collective's this way.)
-  static void release_all(WorkspaceHost& host, std::initializer_list<Workspace*> workspaces);
 
   uint32_t* locks() const { return locks_; }
   uint64_t* flags() const { return flags_; }
@@ -228,6 +224,13 @@ class Workspace {
   void count_call() { ++calls_; }
   // The host's device_timeouts() when this workspace was last prepared (the ops compare it).
   uint64_t device_timeouts_at_prepare() const { return timeouts_; }
+
+ protected:
+  // release() of several workspaces of this rank with one wait: each rank's device synchronized once, every
+  // rank once, then every array of each freed. A rank whose device failed frees too, and raises the error
+  // last. FusedWorkspace releases its own arrays and its collective's this way; users call release(), so
+  // the list (non-null workspaces of this rank) is never an argument to validate.
+  static void release_all(WorkspaceHost& host, std::initializer_list<Workspace*> workspaces);
 
  private:
   void allocate_missing(WorkspaceHost& host, const WorkspaceNeeds& needs);
