@@ -629,6 +629,7 @@ int main_impl(int argc, char** argv) {
                 shared.fused.size(), fused_failed, fused_wrong);
   }
   std::printf("; %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  print_targets(shared.machine, o, shared.records, shared.fused);
   if (!o.json_path.empty()) {
     try {
       write_json(o.json_path, shared.machine, o, shared.records, shared.fused);

@@ -12,38 +12,9 @@
 #include "iris/ccl/config.hpp"
 #include "iris/core/error.hpp"
 #include "iris_bench_nccl.hpp"
+#include "iris_bench_targets.hpp"
 
 namespace iris_bench {
-
-double Record::algbw(const Column& c) const {
-  if (!c.measured()) return std::nan("");
-  return static_cast<double>(problem.bw_bytes()) / (c.time_us * 1e-6) / 1e9;
-}
-
-double Record::busbw(const Column& c) const { return algbw(c) * bus_factor(problem.op, problem.world); }
-
-double Record::ratio() const {
-  double best = std::nan("");
-  for (const Column* c : {&nccl, &nccl_sym}) {
-    if (c->measured() && !(best <= c->time_us)) best = c->time_us;
-  }
-  if (!iris.measured() || !std::isfinite(best)) return std::nan("");
-  return best / iris.time_us;
-}
-
-double FusedRecord::flop_per_gpu() const {
-  return 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k) / world;
-}
-
-double FusedRecord::tflops(const Column& c) const {
-  if (!c.measured()) return std::nan("");
-  return flop_per_gpu() / (c.time_us * 1e-6) / 1e12;
-}
-
-double FusedRecord::speedup() const {
-  if (!fused.measured() || !seq.measured()) return std::nan("");
-  return seq.time_us / fused.time_us;
-}
 
 namespace {
 
@@ -356,6 +327,24 @@ void print_fused_row(const FusedRecord& r, std::set<std::string>& printed_errors
   std::fflush(stdout);
 }
 
+void print_targets(const MachineInfo& m, const Options& o, const std::vector<Record>& records,
+                   const std::vector<FusedRecord>& fused) {
+  const std::string why_not = targets_not_applicable(m, o);
+  if (!why_not.empty()) {
+    std::printf("\n# targets: not checked: %s\n", why_not.c_str());
+    return;
+  }
+  const std::vector<TargetCheck> checks = check_targets(o, records, fused);
+  std::printf("\n# ==== targets (2 x H200, bf16, CUDA-graph replays; bench/iris_bench_targets.hpp) ====\n");
+  size_t counts[3] = {0, 0, 0};
+  for (const TargetCheck& t : checks) {
+    ++counts[static_cast<int>(t.verdict)];
+    std::printf("# %-12s  %s: %s\n", verdict_name(t.verdict), t.target.c_str(), t.measured.c_str());
+  }
+  std::printf("# targets: %zu met, %zu missed, %zu not measured\n", counts[static_cast<int>(Verdict::kMet)],
+              counts[static_cast<int>(Verdict::kMissed)], counts[static_cast<int>(Verdict::kNotMeasured)]);
+}
+
 namespace {
 
 std::string json_string(const std::string& s) {
@@ -479,7 +468,17 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
     os << ", \"speedup\": " << json_number(r.speedup()) << ", \"max_rel_diff\": " << json_number(r.rel_diff)
        << ", \"wrong\": " << (r.fused.wrong >= 0 ? std::to_string(r.fused.wrong) : "null") << "}";
   }
-  os << (fused.empty() ? "]\n}\n" : "\n  ]\n}\n");
+  os << (fused.empty() ? "],\n" : "\n  ],\n");
+  const std::string why_not = targets_not_applicable(m, o);
+  os << "  \"targets\": {\"checked\": " << (why_not.empty() ? "true" : "false")
+     << ", \"not_checked_because\": " << (why_not.empty() ? "null" : json_string(why_not)) << ", \"checks\": [";
+  const std::vector<TargetCheck> checks =
+      why_not.empty() ? check_targets(o, records, fused) : std::vector<TargetCheck>{};
+  for (size_t i = 0; i < checks.size(); ++i)
+    os << (i ? ",\n    " : "\n    ") << "{\"target\": " << json_string(checks[i].target)
+       << ", \"verdict\": " << json_string(verdict_name(checks[i].verdict))
+       << ", \"measured\": " << json_string(checks[i].measured) << "}";
+  os << (checks.empty() ? "]}\n}\n" : "\n  ]}\n}\n");
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);

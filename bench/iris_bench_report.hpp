@@ -98,8 +98,14 @@ void print_fused_table_header(FusedOp op, const Options& o, const MachineInfo& m
 // Prints the row and, once per distinct message within a table, a comment line with each error or note.
 void print_fused_row(const FusedRecord& r, std::set<std::string>& printed_errors);
 
+// The targets' verdicts (iris_bench_targets.hpp: check_targets) for this run, with a count of each, or why
+// the run is not held to them.
+void print_targets(const MachineInfo& m, const Options& o, const std::vector<Record>& records,
+                   const std::vector<FusedRecord>& fused);
+
 // Writes everything so far (rewritten after every size, so a run stopped by a hang keeps what it had).
-// Collectives go to "results" (what scripts/plot_bench.py reads), fused rows to "fused_results".
+// Collectives go to "results" (what scripts/plot_bench.py reads), fused rows to "fused_results", the verdicts
+// of print_targets to "targets".
 void write_json(const std::string& path, const MachineInfo& m, const Options& o, const std::vector<Record>& records,
                 const std::vector<FusedRecord>& fused);
 

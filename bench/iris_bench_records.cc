@@ -1,0 +1,39 @@
+// iris-bench: what a row's columns derive (bandwidths, ratio, speedup, TFLOP/s); no GPU, so the host tests
+// and the targets (iris_bench_targets.cc) read rows as the tables print them.
+#include <cmath>
+
+#include "iris_bench_report.hpp"
+
+namespace iris_bench {
+
+double Record::algbw(const Column& c) const {
+  if (!c.measured()) return std::nan("");
+  return static_cast<double>(problem.bw_bytes()) / (c.time_us * 1e-6) / 1e9;
+}
+
+double Record::busbw(const Column& c) const { return algbw(c) * bus_factor(problem.op, problem.world); }
+
+double Record::ratio() const {
+  double best = std::nan("");
+  for (const Column* c : {&nccl, &nccl_sym}) {
+    if (c->measured() && !(best <= c->time_us)) best = c->time_us;
+  }
+  if (!iris.measured() || !std::isfinite(best)) return std::nan("");
+  return best / iris.time_us;
+}
+
+double FusedRecord::flop_per_gpu() const {
+  return 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k) / world;
+}
+
+double FusedRecord::tflops(const Column& c) const {
+  if (!c.measured()) return std::nan("");
+  return flop_per_gpu() / (c.time_us * 1e-6) / 1e12;
+}
+
+double FusedRecord::speedup() const {
+  if (!fused.measured() || !seq.measured()) return std::nan("");
+  return seq.time_us / fused.time_us;
+}
+
+}  // namespace iris_bench
