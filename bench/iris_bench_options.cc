@@ -231,6 +231,10 @@ after the other on the same buffers.
                             rank per GPU) is not run                              [1]
   -J, --json FILE           also write every row as JSON (scripts/plot_bench.py plots it)
       --quick               short suite: 8K, 64K, 256K, 1M, 4M, 16M, 64M; 5 repeats
+      --targets             the run the project's targets are checked on (2 x H200): -b 1K
+                            -e 1G -o all_reduce,all_gather,reduce_scatter --fused; flags
+                            given as well override it (not --quick). Every run ends with
+                            the targets its rows can check, met, MISSED or not measured
       --root R              broadcast root                                        [0]
       --redop OP            reduction of all_reduce and reduce_scatter: sum, max, min,
                             avg or prod (the same NCCL reduction; atomic: sum, avg) [sum]
@@ -290,7 +294,8 @@ Options parse_options(int argc, char** argv, bool* help) {
     kFusedMinBandTiles,
     kProcesses,
     kRanksPerGpu,
-    kEager
+    kEager,
+    kTargets
   };
   static const option long_options[] = {{"min-bytes", required_argument, nullptr, 'b'},
                                         {"max-bytes", required_argument, nullptr, 'e'},
@@ -306,6 +311,7 @@ Options parse_options(int argc, char** argv, bool* help) {
                                         {"json", required_argument, nullptr, 'J'},
                                         {"quick", no_argument, nullptr, kQuick},
                                         {"eager", no_argument, nullptr, kEager},
+                                        {"targets", no_argument, nullptr, kTargets},
                                         {"root", required_argument, nullptr, kRoot},
                                         {"redop", required_argument, nullptr, kRedop},
                                         {"no-nccl", no_argument, nullptr, kNoNccl},
@@ -324,13 +330,24 @@ Options parse_options(int argc, char** argv, bool* help) {
                                         {nullptr, 0, nullptr, 0}};
   const char* short_options = "b:e:f:n:w:r:c:d:o:v:g:J:h";
 
-  // First pass: --quick sets defaults that explicit flags then override, wherever they appear.
+  // First pass: --quick and --targets set defaults that explicit flags then override, wherever they appear.
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--quick") o.quick = true;
+    if (std::string(argv[i]) == "--targets") o.targets = true;
   }
+  if (o.quick && o.targets)
+    throw iris::InvalidArgument(
+        "iris-bench: --quick and --targets pick different sizes; pick one (--targets checks the targets from 1K to "
+        "1G).");
   if (o.quick) {
     o.repeats = 5;
     o.warmup = 1;
+  }
+  if (o.targets) {
+    o.min_bytes = size_t{1} << 10;
+    o.max_bytes = size_t{1} << 30;
+    o.ops = {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter};
+    o.fused = true;
   }
   bool sizes_given = false;
   optind = 0;  // glibc: 0 rescans from argv[1] with fresh state (the tests parse many command lines)
@@ -412,6 +429,7 @@ Options parse_options(int argc, char** argv, bool* help) {
         o.json_path = arg;
         break;
       case kQuick:
+      case kTargets:
         break;  // handled above
       case kEager:
         o.eager = true;

@@ -112,6 +112,8 @@ struct Options {
   int ranks_per_gpu = 1;   // processes: how many ranks may share one GPU (--ranks-per-gpu)
   std::string json_path;
   bool quick = false;
+  // --targets: the sizes, ops and tables the targets need (iris_bench_targets.hpp), 1 KiB to 1 GiB.
+  bool targets = false;
   bool nccl = true;
   std::string nccl_off_reason = "--no-nccl";  // why nccl is false, for the preamble and the fused tables
   bool nccl_symmetric = true;

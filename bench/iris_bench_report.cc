@@ -425,6 +425,7 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
   os << "  \"settings\": {\"command\": " << json_string(o.command_line) << ", \"iters\": " << o.iters
      << ", \"warmup\": " << o.warmup << ", \"repeats\": " << o.repeats
      << ", \"check\": " << (o.check ? "true" : "false") << ", \"quick\": " << (o.quick ? "true" : "false")
+     << ", \"targets\": " << (o.targets ? "true" : "false") << ", \"targets\": " << (o.targets ? "true" : "false")
      << ", \"collectives\": " << (o.collectives ? "true" : "false") << ", \"fused\": " << (o.fused ? "true" : "false")
      << ", \"fused_b\": " << json_string(o.fused_b_nk ? "nk" : "kn")
      << ", \"fused_rel_tolerance\": " << json_number(kFusedRelTolerance)

@@ -99,6 +99,29 @@ TEST(BenchOptions, EagerIsOffUnlessGiven) {
             "iris-bench: unknown option or missing value: '--eager=1' (iris-bench --help lists the options).");
 }
 
+// --targets is the run the targets need (bench/iris_bench_targets.hpp): its sizes, ops and the fused tables,
+// which flags given as well override wherever they stand; --quick's sizes contradict it.
+TEST(BenchOptions, TargetsPicksTheTargetsRunAndGivenFlagsOverrideIt) {
+  EXPECT_FALSE(parse({}).targets);
+  const Options o = parse({"--targets"});
+  EXPECT_TRUE(o.targets);
+  EXPECT_EQ(o.sizes.front(), size_t{1} << 10);
+  EXPECT_EQ(o.sizes.back(), size_t{1} << 30);
+  EXPECT_EQ(o.sizes.size(), 21u);
+  EXPECT_EQ(o.ops, (std::vector<Op>{Op::kAllReduce, Op::kAllGather, Op::kReduceScatter}));
+  EXPECT_EQ(o.dtypes, std::vector<DType>{DType::kBFloat16});
+  EXPECT_TRUE(o.collectives);
+  EXPECT_TRUE(o.fused);
+  EXPECT_EQ(o.repeats, Options{}.repeats);
+  const Options narrowed = parse({"-e", "4M", "--targets", "-o", "all_reduce"});
+  EXPECT_EQ(narrowed.sizes.back(), size_t{4} << 20);
+  EXPECT_EQ(narrowed.ops, std::vector<Op>{Op::kAllReduce});
+  EXPECT_FALSE(parse({"--targets", "--fused-only"}).collectives);
+  EXPECT_EQ(parse_error({"--targets", "--quick"}),
+            "iris-bench: --quick and --targets pick different sizes; pick one (--targets checks the targets from 1K to "
+            "1G).");
+}
+
 TEST(BenchOptions, StrayArgumentsAndUnknownOptionsAreRefused) {
   EXPECT_EQ(parse_error({"--redop", "sum", "extra"}),
             "iris-bench: unexpected argument 'extra' (iris-bench --help lists the options).");
