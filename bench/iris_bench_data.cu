@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -6,6 +7,7 @@
 #include <cuda_fp8.h>
 
 #include "iris/core/cuda_check.hpp"
+#include "iris/core/element.hpp"
 #include "iris_bench_data.hpp"
 
 namespace iris_bench {
@@ -34,64 +36,12 @@ void with_word(iris::DType t, F&& f) {
   }
 }
 
-double half_bits_to_double(uint32_t h) {
-  const int sign = (h >> 15) & 1;
-  const int exponent = (h >> 10) & 0x1f;
-  const int mantissa = h & 0x3ff;
-  double v;
-  if (exponent == 0) {
-    v = std::ldexp(static_cast<double>(mantissa), -24);  // subnormal
-  } else if (exponent == 31) {
-    v = mantissa ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  } else {
-    v = std::ldexp(static_cast<double>(mantissa | 0x400), exponent - 25);
-  }
-  return sign ? -v : v;
-}
-
 }  // namespace
 
 double decode_value(iris::DType t, uint64_t bits) {
-  switch (t) {
-    case iris::DType::kInt32:
-      return static_cast<double>(static_cast<int32_t>(bits));
-    case iris::DType::kInt64:
-      return static_cast<double>(static_cast<int64_t>(bits));
-    case iris::DType::kInt8:
-      return static_cast<double>(static_cast<int8_t>(bits));
-    case iris::DType::kUInt8:
-      return static_cast<double>(static_cast<uint8_t>(bits));
-    case iris::DType::kFloat8E4M3: {
-      __nv_fp8_e4m3 x;
-      x.__x = static_cast<__nv_fp8_storage_t>(bits);
-      return static_cast<double>(static_cast<float>(x));
-    }
-    case iris::DType::kFloat8E5M2: {
-      __nv_fp8_e5m2 x;
-      x.__x = static_cast<__nv_fp8_storage_t>(bits);
-      return static_cast<double>(static_cast<float>(x));
-    }
-    case iris::DType::kFloat64: {
-      double d;
-      std::memcpy(&d, &bits, sizeof d);
-      return d;
-    }
-    case iris::DType::kFloat32: {
-      const auto low = static_cast<uint32_t>(bits);
-      float f;
-      std::memcpy(&f, &low, sizeof f);
-      return f;
-    }
-    case iris::DType::kBFloat16: {
-      const auto wide = static_cast<uint32_t>((bits & 0xffffu) << 16);
-      float f;
-      std::memcpy(&f, &wide, sizeof f);
-      return f;
-    }
-    case iris::DType::kFloat16:
-      return half_bits_to_double(static_cast<uint32_t>(bits & 0xffffu));
-  }
-  return std::numeric_limits<double>::quiet_NaN();  // not a DType
+  // The element is the low dtype_size(t) bytes of `bits` (little-endian, as the GPU and x86 store it).
+  static_assert(std::endian::native == std::endian::little);
+  return iris::decode_element(t, &bits);
 }
 
 void fill_input(void* dst, iris::DType t, size_t count, uint64_t seed, int rank, cudaStream_t stream) {
@@ -198,14 +148,7 @@ double avg_tolerance(iris::DType t) {
 // kernels round their float accumulator once, with CUDA's conversion). Sums of 9 or more ranks' -2..2
 // are not all e5m2 values; the other types hold every result exactly.
 double as_stored(iris::DType t, double v) {
-  switch (t) {
-    case iris::DType::kFloat8E4M3:
-      return static_cast<float>(__nv_fp8_e4m3(static_cast<float>(v)));
-    case iris::DType::kFloat8E5M2:
-      return static_cast<float>(__nv_fp8_e5m2(static_cast<float>(v)));
-    default:
-      return v;
-  }
+  return t == iris::DType::kFloat8E4M3 || t == iris::DType::kFloat8E5M2 ? iris::stored_value(t, v) : v;
 }
 
 template <typename Word>

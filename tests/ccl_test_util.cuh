@@ -17,6 +17,7 @@
 #include "iris/ccl/collectives.hpp"
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "iris/core/element.hpp"
 
 namespace iris::test {
 
@@ -36,12 +37,6 @@ inline double input_value(DType dt, uint64_t seed, int rank, int64_t i) {
   const uint64_t h = splitmix(splitmix(seed * 1315423911ull + static_cast<uint64_t>(rank)) ^ static_cast<uint64_t>(i));
   const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
   switch (dt) {
-    case DType::kFloat32:
-      return static_cast<double>(static_cast<float>(2 * u - 1));
-    case DType::kFloat16:
-      return static_cast<double>(__half2float(__float2half_rn(static_cast<float>(2 * u - 1))));
-    case DType::kBFloat16:
-      return static_cast<double>(__bfloat162float(__float2bfloat16_rn(static_cast<float>(2 * u - 1))));
     case DType::kInt32:
       return static_cast<double>(static_cast<int64_t>(h % 2001) - 1000);
     case DType::kInt64:
@@ -53,115 +48,12 @@ inline double input_value(DType dt, uint64_t seed, int rank, int64_t i) {
     case DType::kInt8:
       return static_cast<double>(static_cast<int8_t>(static_cast<uint8_t>((h >> 8) % 255)));
     case DType::kFloat8E4M3:
-      return static_cast<double>(static_cast<float>(__nv_fp8_e4m3(static_cast<float>(448 * (2 * u - 1)))));
+      return stored_value(dt, 448 * (2 * u - 1));
     case DType::kFloat8E5M2:
-      return static_cast<double>(static_cast<float>(__nv_fp8_e5m2(static_cast<float>(57344 * (2 * u - 1)))));
+      return stored_value(dt, 57344 * (2 * u - 1));
+    default:  // float32, float16, bfloat16
+      return stored_value(dt, 2 * u - 1);
   }
-  return 0;
-}
-
-// Host bytes of one element.
-inline void encode(DType dt, double v, void* dst) {
-  switch (dt) {
-    case DType::kFloat32: {
-      float f = static_cast<float>(v);
-      std::memcpy(dst, &f, 4);
-      return;
-    }
-    case DType::kFloat16: {
-      __half h = __float2half_rn(static_cast<float>(v));
-      std::memcpy(dst, &h, 2);
-      return;
-    }
-    case DType::kBFloat16: {
-      __nv_bfloat16 b = __float2bfloat16_rn(static_cast<float>(v));
-      std::memcpy(dst, &b, 2);
-      return;
-    }
-    case DType::kInt32: {
-      int32_t x = static_cast<int32_t>(v);
-      std::memcpy(dst, &x, 4);
-      return;
-    }
-    case DType::kInt64: {
-      int64_t x = static_cast<int64_t>(v);
-      std::memcpy(dst, &x, 8);
-      return;
-    }
-    case DType::kFloat64:
-      std::memcpy(dst, &v, 8);
-      return;
-    case DType::kUInt8: {
-      uint8_t x = static_cast<uint8_t>(v);
-      std::memcpy(dst, &x, 1);
-      return;
-    }
-    case DType::kInt8: {
-      int8_t x = static_cast<int8_t>(v);
-      std::memcpy(dst, &x, 1);
-      return;
-    }
-    case DType::kFloat8E4M3: {
-      __nv_fp8_e4m3 x(static_cast<float>(v));
-      std::memcpy(dst, &x, 1);
-      return;
-    }
-    case DType::kFloat8E5M2: {
-      __nv_fp8_e5m2 x(static_cast<float>(v));
-      std::memcpy(dst, &x, 1);
-      return;
-    }
-  }
-}
-
-inline double decode(DType dt, const void* src) {
-  switch (dt) {
-    case DType::kFloat32: {
-      float f;
-      std::memcpy(&f, src, 4);
-      return f;
-    }
-    case DType::kFloat16: {
-      __half h;
-      std::memcpy(&h, src, 2);
-      return __half2float(h);
-    }
-    case DType::kBFloat16: {
-      __nv_bfloat16 b;
-      std::memcpy(&b, src, 2);
-      return __bfloat162float(b);
-    }
-    case DType::kInt32: {
-      int32_t x;
-      std::memcpy(&x, src, 4);
-      return x;
-    }
-    case DType::kInt64: {
-      int64_t x;
-      std::memcpy(&x, src, 8);
-      return static_cast<double>(x);
-    }
-    case DType::kFloat64: {
-      double x;
-      std::memcpy(&x, src, 8);
-      return x;
-    }
-    case DType::kUInt8:
-      return *static_cast<const uint8_t*>(src);
-    case DType::kInt8:
-      return *static_cast<const int8_t*>(src);
-    case DType::kFloat8E4M3: {
-      __nv_fp8_e4m3 x;
-      std::memcpy(&x, src, 1);
-      return static_cast<float>(x);
-    }
-    case DType::kFloat8E5M2: {
-      __nv_fp8_e5m2 x;
-      std::memcpy(&x, src, 1);
-      return static_cast<float>(x);
-    }
-  }
-  return 0;
 }
 
 // |out - ref| <= atol + rtol * |ref|: the result is accumulated in float32 (float64 in float64) and
@@ -184,14 +76,6 @@ inline double tolerance(DType dt, double ref, int world) {
     default:
       return 0;  // the integer types are exact (reduce_int_ref)
   }
-}
-
-// v rounded to the dtype as the kernels round their float accumulator: to nearest even, float8 saturating at
-// its largest finite value (a float8 reference must saturate too: an e4m3 sum of 300 and 300 is 448).
-inline double rounded(DType dt, double v) {
-  char bytes[8];
-  encode(dt, v, bytes);
-  return decode(dt, bytes);
 }
 
 // The float references' combine: sum and avg add (avg divides once, after), prod multiplies.
@@ -311,7 +195,8 @@ inline std::vector<char> make_input(DType dt, int64_t rows, int64_t cols, int64_
   std::vector<char> host(static_cast<size_t>(std::max<int64_t>(1, rows * stride)) * esz, static_cast<char>(0xFF));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
-      encode(dt, input_value(dt, seed, rank, (r + row_offset) * cols + c), host.data() + (r * stride + c) * esz);
+      encode_element(dt, input_value(dt, seed, rank, (r + row_offset) * cols + c),
+                     host.data() + (r * stride + c) * esz);
   return host;
 }
 

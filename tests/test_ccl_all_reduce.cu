@@ -108,8 +108,8 @@ void check_once(Context& ctx, const Config& cfg, Workspace& ws, DType dt, Reduce
         got = static_cast<double>(g), want = static_cast<double>(w);
       } else {
         want = reduce_ref(op, dt, seed, world, i);
-        if (dt == DType::kFloat8E4M3 || dt == DType::kFloat8E5M2) want = test::rounded(dt, want);  // saturates
-        got = test::decode(dt, bytes);
+        if (dt == DType::kFloat8E4M3 || dt == DType::kFloat8E5M2) want = stored_value(dt, want);  // saturates
+        got = decode_element(dt, bytes);
         ok = std::fabs(got - want) <= test::tolerance(dt, want, world);  // NaN (poison) fails too
       }
       if (!ok) {
@@ -405,7 +405,7 @@ TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
             int64_t wrong = 0;
             for (int64_t i = 0; i < 64000; i += 7) {
               double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, 1000 + call, ctx.world_size(), i);
-              wrong += !(std::fabs(test::decode(DType::kFloat32, host.data() + i * 4) - want) <=
+              wrong += !(std::fabs(decode_element(DType::kFloat32, host.data() + i * 4) - want) <=
                          test::tolerance(DType::kFloat32, want, ctx.world_size()));
             }
             ASSERT_EQ(wrong, 0) << ccl::variant_name(v) << (k == 1 ? " simple" : "") << " call " << call;
@@ -499,7 +499,8 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
         int64_t wrong = 0, first = -1;
         for (int64_t i = 0; i < c.rows * c.cols; ++i) {
           const double want = reduce_ref(ReduceOp::kSum, dt, seeds[k], ctx.world_size(), i);
-          if (!(std::fabs(test::decode(dt, host.data() + i * 4) - want) <= test::tolerance(dt, want, ctx.world_size())))
+          if (!(std::fabs(decode_element(dt, host.data() + i * 4) - want) <=
+                test::tolerance(dt, want, ctx.world_size())))
             if (wrong++ == 0) first = i;
         }
         EXPECT_EQ(wrong, 0) << "round " << round << ", " << ccl::variant_name(c.variant) << " "
@@ -529,7 +530,7 @@ void check_all_gather_once(Context& ctx, const Config& cfg, Workspace& ws, TestT
   int64_t wrong = 0;
   for (int r = 0; r < ctx.world_size(); ++r)
     for (int64_t i = 0; i < m * n; ++i)
-      wrong += test::decode(dt, host.data() + (r * m * n + i) * 4) != test::input_value(dt, seed, r, i);
+      wrong += decode_element(dt, host.data() + (r * m * n + i) * 4) != test::input_value(dt, seed, r, i);
   EXPECT_EQ(wrong, 0) << what;
 }
 
@@ -1063,7 +1064,7 @@ TEST_P(AllReduce, CallsFromAThreadWithAnotherDeviceCurrentRunOnTheContextsDevice
           int64_t wrong = 0;
           for (int64_t i = 0; i < 64000; ++i) {
             const double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, seed, ctx.world_size(), i);
-            wrong += !(std::fabs(test::decode(DType::kFloat32, host.data() + i * 4) - want) <=
+            wrong += !(std::fabs(decode_element(DType::kFloat32, host.data() + i * 4) - want) <=
                        test::tolerance(DType::kFloat32, want, ctx.world_size()));
           }
           EXPECT_EQ(wrong, 0);

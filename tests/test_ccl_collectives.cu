@@ -70,7 +70,7 @@ const Mode kModes[] = {{0, true, false, "heap"}, {0, false, false, "cudaMalloc"}
 
 // Expected bytes of element i of rank r's input.
 void input_bytes(DType dt, uint64_t seed, int rank, int64_t i, char* dst) {
-  test::encode(dt, test::input_value(dt, seed, rank, i), dst);
+  encode_element(dt, test::input_value(dt, seed, rank, i), dst);
 }
 
 // Counts elements (r, c) of the host image whose bytes differ from want(r, c, bytes); fails the test
@@ -86,7 +86,8 @@ void verify(const std::vector<char>& host, DType dt, int64_t rows, int64_t cols,
       want(r, c, expect);
       const char* got = host.data() + (r * stride + c) * esz;
       if (std::memcmp(got, expect, esz) != 0) {
-        if (wrong++ == 0) first_r = r, first_c = c, got_v = test::decode(dt, got), want_v = test::decode(dt, expect);
+        if (wrong++ == 0)
+          first_r = r, first_c = c, got_v = decode_element(dt, got), want_v = decode_element(dt, expect);
       }
     }
   EXPECT_EQ(wrong, 0) << what << ": " << wrong << " of " << rows * cols << " elements wrong; first at (" << first_r
@@ -172,7 +173,7 @@ void reduced_bytes(DType dt, ReduceOp op, uint64_t seed, int world, int64_t i, c
   for (int s = 1; s < world; ++s)
     acc = test::combine_ref(op, acc, static_cast<float>(test::input_value(dt, seed, s, i)));
   if (op == ReduceOp::kAvg) acc /= static_cast<float>(world);
-  test::encode(dt, acc, dst);
+  encode_element(dt, acc, dst);
 }
 
 void check_reduce_scatter(Context& ctx, const Config& cfg, Workspace& ws, DType dt, ReduceOp op, int64_t m, int64_t n,

@@ -348,7 +348,7 @@ Comparison compare(const std::vector<char>& host, DType dt, int64_t rows, int64_
   double err2 = 0, ref2 = 0;
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      const double got = test::decode(dt, host.data() + (i * n + j) * esz);
+      const double got = decode_element(dt, host.data() + (i * n + j) * esz);
       const double want = ref.value[i * n + j];
       const std::string where = "C[" + std::to_string(i) + "][" + std::to_string(j) + "]";
       if (!std::isfinite(got)) {
@@ -500,13 +500,13 @@ using test::error_text;
 std::vector<char> encode_reference(const std::vector<double>& values, DType dt, int64_t n) {
   const size_t esz = dtype_size(dt);
   std::vector<char> host((values.size() + static_cast<size_t>(n)) * esz, static_cast<char>(0xFF));
-  for (size_t i = 0; i < values.size(); ++i) test::encode(dt, values[i], host.data() + i * esz);
+  for (size_t i = 0; i < values.size(); ++i) encode_element(dt, values[i], host.data() + i * esz);
   return host;
 }
 
 // Element (i, j) of a row-major image of `cols` columns.
 double at(const std::vector<char>& img, DType dt, int64_t cols, int64_t i, int64_t j) {
-  return test::decode(dt, img.data() + static_cast<size_t>(i * cols + j) * dtype_size(dt));
+  return decode_element(dt, img.data() + static_cast<size_t>(i * cols + j) * dtype_size(dt));
 }
 
 // The reference is each op's formula applied to the very images the ranks upload, and the comparison

@@ -31,8 +31,6 @@
 namespace iris::ops {
 namespace {
 
-using test::decode;
-using test::encode;
 using test::error_text;
 using test::input_value;
 
@@ -100,7 +98,7 @@ std::vector<char> host_matrix(DType dt, int64_t rows, int64_t cols, int64_t ld, 
     for (int64_t c = 0; c < cols; ++c) {
       const double v = input_value(dt, seed, 0, r * cols + c);
       (*values)[r * cols + c] = v;
-      encode(dt, v, img.data() + (r * ld + c) * esz);
+      encode_element(dt, v, img.data() + (r * ld + c) * esz);
     }
   return img;
 }
@@ -189,7 +187,7 @@ void run_case(const GemmCase& c, bool in_graph) {
         abs_sum += std::fabs(a[i * c.k + kk] * bv);
       }
       const double ref = c.alpha * acc + (c.bias ? bias[j] : 0.0) + (c.source ? src[i * c.n + j] : 0.0);
-      const double got = decode(c.out, out.data() + (i * ldc + j) * esz_out);
+      const double got = decode_element(c.out, out.data() + (i * ldc + j) * esz_out);
       if (!std::isfinite(got)) {
         if (not_finite++ == 0 && first_bad.empty())
           first_bad = "C[" + std::to_string(i) + "][" + std::to_string(j) + "] is not finite (never written?)";
@@ -436,7 +434,7 @@ TEST(GemmGpuSplitK, WorkspaceRequiredAndResultsRepeatBitwise) {
   const auto unsplit = c.download();
   int64_t far = 0;
   for (int64_t i = 0; i < m * n; ++i) {
-    const double x = decode(kBF16, outs[0].data() + i * 2), y = decode(kBF16, unsplit.data() + i * 2);
+    const double x = decode_element(kBF16, outs[0].data() + i * 2), y = decode_element(kBF16, unsplit.data() + i * 2);
     far += !(std::fabs(x - y) <= 0x1.0p-6 * std::fabs(y) + 1e-2);
   }
   EXPECT_EQ(far, 0) << "elements where the split and unsplit GEMMs differ by more than rounding";

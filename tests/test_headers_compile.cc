@@ -4,6 +4,7 @@
 // from CUDA and instantiates the device API.
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "iris/core/element.hpp"
 #include "iris/core/error.hpp"
 #include "iris/core/log.hpp"
 #include "iris/device.cuh"

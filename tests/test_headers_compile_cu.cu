@@ -3,6 +3,7 @@
 // tests/test_headers_compile.cc.
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "iris/core/element.hpp"
 #include "iris/core/error.hpp"
 #include "iris/core/log.hpp"
 #include "iris/device.cuh"
