@@ -449,7 +449,8 @@ TEST(BootstrapTcp, MissingStoreTimesOutNamingAddress) {
   const std::string want =
       "iris bootstrap: rank 1 could not connect to the bootstrap store at 127.0.0.1:" + std::to_string(closed.port) +
       " within 0.5 s (Connection refused); rank 0 hosts the store: is it running, and do all "
-      "ranks use the same MASTER_ADDR and MASTER_PORT?";
+      "ranks use the same MASTER_ADDR and port (this rank's: " +
+      std::to_string(closed.port) + " from the default)?";
   auto codes = run_processes({1}, [&](int rank) {
     return same_text(
         rank, what_of<iris::TimeoutError>([&] { iris::make_tcp_bootstrap(tcp_info(rank, 2, closed.port), 500ms); }),
@@ -547,6 +548,34 @@ TEST(BootstrapTcp, WorldSizeMismatchFailsEveryRank) {
   auto codes = run_ranks(2, [&](int rank) {
     int world = rank == 0 ? 2 : 3;
     return same_text(rank, what_of<iris::Error>([&] { iris::make_tcp_bootstrap(rv.info(rank, world), 10s); }), want);
+  });
+  expect_all_zero(codes);
+}
+
+// Once every rank of a job has connected, a newcomer is a stray (a late duplicate, or a rank of another job
+// whose launcher picked the same port): it is refused, and the running job goes on.
+TEST(BootstrapTcp, AStrayProcessIsRefusedAndTheRunningJobGoesOn) {
+  const Rendezvous rv;
+  const std::string store = "127.0.0.1:" + std::to_string(rv.port);
+  auto codes = run_ranks(4, [&](int process) {
+    if (process >= 2) {
+      std::this_thread::sleep_for(300ms);  // the job's two ranks have connected by now
+      const int world = process == 2 ? 3 : 2;
+      return same_text(process, what_of<iris::Error>([&] { iris::make_tcp_bootstrap(rv.info(1, world), 5s); }),
+                       "iris bootstrap: the store at " + store +
+                           " serves a running job whose 2 ranks have all connected; this process (rank 1 of world "
+                           "size " +
+                           std::to_string(world) +
+                           ") is not one of them. Is another job using the same port? Give each job its own "
+                           "MASTER_PORT (or IRIS_MASTER_PORT).");
+    }
+    auto bs = iris::make_tcp_bootstrap(rv.info(process, 2), 10s);
+    bs->barrier();
+    std::this_thread::sleep_for(800ms);  // the strays come and are refused meanwhile
+    const auto all = bs->allgather(std::to_string(process));
+    CHILD_CHECK(process, all == (std::vector<std::string>{"0", "1"}));
+    bs->barrier();
+    return 0;
   });
   expect_all_zero(codes);
 }

@@ -33,6 +33,8 @@ const char* const kLaunchVariables[] = {
     "SLURM_NNODES",
     "IRIS_BOOTSTRAP_TIMEOUT",
     "IRIS_STORE_LISTEN_FD",
+    "IRIS_MASTER_PORT",
+    "TORCHELASTIC_USE_AGENT_STORE",
 };
 
 class LaunchEnv : public ::testing::Test {
@@ -110,6 +112,37 @@ TEST_F(LaunchEnv, Torchrun) {
   EXPECT_EQ(info.local_world_size, 4);
   EXPECT_EQ(info.master_addr, "node0.cluster");
   EXPECT_EQ(info.master_port, 12345);
+  EXPECT_EQ(info.master_port_source, "MASTER_PORT");
+}
+
+// Under torchrun the agent serves its own store on MASTER_PORT, so iris's takes the next port, on every rank
+// alike; IRIS_MASTER_PORT names the port outright, under any launcher.
+TEST_F(LaunchEnv, TorchrunsAgentStoreKeepsMasterPortSoIrisTakesTheNext) {
+  set("RANK", "1");
+  set("WORLD_SIZE", "2");
+  set("MASTER_PORT", "29500");
+  set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  auto info = iris::detect_launch_info();
+  EXPECT_EQ(info.master_port, 29501);
+  EXPECT_EQ(info.master_port_source, "MASTER_PORT + 1 (torchrun's agent serves its own store on MASTER_PORT=29500)");
+  set("TORCHELASTIC_USE_AGENT_STORE", "False");  // a worker that hosts its own stores
+  EXPECT_EQ(iris::detect_launch_info().master_port, 29500);
+  set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  set("IRIS_MASTER_PORT", "41000");
+  info = iris::detect_launch_info();
+  EXPECT_EQ(info.master_port, 41000);
+  EXPECT_EQ(info.master_port_source, "IRIS_MASTER_PORT");
+  ::unsetenv("IRIS_MASTER_PORT");
+  set("MASTER_PORT", "65535");
+  EXPECT_EQ(launch_error(),
+            "iris bootstrap: torchrun's agent serves its own store on MASTER_PORT=65535, and iris's store would take "
+            "the port after it, which does not exist; set IRIS_MASTER_PORT to a free port (the same on every rank)");
+  ::unsetenv("MASTER_PORT");
+  ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  set("IRIS_MASTER_PORT", "http");
+  EXPECT_EQ(launch_error(), "iris bootstrap: IRIS_MASTER_PORT='http' is not a port number (expected 1..65535)");
+  ::unsetenv("IRIS_MASTER_PORT");
+  EXPECT_EQ(iris::detect_launch_info().master_port_source, "the default");
 }
 
 // A launcher that listens on MASTER_PORT itself hands the socket to rank 0's store; other ranks ignore it.

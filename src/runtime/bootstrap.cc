@@ -147,6 +147,17 @@ EnvInt require_int(const char* name, const char* because) {
 
 // Slurm's SLURM_TASKS_PER_NODE looks like "4" or "2(x3),1"; the first number is the task count of
 // the first node(s), which is this node's count for the usual homogeneous allocation.
+// A port number from `name`, or nothing when it is unset.
+std::optional<int> env_port(const char* name) {
+  auto text = env(name);
+  if (!text) return std::nullopt;
+  int port = 0;
+  auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), port);
+  const bool ok = ec == std::errc() && ptr == text->data() + text->size() && port >= 1 && port <= 65535;
+  IRIS_CHECK_ARG(ok, "iris bootstrap: ", name, "='", *text, "' is not a port number (expected 1..65535)");
+  return port;
+}
+
 EnvInt slurm_tasks_per_node_first(const std::string& text) {
   size_t digits = 0;
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
@@ -251,12 +262,22 @@ LaunchInfo detect_launch_info() {
                  ") but MASTER_ADDR is not set; set MASTER_ADDR (and MASTER_PORT) to the address of the node running "
                  "rank 0");
   if (addr) info.master_addr = *addr;
-  if (auto port_text = env("MASTER_PORT")) {
-    int port = 0;
-    auto [ptr, ec] = std::from_chars(port_text->data(), port_text->data() + port_text->size(), port);
-    bool ok = ec == std::errc() && ptr == port_text->data() + port_text->size() && port >= 1 && port <= 65535;
-    IRIS_CHECK_ARG(ok, "iris bootstrap: MASTER_PORT='", *port_text, "' is not a port number (expected 1..65535)");
-    info.master_port = port;
+  if (auto port = env_port("IRIS_MASTER_PORT")) {
+    info.master_port = *port;
+    info.master_port_source = "IRIS_MASTER_PORT";
+  } else if (auto master = env_port("MASTER_PORT")) {
+    info.master_port = *master;
+    info.master_port_source = "MASTER_PORT";
+    if (env("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True")) {
+      // torchrun's agent hosts its TCPStore on MASTER_PORT (workers' init_process_group joins it), so that
+      // port is taken on rank 0's node: iris's store takes the next one, which every rank computes alike.
+      IRIS_CHECK_ARG(*master < 65535, "iris bootstrap: torchrun's agent serves its own store on MASTER_PORT=", *master,
+                     ", and iris's store would take the port after it, which does not exist; set "
+                     "IRIS_MASTER_PORT to a free port (the same on every rank)");
+      info.master_port = *master + 1;
+      info.master_port_source =
+          detail::str_cat("MASTER_PORT + 1 (torchrun's agent serves its own store on MASTER_PORT=", *master, ")");
+    }
   }
   if (info.rank == 0) {
     if (auto fd = env_int("IRIS_STORE_LISTEN_FD")) {

@@ -345,7 +345,9 @@ class StoreServer {
       return;
     }
     throw SysError(str_cat("iris bootstrap: rank 0 cannot host the bootstrap store on ", where_, ": ", errno_text(err),
-                           " (is MASTER_PORT in use, or MASTER_ADDR not an address of this host?)"),
+                           " (port ", info.master_port, " from ", info.master_port_source,
+                           ": is another program using it? IRIS_MASTER_PORT picks another port, the same on every "
+                           "rank. Or is MASTER_ADDR not an address of this host?)"),
                    err);
   }
   // The launcher's socket (LaunchInfo::store_listen_fd), checked to be what it claims: a TCP socket
@@ -543,6 +545,17 @@ class StoreServer {
       refuse(c, fail_kind_, fail_message_);
       return;
     }
+    if (all_connected_) {
+      // Every rank of this job has connected, so the newcomer is a stray: a late duplicate, or a rank of
+      // another job that shares the port (two jobs on one node both defaulting to MASTER_PORT 29500). It
+      // must not take down the running job: refused alone.
+      refuse(c, ErrKind::kError,
+             str_cat("iris bootstrap: the store at ", where_, " serves a running job whose ", world_,
+                     " ranks have all connected; this process (rank ", rank, " of world size ", world,
+                     ") is not one of them. Is another job using the same port? Give each job its own "
+                     "MASTER_PORT (or IRIS_MASTER_PORT)."));
+      return;
+    }
     std::string problem;
     if (world != world_) {
       problem = str_cat("iris bootstrap: rank ", rank, " was started with world size ", world,
@@ -550,12 +563,6 @@ class StoreServer {
     } else if (rank < 0 || rank >= world_) {
       problem = str_cat("iris bootstrap: a process connected as rank ", rank, ", outside [0, ", world_, ")");
     } else if (by_rank_[rank] != nullptr || left_[rank]) {
-      if (all_connected_) {
-        // A stray late process must not take down a running job.
-        refuse(c, ErrKind::kError,
-               str_cat("iris bootstrap: rank ", rank, " is already connected to the store at ", where_));
-        return;
-      }
       problem = str_cat("iris bootstrap: two processes connected to the store at ", where_, " as rank ", rank,
                         " (do two processes have the same rank?)");
     }
@@ -877,7 +884,8 @@ class TcpBootstrap final : public Bootstrap {
         throw TimeoutError(str_cat("iris bootstrap: rank ", info_.rank, " could not connect to the bootstrap store at ",
                                    where_, " within ", format_seconds(timeout_), " s (", errno_text(last_err),
                                    "); rank 0 hosts the store: is it running, and do all ranks use the same "
-                                   "MASTER_ADDR and MASTER_PORT?"));
+                                   "MASTER_ADDR and port (this rank's: ",
+                                   info_.master_port, " from ", info_.master_port_source, ")?"));
       // The store may simply not be up yet (rank 0 starting later): retry, backing off a little.
       std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
       backoff = std::min(backoff * 2, milliseconds(200));
@@ -900,7 +908,9 @@ class TcpBootstrap final : public Bootstrap {
     } catch (const ProtocolError&) {
       throw Error(str_cat("iris bootstrap: ", where_,
                           " answered with something that is not an iris bootstrap store "
-                          "(is another program listening on MASTER_PORT?)"));
+                          "(is another program listening on port ",
+                          info_.master_port, " from ", info_.master_port_source,
+                          "? IRIS_MASTER_PORT picks another port, the same on every rank)"));
     }
     if (io == Io::kTimeout)
       throw TimeoutError(str_cat("iris bootstrap: timed out after ", format_seconds(timeout_ + grace()),

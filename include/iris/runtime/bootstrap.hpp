@@ -63,6 +63,9 @@ struct LaunchInfo {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // Where master_port came from, for messages: "MASTER_PORT", "IRIS_MASTER_PORT", "MASTER_PORT + 1 (...)"
+  // under torchrun's agent store, or "the default".
+  std::string master_port_source = "the default";
   std::string launcher;  // "torchrun", "openmpi", "slurm" or "none"
   // Rank 0 only: a socket already listening on master_port, handed over by the launcher that picked
   // the port (IRIS_STORE_LISTEN_FD; run_local_processes does this), so no other program can take the
@@ -76,6 +79,9 @@ struct LaunchInfo {
 //   Open MPI:           OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (+ MASTER_ADDR/PORT if set)
 //   Slurm:              SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE... (+ MASTER_*)
 // With none of them set: a single rank (launcher "none").
+// The store's port: IRIS_MASTER_PORT when set, else MASTER_PORT, else 29500. Under torchrun (torchelastic
+// sets TORCHELASTIC_USE_AGENT_STORE=True) the launcher's agent already serves its own store on MASTER_PORT
+// (the one init_process_group("env://") joins), so iris's takes MASTER_PORT + 1 there, on every rank alike.
 // Rank 0 also reads IRIS_STORE_LISTEN_FD (store_listen_fd); other ranks ignore it.
 // Throws InvalidArgument on malformed or inconsistent values (rank outside [0, world), bad port...).
 LaunchInfo detect_launch_info();
