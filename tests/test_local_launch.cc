@@ -3,9 +3,11 @@
 // refusals. Host only: no CUDA.
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -101,6 +103,54 @@ TEST(LocalLaunch, KillsWhatRunsPastTheTimeout) {
   EXPECT_TRUE(exits[0].ok()) << exits[0].describe();
   EXPECT_TRUE(exits[1].timed_out);
   EXPECT_EQ(exits[1].describe(), "rank 1 (process) did not finish within 0.3 s and was killed");
+}
+
+// A rank that fails stops the job after the grace (as torchrun stops it): its peers, which could wait for it
+// until their bootstrap's timeout, are killed and say why.
+TEST(LocalLaunch, KillsThePeersOfAFailedRankAfterTheGrace) {
+  iris::LocalLaunchOptions options;
+  options.failure_grace = 300ms;
+  options.timeout = 60s;
+  const auto start = std::chrono::steady_clock::now();
+  const auto exits = iris::run_local_processes(3, shell("[ \"$RANK\" = 1 ] && exit 4; exec sleep 60"), options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  ASSERT_EQ(exits.size(), 3u);
+  EXPECT_EQ(exits[1].describe(), "rank 1 (process) failed, exit status 4");
+  for (int r : {0, 2}) {
+    EXPECT_FALSE(exits[r].ok());
+    EXPECT_FALSE(exits[r].timed_out);
+    EXPECT_EQ(exits[r].describe(),
+              "rank " + std::to_string(r) + " (process) was still running 0.3 s after rank 1 failed and was killed");
+  }
+  // Without a grace the peers run on, until the timeout.
+  options.failure_grace = 0ms;
+  options.timeout = 500ms;
+  const auto waited = iris::run_local_processes(2, shell("[ \"$RANK\" = 1 ] && exit 4; exec sleep 60"), options);
+  EXPECT_TRUE(waited[0].timed_out) << waited[0].describe();
+}
+
+// With SIGCHLD ignored the kernel reaps the children itself, and their status is gone: each is reported as
+// lost, not as a success, and the wait ends (it used to spin until the timeout, or forever).
+TEST(LocalLaunch, AChildWhoseStatusIsLostIsNeitherASuccessNorWaitedFor) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // SIGCHLD's disposition is the process's: changed in a child of the test, not in it
+    ::signal(SIGCHLD, SIG_IGN);
+    iris::LocalLaunchOptions options;
+    options.timeout = 20s;
+    const auto exits = iris::run_local_processes(2, shell("exit 0"), options);
+    bool right = exits.size() == 2;
+    for (const auto& e : exits)
+      right = right && !e.ok() && !e.timed_out &&
+              e.describe() == "rank " + std::to_string(e.rank) +
+                                  " (process) ended, but its exit status was lost (this process ignores SIGCHLD, or "
+                                  "another thread reaped the child)";
+    ::_exit(right ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's run_local_processes reported the lost statuses wrongly";
 }
 
 template <typename E>

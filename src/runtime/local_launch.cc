@@ -27,9 +27,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Prefixes of the variables a launcher sets; inherited ones would name another job.
+// torchelastic's (TORCHELASTIC_*) would have the ranks look for its agent's store, and IRIS_MASTER_PORT would
+// take them past the launcher's socket.
 constexpr const char* kLauncherPrefixes[] = {
-    "RANK=",        "WORLD_SIZE=",      "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",    "MASTER_ADDR=",
-    "MASTER_PORT=", "OMPI_COMM_WORLD_", "SLURM_",      "IRIS_STORE_LISTEN_FD="};
+    "RANK=",         "WORLD_SIZE=",           "LOCAL_RANK=",      "LOCAL_WORLD_SIZE=",
+    "MASTER_ADDR=",  "MASTER_PORT=",          "OMPI_COMM_WORLD_", "SLURM_",
+    "TORCHELASTIC_", "IRIS_STORE_LISTEN_FD=", "IRIS_MASTER_PORT="};
 
 std::string env_name(const std::string& entry) { return entry.substr(0, entry.find('=')); }
 
@@ -64,6 +67,12 @@ std::string ProcessExit::describe() const {
   const std::string who = detail::str_cat("rank ", rank, " (process)");
   if (timed_out)
     return detail::str_cat(who, " did not finish within ", detail::format_seconds(timeout), " s and was killed");
+  if (failed_rank >= 0)
+    return detail::str_cat(who, " was still running ", detail::format_seconds(grace), " s after rank ", failed_rank,
+                           " failed and was killed");
+  if (status_lost)
+    return who +
+           " ended, but its exit status was lost (this process ignores SIGCHLD, or another thread reaped the child)";
   if (signal != 0) return detail::str_cat(who, " died from signal ", signal, " (", strsignal(signal), ")");
   if (exit_code != 0) return detail::str_cat(who, " failed, exit status ", exit_code);
   return who + " succeeded";
@@ -136,26 +145,51 @@ std::vector<ProcessExit> run_local_processes(int world, const std::vector<std::s
   std::vector<ProcessExit> exits(world);
   for (int r = 0; r < world; ++r) exits[r].rank = r;
   int running = world;
+  int first_failed = -1;
+  Clock::time_point failed_at{};
+  // Kills every process still running and marks how (mark(exit)).
+  auto kill_rest = [&](auto mark) {
+    for (int r = 0; r < world; ++r) {
+      if (pids[r] < 0) continue;
+      kill_and_reap(pids[r]);
+      pids[r] = -1;
+      mark(exits[r]);
+    }
+  };
   while (running > 0) {
     for (int r = 0; r < world; ++r) {
       if (pids[r] < 0) continue;
       int status = 0;
       const pid_t got = waitpid(pids[r], &status, WNOHANG);
-      if (got != pids[r]) continue;
-      if (WIFEXITED(status)) exits[r].exit_code = WEXITSTATUS(status);
-      if (WIFSIGNALED(status)) exits[r].signal = WTERMSIG(status);
+      if (got < 0 && errno == ECHILD) {
+        exits[r].status_lost = true;  // reaped by the kernel (SIGCHLD ignored) or by another thread
+      } else if (got == pids[r]) {
+        if (WIFEXITED(status)) exits[r].exit_code = WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) exits[r].signal = WTERMSIG(status);
+        if (first_failed < 0 && !exits[r].ok()) {
+          first_failed = r;
+          failed_at = Clock::now();
+        }
+      } else {
+        continue;  // still running
+      }
       pids[r] = -1;
       --running;
     }
     if (running == 0) break;
-    if (options.timeout.count() > 0 && Clock::now() - start > options.timeout) {
-      for (int r = 0; r < world; ++r) {
-        if (pids[r] < 0) continue;
-        kill_and_reap(pids[r]);
-        pids[r] = -1;
-        exits[r].timed_out = true;
-        exits[r].timeout = options.timeout;
-      }
+    const Clock::time_point now = Clock::now();
+    if (options.timeout.count() > 0 && now - start > options.timeout) {
+      kill_rest([&](ProcessExit& e) {
+        e.timed_out = true;
+        e.timeout = options.timeout;
+      });
+      break;
+    }
+    if (first_failed >= 0 && options.failure_grace.count() > 0 && now - failed_at > options.failure_grace) {
+      kill_rest([&](ProcessExit& e) {
+        e.failed_rank = first_failed;
+        e.grace = options.failure_grace;
+      });
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -6,8 +6,8 @@
 //     if (!e.ok()) std::fprintf(stderr, "%s\n", e.describe().c_str());
 //
 // Process r runs `argv` with the caller's environment minus every launcher's variables (torchrun's
-// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; Open MPI's
-// OMPI_COMM_WORLD_*; Slurm's SLURM_*), plus torchrun's for a job of `world` ranks on this host:
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*; Open MPI's
+// OMPI_COMM_WORLD_*; Slurm's SLURM_*; IRIS_MASTER_PORT), plus torchrun's for a job of `world` ranks on this host:
 // RANK=LOCAL_RANK=r, WORLD_SIZE=LOCAL_WORLD_SIZE=world, MASTER_ADDR=127.0.0.1 and a loopback
 // MASTER_PORT, plus `extra_env`. The launcher listens on MASTER_PORT before any process starts and
 // hands the socket to rank 0 (IRIS_STORE_LISTEN_FD, rank 0's environment only), whose store adopts
@@ -28,6 +28,11 @@ struct LocalLaunchOptions {
   // 0: wait as long as the processes run. Otherwise every process still running this long after the
   // start is killed (SIGKILL) and reported as timed out.
   std::chrono::milliseconds timeout{0};
+  // Once a process has ended badly (a non-zero status or a signal), the ones still running get this long to
+  // end by themselves (a peer's failure reaches them through the bootstrap as an iris::RemoteError) before
+  // they are killed (SIGKILL), as torchrun stops a job whose worker failed: a rank whose peer died before
+  // its bootstrap store ran would otherwise wait out the bootstrap's timeout. 0: wait for them.
+  std::chrono::milliseconds failure_grace{30000};
 };
 
 // How one rank's process ended.
@@ -37,10 +42,18 @@ struct ProcessExit {
   int signal = 0;          // the signal that ended it, else 0
   bool timed_out = false;  // killed at LocalLaunchOptions::timeout
   std::chrono::milliseconds timeout{0};
+  // Killed LocalLaunchOptions::failure_grace after rank `failed_rank` ended badly.
+  int failed_rank = -1;
+  std::chrono::milliseconds grace{0};
+  // Ended, but its status could not be read: this process ignores SIGCHLD (the kernel then reaps
+  // children itself) or another thread reaped it. Not ok(): nothing says it succeeded.
+  bool status_lost = false;
 
-  bool ok() const { return !timed_out && signal == 0 && exit_code == 0; }
+  bool ok() const { return !timed_out && failed_rank < 0 && !status_lost && signal == 0 && exit_code == 0; }
   // "rank 2 (process) failed, exit status 1", "rank 2 (process) died from signal 9 (Killed)",
-  // "rank 2 (process) did not finish within 120 s and was killed", or "rank 2 (process) succeeded".
+  // "rank 2 (process) did not finish within 120 s and was killed", "rank 2 (process) was still running
+  // 30 s after rank 0 failed and was killed", "rank 2 (process) ended, but its exit status was lost (...)",
+  // or "rank 2 (process) succeeded".
   std::string describe() const;
 };
 
