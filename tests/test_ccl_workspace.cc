@@ -541,6 +541,89 @@ TEST(CclWorkspace, PreparingAgainAfterADeviceTimeoutOnAnyRankStartsEveryRankOver
   for (auto& t : threads) t.join();
 }
 
+// The ranks must pass copies of the same workspace: each rank's state (its arrays' capacities and the call it
+// was last prepared for) is compared before any decision. A rank that passed another workspace would decide
+// capacity alone (raising while its peer allocates and then waits for it), or both ranks would accept
+// workspaces whose arrays lie at different offsets, and peers would write into the other workspace.
+TEST(CclWorkspace, RanksThatPassWorkspacesInDifferentStatesAllRaiseTogether) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  auto sig = spinlock_sig(512, 512, 64, 64);
+  sig.world_size = 2;
+  std::string errors[2], swapped[2];
+  int allocs[2] = {-1, -1};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeHost host(bootstraps[r]);
+      host.offsets = true;
+      Workspace a, b, fresh;
+      a.reserve(host, lock_needs(512, 512, 128, 128));  // 16 locks at heap offset 0
+      b.reserve(host, lock_needs(512, 512, 128, 128));  // 16 locks at heap offset 256
+      host.allocs = 0;
+      // Rank 0 prepares a reserved workspace, which is too small; rank 1 a fresh one.
+      errors[r] = test::error_text<std::invalid_argument>(
+          [&] { (r == 0 ? a : fresh).prepare(host, sig, lock_needs(512, 512, 64, 64)); });
+      allocs[r] = host.allocs;
+      // Two workspaces alike but for where they lie, and each rank passes another.
+      swapped[r] = test::error_text<std::invalid_argument>(
+          [&] { (r == 0 ? a : b).prepare(host, sig, lock_needs(512, 512, 128, 128)); });
+    });
+  for (auto& t : threads) t.join();
+  const std::string head = "all_reduce: the ranks pass workspaces in different states: ";
+  const std::string tail =
+      ". Every rank must pass its own copy of the same workspace, prepared, reserved and released alike.";
+  EXPECT_EQ(errors[0],
+            head + "rank 0's holds 16 locks at heap offset 0, not prepared but rank 1's holds no arrays" + tail);
+  EXPECT_EQ(errors[1],
+            head + "rank 1's holds no arrays but rank 0's holds 16 locks at heap offset 0, not prepared" + tail);
+  EXPECT_EQ(allocs[0], 0);
+  EXPECT_EQ(allocs[1], 0) << "rank 1 allocated, then would have waited for rank 0, which had raised";
+  EXPECT_EQ(swapped[0], head +
+                            "rank 0's holds 16 locks at heap offset 0, not prepared but rank 1's holds 16 locks at "
+                            "heap offset 256, not prepared" +
+                            tail);
+  EXPECT_EQ(swapped[1], head +
+                            "rank 1's holds 16 locks at heap offset 256, not prepared but rank 0's holds 16 locks "
+                            "at heap offset 0, not prepared" +
+                            tail);
+}
+
+// A rank whose device fails while every rank waits to reset a workspace after a device error cannot reset
+// its arrays: it raises its device's error, and its peers raise too, naming it, instead of resetting theirs
+// and then waiting for it until the bootstrap's timeout.
+TEST(CclWorkspace, ADeviceThatFailsDuringTheResetAfterATimeoutRaisesOnEveryRank) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  auto sig = spinlock_sig(512, 512, 64, 64);
+  sig.world_size = 2;
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeHost host(bootstraps[r]);
+      Workspace ws;
+      ws.prepare(host, sig, lock_needs(512, 512, 64, 64));
+      ws.locks()[0] = 7;
+      if (r == 0) {
+        host.timeouts = 1;
+        host.device_failed = true;
+      }
+      try {
+        ws.prepare(host, sig, lock_needs(512, 512, 64, 64));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+      EXPECT_EQ(ws.locks()[0], 7u) << "rank " << r << " reset nothing";
+      host.device_failed = false;
+      ws.release(host);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0], "fake device: a sticky CUDA error");
+  EXPECT_EQ(errors[1],
+            "all_reduce: rank 0's device failed: fake device: a sticky CUDA error while every rank waited for its "
+            "kernels to reset this workspace after a device error, so no rank reset it. A sticky CUDA error ends that "
+            "rank's context: restart the job.");
+}
+
 TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
   const auto errors = prepare_on_two_ranks(
       [](int r) {

@@ -118,7 +118,8 @@ void require_of_context(const Context& ctx, const char* op, const char* preamble
 // ctx.stream() is being captured.
 void require_not_capturing(const Context& ctx, OpKind op);
 
-// The op's plan, then ws.prepare. When this rank's own validation (plan) throws, it still takes part
+// The op's plan, then ws.prepare. When this rank's own validation (plan) throws, or its device fails the
+// wait for an earlier op's calls, it still takes part
 // in prepare's exchange of signatures with a description no other rank can match, so the ranks that
 // validated raise "Collective parameters differ across ranks" instead of waiting for this one; then
 // it rethrows its own error.
@@ -132,14 +133,15 @@ void prepare_everywhere(Context& ctx, Workspace& ws, PlanFn&& plan) {
     sig = p.sig;
     needs = p.needs;
     require_not_capturing(ctx, sig.op);
+    // A workspace that served another collective: each op's reuse argument covers calls of that op only,
+    // so let every call of the old op end (on any stream of this device) before prepare's exchange, which
+    // then also orders them before every rank's first call of the new op. A device that failed here is
+    // this rank's error, which its peers learn from the exchange instead of waiting for it.
+    if (ws.prepared() && ws.signature().op != sig.op) IRIS_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (const std::exception& e) {
     host.allgather(std::string("invalid call on rank ") + std::to_string(ctx.rank()) + ": " + e.what());
     throw;
   }
-  // A workspace that served another collective: each op's reuse argument covers calls of that op only,
-  // so let every call of the old op end (on any stream of this device) before prepare's exchange, which
-  // then also orders them before every rank's first call of the new op.
-  if (ws.prepared() && ws.signature().op != sig.op) IRIS_CUDA_CHECK(cudaDeviceSynchronize());
   ws.prepare(host, sig, needs);
 }
 

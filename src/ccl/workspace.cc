@@ -161,18 +161,47 @@ void check_heap_sequences(const WorkspaceHost& host, const std::vector<std::stri
                  " alloc/free calls. Every rank must allocate and free the same sizes in the same order, or the "
                  "workspace's arrays would lie at other offsets on other ranks.");
 }
+// What a rank's workspace holds, as prepare compares it across ranks: each array's capacity and heap offset,
+// and the call it was last prepared for. Ranks that pass workspaces in different states (one rank another
+// of its workspaces, or one reserved or released differently) would decide capacity and zeroing apart, and
+// their peers would write at offsets that hold another workspace.
+std::string describe_state(const WorkspaceHost& host, const Workspace& ws) {
+  if (ws.any_array() == nullptr) return ws.prepared() ? "no arrays, prepared" : "no arrays";
+  std::string out;
+  const std::pair<const char*, std::pair<const void*, size_t>> arrays[] = {
+      {"locks", {ws.locks(), ws.lock_capacity()}},
+      {"flags", {ws.flags(), ws.flag_capacity()}},
+      {"staging bytes", {ws.staging(), ws.staging_capacity()}},
+      {"block state", {ws.block_state(), ws.block_state_capacity()}}};
+  for (const auto& [name, array] : arrays) {
+    if (array.second == 0) continue;
+    out += detail::str_cat(out.empty() ? "" : ", ", array.second, " ", name);
+    if (const int64_t at = host.heap_offset(array.first); at >= 0) out += detail::str_cat(" at heap offset ", at);
+  }
+  return out + (ws.prepared() ? ", last prepared for " + ws.signature().describe() : ", not prepared");
+}
+
 // Waits until this rank's device has ended its kernels, then for every rank to have done the same: after
 // it, no kernel of any rank still reaches this rank's arrays. A rank whose device failed (a sticky CUDA
 // error) still takes part, so that its peers do not wait for it; its error is returned, for the caller to
-// raise once it has done what must not be skipped.
-std::exception_ptr wait_for_every_device(WorkspaceHost& host) {
+// raise once it has done what must not be skipped. With peer_failure, also says which other rank's device
+// failed ("rank 1's device failed: ...", "" when none did).
+std::exception_ptr wait_for_every_device(WorkspaceHost& host, std::string* peer_failure = nullptr) {
   std::exception_ptr failed;
+  std::string what;
   try {
     host.synchronize_device();
+  } catch (const std::exception& e) {
+    failed = std::current_exception();
+    what = e.what()[0] != '\0' ? e.what() : "an error without a message";
   } catch (...) {
     failed = std::current_exception();
+    what = "a non-standard exception";
   }
-  host.allgather("");
+  const std::vector<std::string> words = host.allgather(what);
+  for (int r = 0; peer_failure != nullptr && r < static_cast<int>(words.size()); ++r)
+    if (r != host.rank() && !words[r].empty() && peer_failure->empty())
+      *peer_failure = detail::str_cat("rank ", r, "'s device failed: ", words[r]);
   return failed;
 }
 }  // namespace
@@ -188,7 +217,10 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   const bool foreign = any_array() != nullptr && !host.holds(any_array());
   const std::string mine = sig.describe() + (foreign ? " on a workspace of another context's heap" : "");
   const bool stale = prepared_ && host.device_timeouts() != timeouts_;
-  auto all = host.allgather(mine + heap_sequence(host) + (stale ? std::string(kStale) : std::string()));
+  static constexpr char kStateMark = '\x1d';
+  const std::string state = describe_state(host, *this);
+  auto all =
+      host.allgather(mine + kStateMark + state + heap_sequence(host) + (stale ? std::string(kStale) : std::string()));
   IRIS_CHECK_ARG(!foreign, op_name(sig.op),
                  ": the workspace's arrays are not on this context's heap (it was prepared with another Context, "
                  "or with one since destroyed); give this context a workspace of its own (on every rank).");
@@ -198,12 +230,22 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
       all[r].resize(all[r].size() - kStale.size());
       any_stale = true;
     }
-    const std::string_view theirs = split_heap(all[r]).first;
+    const std::string_view word = split_heap(all[r]).first;
+    const std::string_view theirs = word.substr(0, word.rfind(kStateMark));
     IRIS_CHECK_ARG(theirs == mine, "Collective parameters differ across ranks: rank ", host.rank(), " has ", mine,
                    " but rank ", r, " has ", theirs, ". Every rank must call with the same shapes and config.");
   }
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const std::string_view word = split_heap(all[r]).first;
+    const std::string_view theirs = word.substr(word.rfind(kStateMark) + 1);
+    IRIS_CHECK_ARG(theirs == state, op_name(sig.op), ": the ranks pass workspaces in different states: rank ",
+                   host.rank(), "'s holds ", state, " but rank ", r, "'s holds ", theirs,
+                   ". Every rank must pass its own copy of the same workspace, prepared, reserved and released "
+                   "alike.");
+  }
   check_heap_sequences(host, all);
-  // 2. Capacity: deterministic from the arguments, so every rank decides the same way.
+  // 2. Capacity: from the arguments and the workspaces' states, which every rank has now seen to be the same,
+  //    so every rank decides the same way.
   if (lock_capacity_ > 0) check_lock_capacity(lock_capacity_, needs.locks);
   if (flag_capacity_ > 0) check_flag_capacity(flag_capacity_, needs.flags);
   if (staging_capacity_ > 0) check_staging_capacity(staging_capacity_, needs.staging_bytes);
@@ -214,7 +256,14 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   //     below only after that), then zeroes every array, the epoch too: the calls start over in step.
   //     Zeroed staging holds no LL line (the tag of a zero word is that of epoch 0, never a call's).
   if (any_stale) {
-    if (std::exception_ptr failed = wait_for_every_device(host)) std::rethrow_exception(failed);
+    // A rank whose device failed here cannot reset its arrays: every rank raises, none resets.
+    std::string peer_failure;
+    if (std::exception_ptr failed = wait_for_every_device(host, &peer_failure)) std::rethrow_exception(failed);
+    if (!peer_failure.empty())
+      throw RemoteError(detail::str_cat(
+          op_name(sig.op), ": ", peer_failure,
+          " while every rank waited for its kernels to reset this workspace after a device error, so no rank reset "
+          "it. A sticky CUDA error ends that rank's context: restart the job."));
     if (lock_capacity_ > 0) host.zero(locks_, lock_capacity_ * sizeof(uint32_t));
     if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
     if (staging_capacity_ > 0) host.zero(staging_, staging_capacity_);

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -29,15 +30,24 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
     void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
     std::memset(p, 0xAB, bytes);
     blocks_.insert(p);
+    offsets_[p] = next_offset_;
+    next_offset_ += static_cast<int64_t>((bytes + 255) / 256 * 256);
     return p;
   }
   void free(void* p) override {
     if (blocks_.erase(p) == 0) throw std::invalid_argument("fake host: free of a pointer it did not allocate");
+    offsets_.erase(p);
     --live;
     std::free(p);
   }
   // The start of a live allocation of this host (what a workspace passes).
   bool holds(const void* p) const override { return blocks_.count(const_cast<void*>(p)) > 0; }
+  // With `offsets`, each allocation's offset in a heap laid out in allocation order (never reused), as a
+  // Context's heap gives the same offset on every rank for the same collective allocation; else -1.
+  int64_t heap_offset(const void* p) const override {
+    const auto it = offsets_.find(const_cast<void*>(p));
+    return offsets && it != offsets_.end() ? it->second : -1;
+  }
   void zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
   std::vector<std::string> allgather(std::string_view mine) override {
     if (bs_) return bs_->allgather(mine);
@@ -61,10 +71,13 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
   // As Context::allocation_count() / allocation_hash(): set by a test to stand for a rank's heap calls.
   uint64_t heap_calls = 0;
   uint64_t heap_hash = 0;
+  bool offsets = false;  // heap_offset() says where each allocation lies (see there)
 
  private:
   std::shared_ptr<Bootstrap> bs_;
   std::set<void*> blocks_;
+  std::map<void*, int64_t> offsets_;
+  int64_t next_offset_ = 0;
 };
 
 }  // namespace iris::test
