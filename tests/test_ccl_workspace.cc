@@ -107,6 +107,9 @@ TEST(CclConfig, DefaultsAreValidAndBadFieldsAreNamed) {
   bad.all_reduce_ring_slice_n = 48;
   expect_msg(bad, 2, "all_reduce_ring_slice_n must be a power of two, got 48");
   bad = c;
+  bad.block_size_n = 48;  // the slice's default: refused naming the field that was set
+  expect_msg(bad, 2, "block_size_n must be a power of two (all_reduce_ring_slice_n, 0, takes it), got 48");
+  bad = c;
   bad.all_reduce_ring_slice_n = 128;
   expect_msg(bad, 2, "all_reduce_ring_slice_n must divide block_size_n (block_size_n=64, slice=128)");
   expect_msg(c, 0, "world_size must be at least 1, got 0");

@@ -586,6 +586,18 @@ TEST(OpsFusedPlan, SignatureAndSmSplit) {
   EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
             "matmul_all_reduce: gemm_sms (100) + comm_sms (2147483647) must leave at least one GEMM SM and fit the "
             "device's 132 SMs (copy_engine is false: the communication kernels run beside the GEMM).");
+  // gemm_sms left 0 takes what comm_sms leaves: comm_sms alone is named, not a negative split.
+  c.gemm_sms = 0;
+  c.comm_sms = 200;
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
+            "matmul_all_reduce: comm_sms (200) must leave at least one of the device's 132 SMs for the GEMM "
+            "(copy_engine is false: the communication kernels run beside the GEMM).");
+  c.comm_sms = 132;
+  c.copy_engine = true;
+  c.all_reduce_variant = AllReduceVariant::kAtomic;
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
+            "matmul_all_reduce: comm_sms (132) must leave at least one of the device's 132 SMs for the GEMM (the "
+            "atomic and spinlock variants add on SMs: the communication kernels run beside the GEMM).");
 }
 
 // validate() admits every Hopper wgmma tile, but the fused kernels run kFusedTiles only: the plan refuses

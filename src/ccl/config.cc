@@ -87,6 +87,9 @@ void Config::validate(int world_size) const {
   IRIS_CHECK_ARG(all_reduce_ring_slice_n >= 0, "all_reduce_ring_slice_n must be 0 (= block_size_n) or positive, got ",
                  all_reduce_ring_slice_n);
   int slice = ring_slice_n();
+  // The slice defaults to block_size_n, so a block_size_n that is no power of two is refused by its own name.
+  IRIS_CHECK_ARG(all_reduce_ring_slice_n > 0 || (slice & (slice - 1)) == 0,
+                 "block_size_n must be a power of two (all_reduce_ring_slice_n, 0, takes it), got ", slice);
   IRIS_CHECK_ARG((slice & (slice - 1)) == 0, "all_reduce_ring_slice_n must be a power of two, got ", slice);
   IRIS_CHECK_ARG(block_size_n % slice == 0, "all_reduce_ring_slice_n must divide block_size_n (block_size_n=",
                  block_size_n, ", slice=", slice, ")");

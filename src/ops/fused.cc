@@ -147,11 +147,15 @@ FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& con
                    ") and comm_sms (", p.comm_sms, ") must each fit the device's ", device_sms, " SMs.");
   } else {
     p.gemm_sms = config.gemm_sms > 0 ? config.gemm_sms : device_sms - p.comm_sms;
+    const char* why = config.copy_engine ? "the atomic and spinlock variants add on SMs" : "copy_engine is false";
+    // gemm_sms left 0 takes the SMs comm_sms leaves: refused by comm_sms alone, not by a negative gemm_sms.
+    IRIS_CHECK_ARG(config.gemm_sms > 0 || p.comm_sms < device_sms, ccl::op_name(op), ": comm_sms (", p.comm_sms,
+                   ") must leave at least one of the device's ", device_sms, " SMs for the GEMM (", why,
+                   ": the communication kernels run beside the GEMM).");
     // (compared without adding: gemm_sms + comm_sms could overflow, and pass)
     IRIS_CHECK_ARG(p.gemm_sms >= 1 && p.comm_sms <= device_sms && p.gemm_sms <= device_sms - p.comm_sms,
                    ccl::op_name(op), ": gemm_sms (", p.gemm_sms, ") + comm_sms (", p.comm_sms,
-                   ") must leave at least one GEMM SM and fit the device's ", device_sms, " SMs (",
-                   config.copy_engine ? "the atomic and spinlock variants add on SMs" : "copy_engine is false",
+                   ") must leave at least one GEMM SM and fit the device's ", device_sms, " SMs (", why,
                    ": the communication kernels run beside the GEMM).");
   }
   p.sig.op = op;

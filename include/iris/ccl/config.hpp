@@ -42,7 +42,8 @@ struct Config {
   // are handled. Locks and flags are sized by the resulting tile count. all_reduce's tile variants
   // (atomic, spinlock, ring) tile a tensor of fewer rows than block_size_m (a 1-D buffer is one row)
   // in tiles of all its rows and block_size_n x floor(block_size_m / rows) columns, about as many
-  // elements as a block, not in tiles of a few rows.
+  // elements as a block, not in tiles of a few rows. block_size_n is a power of two unless
+  // all_reduce_ring_slice_n is set (the ring's slices default to it).
   int block_size_m = 32;
   int block_size_n = 64;
   // Tiles grouped together along M in the tile order (better locality for peers' reads).
