@@ -430,6 +430,35 @@ TEST(BootstrapTcp, ExchangeFdsWithBadDescriptorReleasesOthers) {
   expect_all_zero(codes);
 }
 
+// A peer that fails or dies after exchange_fds' opening barrier never connects or sends: the others learn it
+// from the store at once (its abort, or its lost connection), not at the timeout.
+TEST(BootstrapTcp, APeerThatFailsInsideExchangeFdsReleasesOthers) {
+  constexpr int kWorld = 3;
+  for (bool dies : {false, true}) {
+    SCOPED_TRACE(dies ? "rank 1 dies" : "rank 1 aborts");
+    const Rendezvous rv;
+    auto codes = run_ranks(kWorld, [&](int rank) {
+      auto bs = iris::make_tcp_bootstrap(rv.info(rank, kWorld), 30s);
+      bs->barrier();
+      if (rank == 1) {
+        bs->barrier();  // the exchange's opening barrier, which every rank passes
+        if (dies) ::_exit(0);
+        bs->abort("rank 1 gave up");
+        return 0;
+      }
+      const int fd = ::memfd_create("iris-test", MFD_CLOEXEC);
+      const auto start = std::chrono::steady_clock::now();
+      const int code = same_text(
+          rank, what_of<iris::RemoteError>([&] { bs->exchange_fds(fd); }),
+          dies ? "rank 1 disconnected from the bootstrap store (process exited?)" : "rank 1 failed: rank 1 gave up");
+      ::close(fd);
+      CHILD_CHECK(rank, std::chrono::steady_clock::now() - start < 10s);  // released, not timed out
+      return code;
+    });
+    expect_all_zero(codes);
+  }
+}
+
 TEST(BootstrapTcp, MissingPeerTimesOutNamingIt) {
   constexpr int kWorld = 4;
   const Rendezvous rv;
@@ -600,6 +629,15 @@ TEST(BootstrapTcp, RejectsBadLaunchInfo) {
             "iris bootstrap: master port 0 is outside 1..65535");
   EXPECT_EQ(what_of<iris::InvalidArgument>([] { iris::make_tcp_bootstrap(tcp_info(0, 1, 29500), 0ms); }),
             "iris bootstrap: timeout 0 ms must be positive");
+  // A deadline of now plus a longer timeout would overflow the clock into the past and time out at once.
+  const std::string beyond = "iris bootstrap: timeout " + std::to_string(std::chrono::milliseconds::max().count()) +
+                             " ms is beyond the 1000000000000 ms (10^9 s) that deadlines can count to; pass at most "
+                             "that";
+  EXPECT_EQ(what_of<iris::InvalidArgument>(
+                [] { iris::make_tcp_bootstrap(tcp_info(0, 1, 29500), std::chrono::milliseconds::max()); }),
+            beyond);
+  EXPECT_EQ(what_of<iris::InvalidArgument>([] { iris::make_thread_bootstraps(2, std::chrono::milliseconds::max()); }),
+            beyond);
 }
 
 // A launcher that listens on MASTER_PORT before the ranks start hands the socket to rank 0's store
@@ -664,6 +702,33 @@ TEST(BootstrapTcp, RefusesAHandedOverSocketThatIsNotTheStores) {
             who + std::to_string(pipe_fds[0]) + handed + " is not a socket: Socket operation on non-socket");
   EXPECT_TRUE(is_listening(listener)) << "a refused handover must leave the launcher's socket alone";
   for (int fd : {listener, unbound, pipe_fds[0], pipe_fds[1]}) ::close(fd);
+}
+
+// Another program on the port that answers a hello with a huge length is refused by the length, before a
+// buffer of that size is allocated (2^39 bytes: a bad_alloc here, a long allocation on a large node).
+TEST(BootstrapTcp, AnAnswerTooLongForAWelcomeIsNotAStore) {
+  int port = 0;
+  const int listener = listening_socket(&port);
+  ASSERT_GE(listener, 0);
+  std::thread impostor([&] {
+    const int conn = ::accept(listener, nullptr, nullptr);
+    if (conn < 0) return;
+    char hello[64];
+    (void)::recv(conn, hello, sizeof(hello), 0);
+    const uint64_t length = uint64_t{1} << 39;  // little-endian, as the store writes its lengths
+    unsigned char header[8];
+    for (int i = 0; i < 8; ++i) header[i] = static_cast<unsigned char>(length >> (8 * i));
+    (void)::send(conn, header, sizeof(header), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(500ms);
+    ::close(conn);
+  });
+  EXPECT_EQ(what_of<iris::Error>([&] { iris::make_tcp_bootstrap(tcp_info(1, 2, port), 5s); }),
+            "iris bootstrap: 127.0.0.1:" + std::to_string(port) +
+                " answered with something that is not an iris bootstrap store (is another program listening on port " +
+                std::to_string(port) +
+                " from the default? IRIS_MASTER_PORT picks another port, the same on every rank)");
+  impostor.join();
+  ::close(listener);
 }
 
 // ---- threads of one process ----------------------------------------------------------------------------

@@ -11,6 +11,11 @@ namespace iris::detail {
 
 using Clock = std::chrono::steady_clock;
 
+// The longest bootstrap timeout, 10^9 s (IRIS_BOOTSTRAP_TIMEOUT's bound too): deadlines of now plus it
+// stay far inside the clock's range (about 292 years of nanoseconds), where a larger one would overflow
+// into the past and time out at once.
+inline constexpr std::chrono::milliseconds kMaxBootstrapTimeout{1'000'000'000'000};
+
 // "2.0", "1.5", "0.25", "0.001": seconds for error messages. Always at least one decimal so that
 // "after 2.0 s" reads as a duration, never more digits than the millisecond value needs.
 std::string format_seconds(std::chrono::milliseconds duration);

@@ -63,6 +63,9 @@ constexpr uint32_t kProtocolVersion = 1;
 constexpr uint64_t kMaxFrame = uint64_t{1} << 40;
 // Until its hello a connection is untrusted, so it may only send a tiny frame.
 constexpr uint64_t kMaxHelloFrame = 64;
+// The store's answer to a hello: its welcome (17 bytes) or an error frame. A larger length means another
+// program answered, and is refused before anything of that size is allocated.
+constexpr uint64_t kMaxWelcomeFrame = uint64_t{1} << 16;
 
 enum class Msg : uint8_t { kHello = 1, kWelcome, kCollective, kResult, kError, kAbort, kGoodbye };
 enum class Kind : uint8_t { kAllgather = 1, kBroadcast, kBarrier };
@@ -214,13 +217,13 @@ Io recv_all(int fd, char* p, size_t size, Clock::time_point deadline) {
   return Io::kOk;
 }
 
-// Reads one frame's body. Throws ProtocolError on an impossible length.
-Io recv_frame(int fd, std::string& body, Clock::time_point deadline) {
+// Reads one frame's body. Throws ProtocolError on a length of 0 or above `max`.
+Io recv_frame(int fd, std::string& body, Clock::time_point deadline, uint64_t max = kMaxFrame) {
   char header[8];
   Io io = recv_all(fd, header, sizeof(header), deadline);
   if (io != Io::kOk) return io;
   uint64_t n = load_le(header, 8);
-  if (n == 0 || n > kMaxFrame) throw ProtocolError(str_cat("impossible frame length ", n));
+  if (n == 0 || n > max) throw ProtocolError(str_cat("impossible frame length ", n));
   body.resize(static_cast<size_t>(n));
   return recv_all(fd, body.data(), body.size(), deadline);
 }
@@ -904,7 +907,7 @@ class TcpBootstrap final : public Bootstrap {
     std::string body;
     Io io;
     try {
-      io = recv_frame(sock_.get(), body, deadline);
+      io = recv_frame(sock_.get(), body, deadline, kMaxWelcomeFrame);
     } catch (const ProtocolError&) {
       throw Error(str_cat("iris bootstrap: ", where_,
                           " answered with something that is not an iris bootstrap store "
@@ -931,6 +934,31 @@ class TcpBootstrap final : public Bootstrap {
     } catch (const ProtocolError& e) {
       throw Error(
           str_cat("iris bootstrap: unexpected answer from the bootstrap store at ", where_, " (", e.what(), ")"));
+    }
+  }
+
+  // Between collectives (exchange_fds' connects and accepts) the store sends only to say the job failed: a
+  // peer's abort, or a peer that died. Throws that failure when it has come (or the store is gone), so a rank
+  // waiting for a peer's descriptor learns why it will never come instead of waiting out the timeout.
+  void throw_if_store_spoke() {
+    throw_if_failed();
+    if (!detail::wait_fd(sock_.get(), POLLIN, Clock::now())) return;
+    std::string body;
+    Io io;
+    try {
+      io = recv_frame(sock_.get(), body, Clock::now() + milliseconds(1000));
+    } catch (const ProtocolError& e) {
+      fail_protocol(e.what());
+    }
+    if (io == Io::kClosed) fail_and_throw(ErrKind::kRemote, store_lost());
+    if (io == Io::kTimeout) fail_protocol("a partial message between collectives");
+    try {
+      FrameReader r(body);
+      if (static_cast<Msg>(r.u8()) != Msg::kError) throw ProtocolError("a message between collectives");
+      const auto kind = static_cast<ErrKind>(r.u8());
+      fail_and_throw(kind, std::string(r.bytes()));
+    } catch (const ProtocolError& e) {
+      fail_protocol(e.what());
     }
   }
 
@@ -1081,13 +1109,17 @@ std::vector<int> TcpBootstrap::exchange_fds(int fd) {
         if (errno != EAGAIN && errno != ECONNREFUSED && errno != ENOENT && errno != EINTR)
           detail::throw_sys_error(errno, "connect(<peer's abstract Unix socket>)", __FILE__, __LINE__);
         if (Clock::now() >= deadline) throw timed_out(str_cat("connecting to rank ", peer, "'s Unix socket"));
+        throw_if_store_spoke();  // a peer that failed or died never listens
         std::this_thread::sleep_for(milliseconds(1));
       }
       if (!detail::send_fd(s.get(), fd, me, deadline)) throw timed_out(str_cat("sending a descriptor to rank ", peer));
     }
 
     for (int received = 0; received < world - 1;) {
-      if (!detail::wait_fd(listener.get(), POLLIN, deadline)) {
+      // In slices, listening to the store between them: a peer that failed or died never sends.
+      throw_if_store_spoke();
+      if (!detail::wait_fd(listener.get(), POLLIN, std::min(deadline, Clock::now() + milliseconds(20)))) {
+        if (Clock::now() < deadline) continue;
         std::vector<int> missing;
         for (int q = 0; q < world; ++q)
           if (q != me && out[q] < 0) missing.push_back(q);
@@ -1134,6 +1166,9 @@ std::shared_ptr<Bootstrap> make_tcp_bootstrap(const LaunchInfo& info, std::chron
   IRIS_CHECK_ARG(info.master_port >= 1 && info.master_port <= 65535, "iris bootstrap: master port ", info.master_port,
                  " is outside 1..65535");
   IRIS_CHECK_ARG(timeout.count() > 0, "iris bootstrap: timeout ", timeout.count(), " ms must be positive");
+  IRIS_CHECK_ARG(timeout <= detail::kMaxBootstrapTimeout, "iris bootstrap: timeout ", timeout.count(),
+                 " ms is beyond the ", detail::kMaxBootstrapTimeout.count(),
+                 " ms (10^9 s) that deadlines can count to; pass at most that");
   return std::make_shared<TcpBootstrap>(info, timeout);
 }
 

@@ -189,6 +189,9 @@ class ThreadBootstrap final : public Bootstrap {
 std::vector<std::shared_ptr<Bootstrap>> make_thread_bootstraps(int world, std::chrono::milliseconds timeout) {
   IRIS_CHECK_ARG(world >= 1, "iris bootstrap: world size ", world, " must be at least 1");
   IRIS_CHECK_ARG(timeout.count() > 0, "iris bootstrap: timeout ", timeout.count(), " ms must be positive");
+  IRIS_CHECK_ARG(timeout <= detail::kMaxBootstrapTimeout, "iris bootstrap: timeout ", timeout.count(),
+                 " ms is beyond the ", detail::kMaxBootstrapTimeout.count(),
+                 " ms (10^9 s) that deadlines can count to; pass at most that");
   auto group = std::make_shared<ThreadGroup>(world, timeout);
   std::vector<std::shared_ptr<Bootstrap>> out;
   out.reserve(world);

@@ -89,6 +89,10 @@ std::optional<ReceivedFd> recv_fd(int sock, Clock::time_point deadline) {
           fds.push_back(f);
         }
       }
+      if ((msg.msg_flags & MSG_CTRUNC) && fds.empty())
+        throw Error(
+            "iris bootstrap: a peer's descriptor was dropped on arrival (MSG_CTRUNC): is this process at its limit of "
+            "open files (ulimit -n)?");
       if (msg.msg_flags & MSG_CTRUNC) throw Error("iris bootstrap: a peer sent more descriptors than expected");
       if (n == 0) throw Error("iris bootstrap: a peer closed its Unix socket before sending its descriptor");
       got += static_cast<size_t>(n);
