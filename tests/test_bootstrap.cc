@@ -668,6 +668,8 @@ TEST(BootstrapTcp, StoreAdoptsTheLaunchersSocket) {
     }
     CHILD_CHECK(rank, open_fd_count() == fds_before);
     if (rank == 0) CHILD_CHECK(rank, is_listening(listener));
+    // Kept for later stores, but not inherited by rank 0's children (they would hold the port open).
+    if (rank == 0) CHILD_CHECK(rank, (::fcntl(listener, F_GETFD) & FD_CLOEXEC) != 0);
     return 0;
   });
   ::close(listener);

@@ -378,6 +378,12 @@ class StoreServer {
         " is not a listening TCP socket; unset it, or hand over one that listens on MASTER_PORT=", info.master_port);
     IRIS_CHECK_ARG(port == info.master_port, what, " listens on port ", port,
                    ", not on MASTER_PORT=", info.master_port);
+    // The launcher's descriptor stays open for this process's later stores, but no child of it (a system()
+    // call, a tool it starts) inherits it: a child holding the port open past this process's death would
+    // leave the peers' connections waiting in a backlog nobody reads, until their timeout, instead of refused.
+    const int fd_flags = ::fcntl(fd, F_GETFD);
+    IRIS_SYSCHECK(fd_flags);
+    IRIS_SYSCHECK(::fcntl(fd, F_SETFD, fd_flags | FD_CLOEXEC));
     UniqueFd s(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
     IRIS_SYSCHECK(s.get());
     const int flags = ::fcntl(s.get(), F_GETFL);
