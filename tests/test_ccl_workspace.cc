@@ -754,6 +754,25 @@ TEST(CclNeeds, OneRankNeedsNoStagingButTheFoundingNumbers) {
 // block_size_n x floor(block_size_m / rows) wide. With block-sized tiles a 4 MiB bfloat16 buffer took 32768
 // tiles of 64 elements: ring asked for 512 MiB of staging (128 times the tensor), atomic and spinlock for
 // 192 MiB. Tensors of block_size_m rows or more keep the config's tiles (the founding numbers above).
+// Tiles pad a tensor they do not fit (a column vector in tiles 65536 wide): sizes past what a GPU can address
+// are refused, never wrapped around to a small staging the kernels would overrun.
+TEST(CclNeeds, TileStagingBeyondWhatAGpuAddressesIsRefusedNotWrapped) {
+  const Tensor column = shape(DType::kFloat64, int64_t{1} << 45, 1);  // 2^48 bytes: the largest view allowed
+  Config wide = variant(AllReduceVariant::kRing);
+  wide.block_size_m = 1;
+  wide.block_size_n = 65536;
+  for (auto v : {AllReduceVariant::kRing, AllReduceVariant::kSpinlock, AllReduceVariant::kAtomic}) {
+    wide.all_reduce_variant = v;
+    EXPECT_EQ(test::error_text<std::invalid_argument>([&] { all_reduce_needs(column, column, wide, 2); }),
+              std::string("all_reduce: ") + variant_name(v) +
+                  " would stage more than 2^48 bytes, more than a GPU can address, for a 35184372088832x1 float64 "
+                  "tensor in 1x65536 tiles; pick block sizes that fit the tensor's shape, or another variant.");
+  }
+  wide.block_size_n = 1;  // tiles that fit: 2^45 tiles of one element, float64 accumulators, W = 2
+  wide.all_reduce_variant = AllReduceVariant::kSpinlock;
+  EXPECT_EQ(all_reduce_needs(column, column, wide, 2).staging_bytes, (size_t{1} << 44) * (8 + 8));
+}
+
 TEST(CclNeeds, TileVariantsWidenTheTilesOfShortTensors) {
   const size_t mib = size_t{1} << 20;
   const Tensor vec = shape(DType::kBFloat16, 1, int64_t{1} << 21);  // 4 MiB: 1024 tiles of 1 x 2048

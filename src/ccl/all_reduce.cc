@@ -137,6 +137,17 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
       p.tiles = tile_count(in.rows, in.cols, p.tile.m, p.tile.n);
       p.tiles_per_rank = (p.tiles + world - 1) / world;
       const size_t tile_elems = static_cast<size_t>(p.tile.m) * p.tile.n;
+      // Tiles pad the tensor (a column vector in tiles 65536 wide stages 65536 times its bytes): the staging
+      // is bounded before it is computed in size_t, where it could wrap to a small number.
+      const unsigned __int128 staged =
+          p.variant == AllReduceVariant::kRing
+              ? static_cast<unsigned __int128>(2) * static_cast<uint64_t>(p.tiles) * tile_elems * acc_bytes(in.dtype)
+              : static_cast<unsigned __int128>(static_cast<uint64_t>(p.tiles_per_rank)) * tile_elems *
+                    (acc_bytes(in.dtype) + esz);
+      IRIS_CHECK_ARG(staged <= Tensor::kMaxSpanBytes, "all_reduce: ", variant_name(p.variant),
+                     " would stage more than 2^48 bytes, more than a GPU can address, for a ", in.describe(),
+                     " tensor in ", p.tile.m, "x", p.tile.n,
+                     " tiles; pick block sizes that fit the tensor's shape, or another variant.");
       if (p.variant == AllReduceVariant::kRing) {
         // As many slices as the config's block has; a widened tile widens each of them alike.
         p.slices = config.block_size_n / config.ring_slice_n();
