@@ -31,6 +31,9 @@ const char* const kLaunchVariables[] = {
     "SLURM_NTASKS_PER_NODE",
     "SLURM_TASKS_PER_NODE",
     "SLURM_NNODES",
+    "SLURM_NODEID",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_STEP_NUM_NODES",
     "IRIS_BOOTSTRAP_TIMEOUT",
     "IRIS_STORE_LISTEN_FD",
     "IRIS_MASTER_PORT",
@@ -220,17 +223,31 @@ TEST_F(LaunchEnv, SlurmTasksPerNodeVariants) {
   EXPECT_EQ(info.local_world_size, 4);
   EXPECT_EQ(info.master_addr, "10.0.0.1");
 
-  set("SLURM_NTASKS_PER_NODE", "4");  // wins over SLURM_TASKS_PER_NODE
+  // The layout the step got wins over the one requested (a job can carry --ntasks-per-node=4 with another
+  // layout placed); this node's entry by SLURM_NODEID, else the first node's.
+  set("SLURM_NTASKS_PER_NODE", "4");
   set("SLURM_TASKS_PER_NODE", "3,5");
+  EXPECT_EQ(iris::detect_launch_info().local_world_size, 3);
+  set("SLURM_NODEID", "1");
+  EXPECT_EQ(iris::detect_launch_info().local_world_size, 5);
+  set("SLURM_TASKS_PER_NODE", "3(x2),6");
+  set("SLURM_NODEID", "2");
+  EXPECT_EQ(iris::detect_launch_info().local_world_size, 6);
+  set("SLURM_NODEID", "3");
+  EXPECT_EQ(launch_error(), "iris bootstrap: SLURM_NODEID=3 is outside the 3 nodes of SLURM_TASKS_PER_NODE='3(x2),6'");
+  ::unsetenv("SLURM_NODEID");
+  set("SLURM_STEP_TASKS_PER_NODE", "4(x2)");  // the step's own, first of all
   EXPECT_EQ(iris::detect_launch_info().local_world_size, 4);
-
+  ::unsetenv("SLURM_STEP_TASKS_PER_NODE");
+  ::unsetenv("SLURM_TASKS_PER_NODE");
+  EXPECT_EQ(iris::detect_launch_info().local_world_size, 4) << "the requested count when nothing else says";
   ::unsetenv("SLURM_NTASKS_PER_NODE");
-  EXPECT_EQ(iris::detect_launch_info().local_world_size, 3);  // first number of "3,5"
 
-  set("SLURM_TASKS_PER_NODE", "(x2)");
-  EXPECT_EQ(
-      launch_error(),
-      "iris bootstrap: SLURM_TASKS_PER_NODE='(x2)' does not start with a task count (expected e.g. 4 or 2(x3),1)");
+  for (const char* bad : {"(x2)", "4(x)", "4(2)", "4,", "0", "2(x0)", "-1", "4x"}) {
+    set("SLURM_TASKS_PER_NODE", bad);
+    EXPECT_EQ(launch_error(), std::string("iris bootstrap: SLURM_TASKS_PER_NODE='") + bad +
+                                  "' is not a list of task counts (expected e.g. 4 or 2(x3),1)");
+  }
 
   ::unsetenv("SLURM_TASKS_PER_NODE");
   EXPECT_EQ(launch_error(),
@@ -260,6 +277,29 @@ TEST_F(LaunchEnv, SlurmAcrossNodesNeedsMasterAddr) {
   EXPECT_EQ(launch_error(),
             "iris bootstrap: the job spans several nodes (SLURM_NTASKS=4, SLURM_TASKS_PER_NODE=2) but MASTER_ADDR is "
             "not set; set MASTER_ADDR (and MASTER_PORT) to the address of the node running rank 0");
+}
+
+// A batch script's own environment (no srun step) describes the allocation: here 4 tasks on 4 nodes placed
+// 1(x4), with --ntasks-per-node=4 requested. Read by the requested count it would make this process rank 0
+// of 4 on one node, hosting a store nobody else finds; read by the layout it needs MASTER_ADDR, and a
+// layout that puts every rank on this node of several is refused.
+TEST_F(LaunchEnv, SlurmLayoutsThatSpanNodesAreNeverReadAsOne) {
+  set("SLURM_PROCID", "0");
+  set("SLURM_NTASKS", "4");
+  set("SLURM_LOCALID", "0");
+  set("SLURM_NNODES", "4");
+  set("SLURM_NTASKS_PER_NODE", "4");
+  set("SLURM_TASKS_PER_NODE", "1(x4)");
+  EXPECT_EQ(launch_error(),
+            "iris bootstrap: the job spans several nodes (SLURM_NTASKS=4, SLURM_TASKS_PER_NODE=1) but MASTER_ADDR is "
+            "not set; set MASTER_ADDR (and MASTER_PORT) to the address of the node running rank 0");
+  ::unsetenv("SLURM_TASKS_PER_NODE");
+  EXPECT_EQ(launch_error(),
+            "iris bootstrap: SLURM_NNODES=4 says the job spans several nodes, but SLURM_NTASKS_PER_NODE=4 puts all "
+            "SLURM_NTASKS=4 ranks on this one; start the ranks with srun (or set RANK, WORLD_SIZE, LOCAL_RANK and "
+            "LOCAL_WORLD_SIZE)");
+  set("SLURM_STEP_NUM_NODES", "1");  // a step of one node in a larger allocation: the step's count rules
+  EXPECT_EQ(iris::detect_launch_info().local_world_size, 4);
 }
 
 TEST_F(LaunchEnv, BadIntegers) {

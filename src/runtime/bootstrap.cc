@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "iris/core/error.hpp"
 #include "runtime/bootstrap_detail.hpp"
@@ -145,8 +146,6 @@ EnvInt require_int(const char* name, const char* because) {
   return *v;
 }
 
-// Slurm's SLURM_TASKS_PER_NODE looks like "4" or "2(x3),1"; the first number is the task count of
-// the first node(s), which is this node's count for the usual homogeneous allocation.
 // A port number from `name`, or nothing when it is unset.
 std::optional<int> env_port(const char* name) {
   auto text = env(name);
@@ -158,12 +157,36 @@ std::optional<int> env_port(const char* name) {
   return port;
 }
 
-EnvInt slurm_tasks_per_node_first(const std::string& text) {
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  IRIS_CHECK_ARG(digits > 0, "iris bootstrap: SLURM_TASKS_PER_NODE='", text,
-                 "' does not start with a task count (expected e.g. 4 or 2(x3),1)");
-  return EnvInt{"SLURM_TASKS_PER_NODE", parse_int("SLURM_TASKS_PER_NODE", text.substr(0, digits))};
+// Slurm's task counts by node of the step, in node order: "4", "2(x3),1" (2, 2, 2 and 1).
+std::vector<int> slurm_tasks_per_node(const char* name, const std::string& text) {
+  const std::string bad = detail::str_cat("iris bootstrap: ", name, "='", text,
+                                          "' is not a list of task counts (expected e.g. 4 or 2(x3),1)");
+  // The number that starts at text[i] (advancing i past it), or -1 when none does.
+  auto number = [&](size_t& i) {
+    int value = -1;
+    const auto [ptr, ec] = std::from_chars(text.data() + i, text.data() + text.size(), value);
+    if (ec != std::errc() || ptr == text.data() + i || text[i] == '-' || text[i] == '+') return -1;
+    i = static_cast<size_t>(ptr - text.data());
+    return value;
+  };
+  std::vector<int> counts;
+  size_t i = 0;
+  for (;;) {
+    const int count = number(i);
+    int repeat = 1;
+    if (i < text.size() && text[i] == '(') {
+      IRIS_CHECK_ARG(text.compare(i, 2, "(x") == 0, bad);
+      i += 2;
+      repeat = number(i);
+      IRIS_CHECK_ARG(i < text.size() && text[i] == ')', bad);
+      ++i;
+    }
+    IRIS_CHECK_ARG(count >= 1 && repeat >= 1 && counts.size() + static_cast<size_t>(repeat) <= (size_t{1} << 20), bad);
+    counts.insert(counts.end(), static_cast<size_t>(repeat), count);
+    if (i == text.size()) return counts;
+    IRIS_CHECK_ARG(text[i] == ',', bad);
+    ++i;
+  }
 }
 
 // The four numbers of a launch plus the names they were read from.
@@ -196,18 +219,41 @@ std::optional<RawLaunch> read_slurm() {
   auto rank = env_int("SLURM_PROCID");
   if (!rank) return std::nullopt;
   EnvInt world = require_int("SLURM_NTASKS", "SLURM_PROCID is set");
-  std::optional<EnvInt> local_world = env_int("SLURM_NTASKS_PER_NODE");
-  if (!local_world) {
-    if (auto tpn = env("SLURM_TASKS_PER_NODE")) local_world = slurm_tasks_per_node_first(*tpn);
+  // This node's task count: from the layout the step got (SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE;
+  // this node's entry by SLURM_NODEID, else the first node's), else the requested SLURM_NTASKS_PER_NODE, which
+  // a job can carry for a layout other than the one it got (--ntasks-per-node=4 with 1(x4) tasks placed).
+  std::optional<EnvInt> local_world;
+  for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    const auto text = env(name);
+    if (!text) continue;
+    const std::vector<int> counts = slurm_tasks_per_node(name, *text);
+    size_t node = 0;
+    if (const auto id = env_int("SLURM_NODEID")) {
+      IRIS_CHECK_ARG(id->value >= 0 && static_cast<size_t>(id->value) < counts.size(),
+                     "iris bootstrap: SLURM_NODEID=", id->value, " is outside the ", counts.size(), " nodes of ", name,
+                     "='", *text, "'");
+      node = static_cast<size_t>(id->value);
+    }
+    local_world = EnvInt{name, counts[node]};
+    break;
   }
+  if (!local_world) local_world = env_int("SLURM_NTASKS_PER_NODE");
+  std::optional<EnvInt> nodes = env_int("SLURM_STEP_NUM_NODES");
+  if (!nodes) nodes = env_int("SLURM_NNODES");
   if (!local_world) {
     // Without a per-node count we only know the answer when the job has a single node.
-    auto nodes = env_int("SLURM_NNODES");
     IRIS_CHECK_ARG(!nodes || nodes->value == 1,
-                   "iris bootstrap: cannot tell how many ranks run on this node: SLURM_NNODES=",
+                   "iris bootstrap: cannot tell how many ranks run on this node: ", nodes ? nodes->name : "", "=",
                    nodes ? nodes->value : 0, " but neither SLURM_NTASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set");
     local_world = EnvInt{"SLURM_NTASKS", world.value};
   }
+  // Several nodes but every rank on this one: the variables describe no step of this job (a batch script run
+  // without srun sees its allocation's), and every node would host its own store and wait.
+  IRIS_CHECK_ARG(!nodes || nodes->value <= 1 || local_world->value < world.value, "iris bootstrap: ", nodes->name, "=",
+                 nodes->value, " says the job spans several nodes, but ", local_world->name, "=", local_world->value,
+                 " puts all ", world.name, "=", world.value,
+                 " ranks on this one; start the ranks with srun (or set RANK, WORLD_SIZE, LOCAL_RANK and "
+                 "LOCAL_WORLD_SIZE)");
   return RawLaunch{"slurm", *rank, world, env_int("SLURM_LOCALID"), local_world};
 }
 

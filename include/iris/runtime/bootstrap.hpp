@@ -77,7 +77,10 @@ struct LaunchInfo {
 // Reads the launcher's environment, in this order of precedence:
 //   torchrun / generic: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 //   Open MPI:           OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (+ MASTER_ADDR/PORT if set)
-//   Slurm:              SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE... (+ MASTER_*)
+//   Slurm:              SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (+ MASTER_*); this node's ranks from the
+//                       layout placed (SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE, "2(x3),1", this node's
+//                       entry by SLURM_NODEID), else SLURM_NTASKS_PER_NODE; refused when SLURM_STEP_NUM_NODES or
+//                       SLURM_NNODES says several nodes but the count puts every rank on this one
 // With none of them set: a single rank (launcher "none").
 // The store's port: IRIS_MASTER_PORT when set, else MASTER_PORT, else 29500. Under torchrun (torchelastic
 // sets TORCHELASTIC_USE_AGENT_STORE=True) the launcher's agent already serves its own store on MASTER_PORT
