@@ -627,6 +627,30 @@ TEST(CclWorkspace, ADeviceThatFailsDuringTheResetAfterATimeoutRaisesOnEveryRank)
             "rank's context: restart the job.");
 }
 
+// Needs sized for fewer ranks than the context has are refused by the reservation, naming the world size,
+// rather than by the first preamble as a workspace "prepared for fewer ranks".
+TEST(CclWorkspace, ANeedSizedForFewerRanksIsRefusedByTheReservation) {
+  const Tensor t = Tensor::vector(nullptr, DType::kFloat32, 1024);
+  const WorkspaceNeeds one_rank = all_reduce_needs(t, t, Config{}, 1);
+  const auto errors = raise_on_two_ranks([&](FakeHost& host, Workspace& ws, int) { ws.reserve(host, one_rank); });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(errors[r],
+              "reserve_workspace: these needs hold 6 block state words, fewer than the 9 every op needs on 2 ranks; "
+              "size them with this context's world size (2) as the *_needs functions' and plans' world_size.")
+        << "rank " << r;
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FakeHost host(bootstraps[r]);
+      Workspace ws;
+      ws.reserve(host, all_reduce_needs(t, t, Config{}, 2));  // sized for the context: reserved
+      EXPECT_EQ(ws.block_state_capacity(), 9u);
+      ws.release(host);
+    });
+  for (auto& t : threads) t.join();
+}
+
 TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
   const auto errors = prepare_on_two_ranks(
       [](int r) {

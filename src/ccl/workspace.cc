@@ -5,6 +5,7 @@
 #include <exception>
 #include <utility>
 
+#include "ccl/ccl_host.hpp"
 #include "iris/ccl/collectives.hpp"
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
@@ -48,8 +49,9 @@ int64_t tile_count(int64_t rows, int64_t cols, int block_m, int block_n) {
 
 namespace {
 [[noreturn]] void too_small(const char* what, size_t have, size_t need) {
-  throw WorkspaceTooSmall(detail::str_cat(what, " too small: have ", have, " but need ", need,
-                                          ". Pre-allocate workspace with the smallest block sizes you intend to use."));
+  throw WorkspaceTooSmall(
+      iris::detail::str_cat(what, " too small: have ", have, " but need ", need,
+                            ". Pre-allocate workspace with the smallest block sizes you intend to use."));
 }
 }  // namespace
 
@@ -61,38 +63,39 @@ void check_flag_capacity(size_t have, size_t need) {
 }
 void check_staging_capacity(size_t have, size_t need) {
   if (have < need)
-    throw WorkspaceTooSmall(detail::str_cat("Staging buffer too small: have ", have, " bytes but need ", need,
-                                            ". Pre-allocate workspace with the largest tensor and block sizes you "
-                                            "intend to use, or reserve it for all of your calls first "
-                                            "(iris::ccl::reserve_workspace)."));
+    throw WorkspaceTooSmall(
+        iris::detail::str_cat("Staging buffer too small: have ", have, " bytes but need ", need,
+                              ". Pre-allocate workspace with the largest tensor and block sizes you "
+                              "intend to use, or reserve it for all of your calls first "
+                              "(iris::ccl::reserve_workspace)."));
 }
 void check_block_state_capacity(size_t have, size_t need) {
   if (have < need)
-    throw WorkspaceTooSmall(detail::str_cat("Block state array too small: have ", have, " but need ", need,
-                                            ". It holds a word per rank: this workspace was prepared for fewer "
-                                            "ranks; prepare a new one with this context."));
+    throw WorkspaceTooSmall(iris::detail::str_cat("Block state array too small: have ", have, " but need ", need,
+                                                  ". It holds a word per rank: this workspace was prepared for fewer "
+                                                  "ranks; prepare a new one with this context."));
 }
 
 std::string OpSignature::describe() const {
-  return detail::str_cat(
-      op_name(op), " ", rows, "x", cols, depth > 0 ? detail::str_cat(" k ", depth) : std::string(), " ",
+  return iris::detail::str_cat(
+      op_name(op), " ", rows, "x", cols, depth > 0 ? iris::detail::str_cat(" k ", depth) : std::string(), " ",
       dtype_name(dtype), " world ", world_size,
       op == OpKind::kAllReduce || op == OpKind::kMatmulAllReduce ? std::string(" variant ") + variant_name(variant)
                                                                  : std::string(),
       protocol != OneShotProtocol::kAuto ? std::string(" protocol ") + protocol_name(protocol) : std::string(),
-      " blocks ", block_size_m, "x", block_size_n, root >= 0 ? detail::str_cat(" root ", root) : std::string(),
+      " blocks ", block_size_m, "x", block_size_n, root >= 0 ? iris::detail::str_cat(" root ", root) : std::string(),
       op == OpKind::kAllReduce || op == OpKind::kReduceScatter ? std::string(" op ") + reduce_op_name(reduce_op)
                                                                : std::string(),
       bias ? " with bias" : "",
-      symmetric_output ? detail::str_cat(" C on the symmetric heap at offset ", output_offset) : std::string(),
-      ll_max_bytes >= 0 ? detail::str_cat(" LL up to ", ll_max_bytes, " bytes per block (IRIS_LL_MAX_BYTES)")
+      symmetric_output ? iris::detail::str_cat(" C on the symmetric heap at offset ", output_offset) : std::string(),
+      ll_max_bytes >= 0 ? iris::detail::str_cat(" LL up to ", ll_max_bytes, " bytes per block (IRIS_LL_MAX_BYTES)")
                         : std::string(),
-      swizzle > 0 ? detail::str_cat(" swizzle_size ", swizzle) : std::string(),
-      distribution >= 0 ? detail::str_cat(" all_reduce_distribution ", distribution) : std::string(),
-      rings > 0 ? detail::str_cat(" all_reduce_num_rings ", rings) : std::string(),
-      slice_n > 0 ? detail::str_cat(" ring slices of ", slice_n, " columns") : std::string(),
-      grid > 0 ? detail::str_cat(" grid ", grid, " blocks (comm_sms, or the device's SMs)") : std::string(),
-      min_band_tiles > 0 ? detail::str_cat(" min_band_tiles ", min_band_tiles) : std::string());
+      swizzle > 0 ? iris::detail::str_cat(" swizzle_size ", swizzle) : std::string(),
+      distribution >= 0 ? iris::detail::str_cat(" all_reduce_distribution ", distribution) : std::string(),
+      rings > 0 ? iris::detail::str_cat(" all_reduce_num_rings ", rings) : std::string(),
+      slice_n > 0 ? iris::detail::str_cat(" ring slices of ", slice_n, " columns") : std::string(),
+      grid > 0 ? iris::detail::str_cat(" grid ", grid, " blocks (comm_sms, or the device's SMs)") : std::string(),
+      min_band_tiles > 0 ? iris::detail::str_cat(" min_band_tiles ", min_band_tiles) : std::string());
 }
 
 WorkspaceNeeds& WorkspaceNeeds::include(const WorkspaceNeeds& other) {
@@ -104,8 +107,8 @@ WorkspaceNeeds& WorkspaceNeeds::include(const WorkspaceNeeds& other) {
 }
 
 std::string WorkspaceNeeds::describe() const {
-  return detail::str_cat(locks, " locks, ", flags, " flags, ", staging_bytes, " staging bytes, ", block_state,
-                         " block state words");
+  return iris::detail::str_cat(locks, " locks, ", flags, " flags, ", staging_bytes, " staging bytes, ", block_state,
+                               " block state words");
 }
 
 Workspace::Workspace(Workspace&& other) noexcept { *this = std::move(other); }
@@ -139,7 +142,7 @@ namespace {
 // Appended to what prepare and reserve exchange: this rank's heap alloc/free calls so far and their hash.
 constexpr char kHeapMark = '\x1f';
 std::string heap_sequence(const WorkspaceHost& host) {
-  return detail::str_cat(kHeapMark, host.allocation_count(), " (hash ", host.allocation_hash(), ")");
+  return iris::detail::str_cat(kHeapMark, host.allocation_count(), " (hash ", host.allocation_hash(), ")");
 }
 // Splits a rank's exchanged word at kHeapMark: the part every rank compares as given, then the heap's.
 std::pair<std::string_view, std::string_view> split_heap(std::string_view word) {
@@ -155,7 +158,7 @@ void check_heap_sequences(const WorkspaceHost& host, const std::vector<std::stri
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
     const std::string_view theirs = split_heap(all[r]).second;
     same = same && theirs == mine;
-    ranks += detail::str_cat(r == 0 ? "" : ", ", "rank ", r, " made ", theirs);
+    ranks += iris::detail::str_cat(r == 0 ? "" : ", ", "rank ", r, " made ", theirs);
   }
   IRIS_CHECK_ARG(same, "Heap allocation sequence differs across ranks before this preamble: ", ranks,
                  " alloc/free calls. Every rank must allocate and free the same sizes in the same order, or the "
@@ -175,8 +178,8 @@ std::string describe_state(const WorkspaceHost& host, const Workspace& ws) {
       {"block state", {ws.block_state(), ws.block_state_capacity()}}};
   for (const auto& [name, array] : arrays) {
     if (array.second == 0) continue;
-    out += detail::str_cat(out.empty() ? "" : ", ", array.second, " ", name);
-    if (const int64_t at = host.heap_offset(array.first); at >= 0) out += detail::str_cat(" at heap offset ", at);
+    out += iris::detail::str_cat(out.empty() ? "" : ", ", array.second, " ", name);
+    if (const int64_t at = host.heap_offset(array.first); at >= 0) out += iris::detail::str_cat(" at heap offset ", at);
   }
   return out + (ws.prepared() ? ", last prepared for " + ws.signature().describe() : ", not prepared");
 }
@@ -201,7 +204,7 @@ std::exception_ptr wait_for_every_device(WorkspaceHost& host, std::string* peer_
   const std::vector<std::string> words = host.allgather(what);
   for (int r = 0; peer_failure != nullptr && r < static_cast<int>(words.size()); ++r)
     if (r != host.rank() && !words[r].empty() && peer_failure->empty())
-      *peer_failure = detail::str_cat("rank ", r, "'s device failed: ", words[r]);
+      *peer_failure = iris::detail::str_cat("rank ", r, "'s device failed: ", words[r]);
   return failed;
 }
 }  // namespace
@@ -260,7 +263,7 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
     std::string peer_failure;
     if (std::exception_ptr failed = wait_for_every_device(host, &peer_failure)) std::rethrow_exception(failed);
     if (!peer_failure.empty())
-      throw RemoteError(detail::str_cat(
+      throw RemoteError(iris::detail::str_cat(
           op_name(sig.op), ": ", peer_failure,
           " while every rank waited for its kernels to reset this workspace after a device error, so no rank reset "
           "it. A sticky CUDA error ends that rank's context: restart the job."));
@@ -310,12 +313,12 @@ void Workspace::check_call(WorkspaceHost& host, const OpSignature* sig, std::str
   static constexpr std::string_view kRefused = "checked call refused: ";
   std::string mine;
   if (sig == nullptr) {
-    mine = detail::str_cat(kRefused, refusal);
+    mine = iris::detail::str_cat(kRefused, refusal);
   } else {
     const void* arrays = any_array();
     const int64_t offset = arrays != nullptr ? host.heap_offset(arrays) : -1;
-    mine = detail::str_cat(kCall, sig->describe(), " (call ", calls_ + 1, " on the workspace",
-                           offset >= 0 ? detail::str_cat(" at heap offset ", offset) : std::string(), ")");
+    mine = iris::detail::str_cat(kCall, sig->describe(), " (call ", calls_ + 1, " on the workspace",
+                                 offset >= 0 ? iris::detail::str_cat(" at heap offset ", offset) : std::string(), ")");
   }
   const auto all = host.allgather(mine);
   if (sig == nullptr) return;
@@ -324,19 +327,19 @@ void Workspace::check_call(WorkspaceHost& host, const OpSignature* sig, std::str
     const std::string_view theirs = all[r];
     if (theirs == mine) continue;
     if (theirs.starts_with(kRefused))
-      throw InvalidArgument(detail::str_cat(
+      throw InvalidArgument(iris::detail::str_cat(
           op_name(sig->op), ": rank ", r,
           " refused this call, so no rank launches it (IRIS_CHECK_CALLS): ", theirs.substr(kRefused.size())));
     const std::string what =
         theirs.starts_with(kCall)
-            ? detail::str_cat("calls ", theirs.substr(kCall.size()))
+            ? iris::detail::str_cat("calls ", theirs.substr(kCall.size()))
             : std::string(
                   "made another collective call of the context at this point (a barrier, a preamble, an "
                   "allocation...), not this call");
-    throw InvalidArgument(detail::str_cat("Calls differ across ranks (IRIS_CHECK_CALLS): rank ", host.rank(), " calls ",
-                                          call, " but rank ", r, " ", what,
-                                          ". Every rank must make the same calls on a workspace, in the same order, "
-                                          "with the same shapes and config."));
+    throw InvalidArgument(iris::detail::str_cat(
+        "Calls differ across ranks (IRIS_CHECK_CALLS): rank ", host.rank(), " calls ", call, " but rank ", r, " ", what,
+        ". Every rank must make the same calls on a workspace, in the same order, "
+        "with the same shapes and config."));
   }
 }
 
@@ -369,6 +372,13 @@ void Workspace::reserve(WorkspaceHost& host, const WorkspaceNeeds& needs) {
                    " but rank ", r, " has ", theirs, ". Every rank must reserve the same workspace.");
   }
   check_heap_sequences(host, all);
+  // Needs sized for fewer ranks would be refused by the first preamble, as a workspace "prepared for fewer
+  // ranks": say here what is wrong with them.
+  const size_t words = ccl::detail::block_state_words(host.world_size());
+  IRIS_CHECK_ARG(needs.block_state == 0 || needs.block_state >= words, "reserve_workspace: these needs hold ",
+                 needs.block_state, " block state words, fewer than the ", words, " every op needs on ",
+                 host.world_size(), " ranks; size them with this context's world size (", host.world_size(),
+                 ") as the *_needs functions' and plans' world_size.");
   allocate_missing(host, needs);
 }
 
