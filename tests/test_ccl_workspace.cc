@@ -361,25 +361,33 @@ TEST(CclWorkspace, PreparedForAnotherOpItsFlagsAndStateStartFromZeroButTheEpoch)
   ws.release(host);
 }
 
-// Two ranks (threads on fake hosts) that disagree each run call(host, ws, rank) on a fresh workspace;
-// returns what each raised ("" if nothing) and checks that neither allocated anything.
-template <typename Call>
-std::vector<std::string> raise_on_two_ranks(Call call) {
+// Runs body(host, rank) on two ranks: threads, each with a fake host over one thread bootstrap.
+template <typename Body>
+void on_two_ranks(Body body) {
   auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
-  std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
       FakeHost host(bootstraps[r]);
-      Workspace ws;
-      try {
-        call(host, ws, r);
-      } catch (const std::invalid_argument& e) {
-        errors[r] = e.what();
-      }
-      EXPECT_EQ(host.allocs, 0) << "nothing allocated on a disagreement";
+      body(host, r);
     });
   for (auto& t : threads) t.join();
+}
+
+// Two ranks that disagree each run call(host, ws, rank) on a fresh workspace; returns what each raised ("" if
+// nothing) and checks that neither allocated anything.
+template <typename Call>
+std::vector<std::string> raise_on_two_ranks(Call call) {
+  std::vector<std::string> errors(2);
+  on_two_ranks([&](FakeHost& host, int r) {
+    Workspace ws;
+    try {
+      call(host, ws, r);
+    } catch (const std::invalid_argument& e) {
+      errors[r] = e.what();
+    }
+    EXPECT_EQ(host.allocs, 0) << "nothing allocated on a disagreement";
+  });
   return errors;
 }
 
@@ -549,29 +557,24 @@ TEST(CclWorkspace, PreparingAgainAfterADeviceTimeoutOnAnyRankStartsEveryRankOver
 // capacity alone (raising while its peer allocates and then waits for it), or both ranks would accept
 // workspaces whose arrays lie at different offsets, and peers would write into the other workspace.
 TEST(CclWorkspace, RanksThatPassWorkspacesInDifferentStatesAllRaiseTogether) {
-  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
   auto sig = spinlock_sig(512, 512, 64, 64);
   sig.world_size = 2;
   std::string errors[2], swapped[2];
   int allocs[2] = {-1, -1};
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      FakeHost host(bootstraps[r]);
-      host.offsets = true;
-      Workspace a, b, fresh;
-      a.reserve(host, lock_needs(512, 512, 128, 128));  // 16 locks at heap offset 0
-      b.reserve(host, lock_needs(512, 512, 128, 128));  // 16 locks at heap offset 256
-      host.allocs = 0;
-      // Rank 0 prepares a reserved workspace, which is too small; rank 1 a fresh one.
-      errors[r] = test::error_text<std::invalid_argument>(
-          [&] { (r == 0 ? a : fresh).prepare(host, sig, lock_needs(512, 512, 64, 64)); });
-      allocs[r] = host.allocs;
-      // Two workspaces alike but for where they lie, and each rank passes another.
-      swapped[r] = test::error_text<std::invalid_argument>(
-          [&] { (r == 0 ? a : b).prepare(host, sig, lock_needs(512, 512, 128, 128)); });
-    });
-  for (auto& t : threads) t.join();
+  on_two_ranks([&](FakeHost& host, int r) {
+    host.offsets = true;
+    Workspace a, b, fresh;
+    a.reserve(host, lock_needs(512, 512, 128, 128));  // 16 locks at heap offset 0
+    b.reserve(host, lock_needs(512, 512, 128, 128));  // 16 locks at heap offset 256
+    host.allocs = 0;
+    // Rank 0 prepares a reserved workspace, which is too small; rank 1 a fresh one.
+    errors[r] = test::error_text<std::invalid_argument>(
+        [&] { (r == 0 ? a : fresh).prepare(host, sig, lock_needs(512, 512, 64, 64)); });
+    allocs[r] = host.allocs;
+    // Two workspaces alike but for where they lie, and each rank passes another.
+    swapped[r] = test::error_text<std::invalid_argument>(
+        [&] { (r == 0 ? a : b).prepare(host, sig, lock_needs(512, 512, 128, 128)); });
+  });
   const std::string head = "all_reduce: the ranks pass workspaces in different states: ";
   const std::string tail =
       ". Every rank must pass its own copy of the same workspace, prepared, reserved and released alike.";
@@ -595,31 +598,26 @@ TEST(CclWorkspace, RanksThatPassWorkspacesInDifferentStatesAllRaiseTogether) {
 // its arrays: it raises its device's error, and its peers raise too, naming it, instead of resetting theirs
 // and then waiting for it until the bootstrap's timeout.
 TEST(CclWorkspace, ADeviceThatFailsDuringTheResetAfterATimeoutRaisesOnEveryRank) {
-  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
   auto sig = spinlock_sig(512, 512, 64, 64);
   sig.world_size = 2;
   std::string errors[2];
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      FakeHost host(bootstraps[r]);
-      Workspace ws;
+  on_two_ranks([&](FakeHost& host, int r) {
+    Workspace ws;
+    ws.prepare(host, sig, lock_needs(512, 512, 64, 64));
+    ws.locks()[0] = 7;
+    if (r == 0) {
+      host.timeouts = 1;
+      host.device_failed = true;
+    }
+    try {
       ws.prepare(host, sig, lock_needs(512, 512, 64, 64));
-      ws.locks()[0] = 7;
-      if (r == 0) {
-        host.timeouts = 1;
-        host.device_failed = true;
-      }
-      try {
-        ws.prepare(host, sig, lock_needs(512, 512, 64, 64));
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-      EXPECT_EQ(ws.locks()[0], 7u) << "rank " << r << " reset nothing";
-      host.device_failed = false;
-      ws.release(host);
-    });
-  for (auto& t : threads) t.join();
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+    EXPECT_EQ(ws.locks()[0], 7u) << "rank " << r << " reset nothing";
+    host.device_failed = false;
+    ws.release(host);
+  });
   EXPECT_EQ(errors[0], "fake device: a sticky CUDA error");
   EXPECT_EQ(errors[1],
             "all_reduce: rank 0's device failed: fake device: a sticky CUDA error while every rank waited for its "
@@ -638,17 +636,12 @@ TEST(CclWorkspace, ANeedSizedForFewerRanksIsRefusedByTheReservation) {
               "reserve_workspace: these needs hold 6 block state words, fewer than the 9 every op needs on 2 ranks; "
               "size them with this context's world size (2) as the *_needs functions' and plans' world_size.")
         << "rank " << r;
-  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(10));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      FakeHost host(bootstraps[r]);
-      Workspace ws;
-      ws.reserve(host, all_reduce_needs(t, t, Config{}, 2));  // sized for the context: reserved
-      EXPECT_EQ(ws.block_state_capacity(), 9u);
-      ws.release(host);
-    });
-  for (auto& t : threads) t.join();
+  on_two_ranks([&](FakeHost& host, int) {
+    Workspace ws;
+    ws.reserve(host, all_reduce_needs(t, t, Config{}, 2));  // sized for the context: reserved
+    EXPECT_EQ(ws.block_state_capacity(), 9u);
+    ws.release(host);
+  });
 }
 
 TEST(CclWorkspace, RanksThatDisagreeAllRaiseTogether) {
