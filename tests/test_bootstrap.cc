@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -704,6 +705,37 @@ TEST(BootstrapTcp, RefusesAHandedOverSocketThatIsNotTheStores) {
             who + std::to_string(pipe_fds[0]) + handed + " is not a socket: Socket operation on non-socket");
   EXPECT_TRUE(is_listening(listener)) << "a refused handover must leave the launcher's socket alone";
   for (int fd : {listener, unbound, pipe_fds[0], pipe_fds[1]}) ::close(fd);
+}
+
+// Rank 0 out of descriptors cannot accept its peers: the job fails at once, saying so, instead of polling a
+// listener that stays readable (which spun and logged without end) until the ranks "never connected".
+TEST(BootstrapTcp, AStoreOutOfDescriptorsFailsTheJobSayingSo) {
+  const Rendezvous rv;
+  const std::string store = "127.0.0.1:" + std::to_string(rv.port);
+  auto codes = run_ranks(2, [&](int rank) {
+    if (rank == 1) {  // connects once rank 0 is out of descriptors; whatever it gets, it ends by its timeout
+      std::this_thread::sleep_for(500ms);
+      (void)what_of<iris::Error>([&] { iris::make_tcp_bootstrap(rv.info(1, 2), 1s); });
+      return 0;
+    }
+    std::string what;
+    std::thread rank0([&] { what = what_of<iris::Error>([&] { iris::make_tcp_bootstrap(rv.info(0, 2), 10s); }); });
+    std::this_thread::sleep_for(200ms);  // the store runs and rank 0's own client has joined it
+    const rlimit low{64, 64};
+    rlimit old{};
+    CHILD_CHECK(rank, ::getrlimit(RLIMIT_NOFILE, &old) == 0 && ::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    std::vector<int> filler;
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(fd);
+    const auto start = std::chrono::steady_clock::now();
+    rank0.join();
+    for (int fd : filler) ::close(fd);
+    CHILD_CHECK(rank, std::chrono::steady_clock::now() - start < 5s);  // failed at once, not at the timeout
+    return same_text(rank, what,
+                     "iris bootstrap: rank 0 cannot accept connections to the bootstrap store at " + store +
+                         ": Too many open files; raise rank 0's limit of open files (ulimit -n), or close descriptors "
+                         "it does not need");
+  });
+  expect_all_zero(codes);
 }
 
 // Another program on the port that answers a hello with a huge length is refused by the length, before a

@@ -412,7 +412,9 @@ class StoreServer {
     std::vector<pollfd> fds;
     std::vector<Conn*> owners;
     for (;;) {
-      fds.assign({pollfd{wake_read_.get(), POLLIN, 0}, pollfd{listen_fd_.get(), POLLIN, 0}});
+      const bool accepting = Clock::now() >= accept_paused_until_;
+      fds.assign({pollfd{wake_read_.get(), POLLIN, 0},
+                  pollfd{listen_fd_.get(), static_cast<short>(accepting ? POLLIN : 0), 0}});
       owners.clear();
       for (Conn& c : conns_) {
         fds.push_back(pollfd{c.fd.get(), POLLIN, 0});
@@ -435,10 +437,12 @@ class StoreServer {
   }
 
   int poll_timeout_ms() const {
-    if (failed_) return -1;
     std::optional<Clock::time_point> deadline;
-    if (!all_connected_) deadline = connect_deadline_;
-    if (arrived_ > 0) deadline = coll_deadline_;
+    if (!failed_ && !all_connected_) deadline = connect_deadline_;
+    if (!failed_ && arrived_ > 0) deadline = coll_deadline_;
+    // While accepting pauses, wake when it resumes.
+    if (Clock::now() < accept_paused_until_)
+      deadline = std::min(deadline.value_or(accept_paused_until_), accept_paused_until_);
     if (!deadline) return -1;
     auto left = std::chrono::ceil<milliseconds>(*deadline - Clock::now()).count();
     return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
@@ -448,9 +452,24 @@ class StoreServer {
     for (;;) {
       int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-          IRIS_LOG_WARN("bootstrap store on ", where_, ": accept failed: ", errno_text(errno));
+        const int err = errno;
+        if (err == EINTR || err == ECONNABORTED) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) return;
+        // Out of descriptors or memory: the connection stays in the backlog and the listener readable, so
+        // polling it again at once would spin (and log) without end. Accepting pauses for a moment. Before
+        // every rank has connected the job cannot form: it fails, saying why, rather than at the timeout
+        // with ranks "never connected" that did.
+        accept_paused_until_ = Clock::now() + milliseconds(100);
+        if (!all_connected_) {
+          fail(ErrKind::kError, str_cat("iris bootstrap: rank 0 cannot accept connections to the bootstrap store at ",
+                                        where_, ": ", errno_text(err),
+                                        "; raise rank 0's limit of open files (ulimit -n), or close descriptors it "
+                                        "does not need"));
+        } else if (!accept_warned_) {
+          accept_warned_ = true;
+          IRIS_LOG_WARN("bootstrap store on ", where_, ": accept failed: ", errno_text(err),
+                        " (connections after the job formed are strays; they wait)");
+        }
         return;
       }
       set_nodelay(fd);
@@ -759,6 +778,8 @@ class StoreServer {
   std::vector<char> left_;      // rank said goodbye or died after registering
   int connected_ = 0;
   bool all_connected_ = false;
+  Clock::time_point accept_paused_until_{};  // accept_new: out of descriptors, accepting pauses until then
+  bool accept_warned_ = false;
 
   bool failed_ = false;
   ErrKind fail_kind_ = ErrKind::kError;
