@@ -1,7 +1,11 @@
 // Host tests of Context-level configuration: no GPU needed.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <limits>
+#include <string>
+#include <utility>
 
 #include "iris/context.hpp"
 #include "iris/runtime/bootstrap.hpp"
@@ -59,6 +63,49 @@ TEST(HeapSize, ComesFromEnvironmentWithDefaultOneGiB) {
 }
 
 // IRIS_HEAP_GUARDS is read before any device is touched: a bad value is named, GPU or not.
+// IRIS_DEVICE_TIMEOUT in seconds, from a millisecond to 10^9 s: "inf", 1e300 and 1e-4 became 0 ms or wrapped,
+// which the device took as its 10 s default (and device_timeout() reported as negative).
+TEST(DeviceTimeout, EnvironmentTakesSecondsTheDeviceCanCount) {
+  {
+    ScopedEnv unset("IRIS_DEVICE_TIMEOUT", nullptr);
+    EXPECT_EQ(device_timeout_from_env(), std::chrono::milliseconds(10000));
+  }
+  for (const auto& [text, ms] : {std::pair{"2.5", 2500}, std::pair{"0.001", 1}, std::pair{"30", 30000}}) {
+    ScopedEnv set("IRIS_DEVICE_TIMEOUT", text);
+    EXPECT_EQ(device_timeout_from_env(), std::chrono::milliseconds(ms)) << text;
+  }
+  {
+    ScopedEnv set("IRIS_DEVICE_TIMEOUT", "1e9");
+    EXPECT_EQ(device_timeout_from_env(), std::chrono::milliseconds(1'000'000'000'000));
+  }
+  for (const char* bad : {"inf", "nan", "1e300", "1e-4", "0", "-3", "10s", ""}) {
+    if (*bad == '\0') continue;  // empty means unset
+    ScopedEnv set("IRIS_DEVICE_TIMEOUT", bad);
+    EXPECT_EQ(test::error_text<std::invalid_argument>([] { device_timeout_from_env(); }),
+              std::string("Invalid IRIS_DEVICE_TIMEOUT='") + bad +
+                  "': expected a number of seconds from 0.001 to 1000000000 (e.g. 10 or 2.5).");
+  }
+}
+
+// Values the device or the heap cannot hold are refused by every rank before any CUDA call (here with no
+// GPU at all): a heap above 2^48 bytes (which rounding up to the granularity could wrap to 0) and a device
+// timeout above 10^9 s (whose nanoseconds would wrap).
+TEST(ContextOptions, ValuesTheDeviceCannotHoldAreRefusedFirst) {
+  ContextOptions heap;
+  heap.heap_size = std::numeric_limits<size_t>::max();
+  EXPECT_EQ(test::error_text<std::invalid_argument>(
+                [&] { Context(make_thread_bootstraps(1, std::chrono::seconds(10))[0], heap); }),
+            "a symmetric heap of " + std::to_string(std::numeric_limits<size_t>::max()) +
+                " bytes is more than a GPU can address (2^48); set IRIS_HEAP_SIZE or ContextOptions::heap_size to "
+                "what the GPU holds.");
+  ContextOptions timeout;
+  timeout.device_timeout = std::chrono::milliseconds::max();
+  EXPECT_EQ(test::error_text<std::invalid_argument>(
+                [&] { Context(make_thread_bootstraps(1, std::chrono::seconds(10))[0], timeout); }),
+            "ContextOptions::device_timeout of " + std::to_string(std::chrono::milliseconds::max().count()) +
+                " ms is above 10^9 s, more than the device's clock counts to; pass at most that.");
+}
+
 TEST(HeapGuards, EnvironmentTakesOnlyZeroOrOne) {
   ScopedEnv env("IRIS_HEAP_GUARDS", "yes");
   auto bootstraps = make_thread_bootstraps(1, std::chrono::seconds(10));

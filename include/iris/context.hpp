@@ -42,7 +42,7 @@ struct ContextOptions {
   int device = -1;
   // Bound on host bootstrap operations; 0 takes IRIS_BOOTSTRAP_TIMEOUT or 300 s.
   std::chrono::milliseconds bootstrap_timeout{0};
-  // Bound on every device-side spin; 0 takes IRIS_DEVICE_TIMEOUT (seconds) or 10 s.
+  // Bound on every device-side spin, at most 10^9 s; 0 takes IRIS_DEVICE_TIMEOUT (seconds) or 10 s.
   std::chrono::milliseconds device_timeout{0};
   // Debug mode (also IRIS_HEAP_GUARDS=1): every heap allocation takes heap_guard_bytes() more, which
   // with the padding after the request hold a pattern; barrier() checks every live allocation's guard
@@ -65,6 +65,9 @@ struct ContextOptions {
 size_t heap_size_from_env();
 // Parses a byte count with optional K/M/G/T suffix (powers of 1024).
 size_t parse_byte_size(const std::string& text);
+// Device timeout from IRIS_DEVICE_TIMEOUT (seconds, from 0.001 to 10^9, fractions allowed), or 10 s when unset.
+// Throws InvalidArgument naming the range otherwise ("inf" included: the device's clock counts to 10^9 s).
+std::chrono::milliseconds device_timeout_from_env();
 
 class Context {
  public:

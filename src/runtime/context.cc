@@ -3,6 +3,8 @@
 #include <nvtx3/nvToolsExtMem.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,15 +47,10 @@ std::string describe_damage(const HeapAllocator::GuardRegion& r, const detail::G
                          " instead of ", hex_byte(d.want), ")");
 }
 
-std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::milliseconds fallback) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return fallback;
-  char* end = nullptr;
-  double s = std::strtod(env, &end);
-  IRIS_CHECK_ARG(end != env && *end == '\0' && s > 0, "Invalid ", name, "='", env,
-                 "': expected a positive number of seconds (e.g. 10 or 2.5).");
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0 + 0.5));
-}
+// The device's spins count nanoseconds in 64 bits: 10^9 s is far inside, and far above any real wait.
+constexpr std::chrono::milliseconds kMaxDeviceTimeout{1'000'000'000'000};
+// Above this a heap is more than a GPU can address (and rounding it up to the granularity could wrap).
+constexpr size_t kMaxHeapBytes = size_t{1} << 48;
 
 // Runs `step` on this rank and tells every rank whether any rank failed it, so that a local error
 // (a bad device, out of memory) raises on every rank together instead of stranding the others in
@@ -172,6 +169,20 @@ size_t parse_byte_size(const std::string& text) {
   return static_cast<size_t>(value << shift);
 }
 
+std::chrono::milliseconds device_timeout_from_env() {
+  const char* env = std::getenv("IRIS_DEVICE_TIMEOUT");
+  if (env == nullptr || *env == '\0') return std::chrono::milliseconds(10000);
+  char* end = nullptr;
+  errno = 0;
+  const double s = std::strtod(env, &end);
+  // At least a millisecond (what the device counts in) and at most 10^9 s: "inf", 1e300 or 1e-4 would
+  // otherwise become 0 ms or wrap, and the device takes a 0 for its 10 s default.
+  IRIS_CHECK_ARG(end != env && *end == '\0' && errno == 0 && std::isfinite(s) && s >= 0.001 && s <= 1e9,
+                 "Invalid IRIS_DEVICE_TIMEOUT='", env,
+                 "': expected a number of seconds from 0.001 to 1000000000 (e.g. 10 or 2.5).");
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0 + 0.5));
+}
+
 size_t heap_size_from_env() {
   const char* env = std::getenv("IRIS_HEAP_SIZE");
   if (env == nullptr || *env == '\0') return kDefaultHeapSize;
@@ -215,10 +226,14 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   agree(*bootstrap_, "to set up its device", [&] {
     guards = options.heap_guards || switch_from_env("IRIS_HEAP_GUARDS");
     check_calls_ = options.check_calls || switch_from_env("IRIS_CHECK_CALLS");
-    device_timeout_ = options.device_timeout.count() > 0
-                          ? options.device_timeout
-                          : seconds_from_env("IRIS_DEVICE_TIMEOUT", std::chrono::milliseconds(10000));
+    device_timeout_ = options.device_timeout.count() > 0 ? options.device_timeout : device_timeout_from_env();
+    IRIS_CHECK_ARG(device_timeout_ <= kMaxDeviceTimeout, "ContextOptions::device_timeout of ", device_timeout_.count(),
+                   " ms is above 10^9 s, more than the device's clock counts to; pass at "
+                   "most that.");
     requested = options.heap_size > 0 ? options.heap_size : heap_size_from_env();
+    IRIS_CHECK_ARG(requested <= kMaxHeapBytes, "a symmetric heap of ", requested,
+                   " bytes is more than a GPU can address (2^48); set IRIS_HEAP_SIZE or ContextOptions::heap_size to "
+                   "what the GPU holds.");
     int count = local_device_count();
     device_ = options.device >= 0 ? options.device : rank_;
     IRIS_CHECK_ARG(count > 0, "rank ", rank_, " found no CUDA device (cudaGetDeviceCount returned 0).");
@@ -422,7 +437,8 @@ std::string Context::heap_span_problem(const void* ptr, size_t bytes) const {
     return detail::str_cat("lies in this rank's heap at offset ", offset,
                            " but in no live allocation; pass a buffer that is allocated (was it freed?).");
   const size_t end = span->offset + span->requested;
-  if (offset + bytes > end)
+  // (not offset + bytes > end, which a huge view's bytes could wrap; offset may lie in the padding past end)
+  if (offset > end || bytes > end - offset)
     return detail::str_cat("runs ", offset + bytes - end, " bytes past the end of its heap allocation (",
                            span->requested, " bytes at heap offset ", span->offset,
                            "); pass a view that lies within one allocation.");

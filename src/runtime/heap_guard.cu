@@ -49,8 +49,10 @@ void HeapGuards::upload(const std::vector<HeapAllocator::GuardRegion>& regions, 
   if (regions.size() > span_capacity_) {
     if (spans_ != nullptr) IRIS_CUDA_CHECK(cudaFree(spans_));
     spans_ = nullptr;
-    span_capacity_ = std::max<size_t>(regions.size(), 2 * span_capacity_);
-    IRIS_CUDA_CHECK(cudaMalloc(&spans_, span_capacity_ * 2 * sizeof(uint64_t)));
+    const size_t capacity = std::max<size_t>(regions.size(), 2 * span_capacity_);
+    span_capacity_ = 0;  // until the allocation succeeds: a failed one leaves no capacity behind a null buffer
+    IRIS_CUDA_CHECK(cudaMalloc(&spans_, capacity * 2 * sizeof(uint64_t)));
+    span_capacity_ = capacity;
   }
   std::vector<uint64_t> host;
   host.reserve(regions.size() * 2);
