@@ -1,5 +1,7 @@
 #include "support/ranks.hpp"
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -77,15 +79,31 @@ namespace {
 std::string needs_gpus(int need, int have) {
   return "needs " + std::to_string(need) + " CUDA GPU(s), " + std::to_string(have) + " visible";
 }
+
+// Why no GPU is visible, when CUDA says (a driver older than the runtime reads as "no GPU" otherwise):
+// " (cudaGetDeviceCount: <error>)", or "" when it succeeded.
+const std::string& no_gpu_detail() {
+  static const std::string detail = [] {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess) return std::string();
+    (void)cudaGetLastError();
+    return std::string(" (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+  }();
+  return detail;
+}
 }  // namespace
 
 std::string skip_reason(int gpus) {
   int have = gpu_count();
   if (have >= gpus) return {};
-  return needs_gpus(gpus, have);
+  return needs_gpus(gpus, have) + (have == 0 ? no_gpu_detail() : "");
 }
 
-std::string skip_reason(const RankSetup& setup) { return skip_reason(setup, gpu_count(), ranks_per_gpu()); }
+std::string skip_reason(const RankSetup& setup) {
+  const std::string why = skip_reason(setup, gpu_count(), ranks_per_gpu());
+  return why.empty() || gpu_count() > 0 ? why : why + no_gpu_detail();
+}
 
 std::string skip_reason(const RankSetup& setup, int gpus, int ranks_per_gpu) {
   if (setup.world <= gpus) return {};
