@@ -607,14 +607,16 @@ int main_impl(int argc, char** argv) {
     }
   }
 
-  size_t failed = 0, wrong = 0, nccl_wrong = 0, fused_failed = 0, fused_wrong = 0;
+  size_t failed = 0, wrong = 0, nccl_wrong = 0, fused_failed = 0, fused_wrong = 0, broke = 0;
   for (const Record& r : shared.records) {
     if (!r.iris.error.empty()) ++failed;
+    if (r.iris.ran && !r.iris.error.empty()) ++broke;  // ran and failed (not a row left out, with its reason)
     if (r.iris.wrong > 0) ++wrong;
     if (r.nccl.wrong > 0 || r.nccl_sym.wrong > 0) ++nccl_wrong;
   }
   for (const FusedRecord& r : shared.fused) {
     if (!r.fused.error.empty()) ++fused_failed;
+    if (r.fused.ran && !r.fused.error.empty()) ++broke;
     if (r.wrong()) ++fused_wrong;
   }
   std::printf("\n#");
@@ -640,7 +642,9 @@ int main_impl(int argc, char** argv) {
     }
   }
   std::fflush(stdout);
-  if ((wrong > 0 || fused_wrong > 0) && status == 0) status = 1;
+  // A row iris ran and failed (an exception, a hang) fails the run like a wrong result: the tables' "err"
+  // cells alone would leave the exit status 0. Rows left out with a reason (n/a) do not.
+  if ((wrong > 0 || fused_wrong > 0 || broke > 0) && status == 0) status = 1;
   return status;
 }
 

@@ -8,6 +8,7 @@ LOG_DIR="${IRIS_LOG_DIR:-${OUT:-$PWD/gpu-logs}}"
 mkdir -p "$LOG_DIR"
 source scripts/env.sh
 summary=()
+status=0  # 1 once anything fails: the run's exit status says so, not only the summary
 started=$(date +%s)
 
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv > "$LOG_DIR/gpus.txt" 2>&1
@@ -15,7 +16,7 @@ nvidia-smi topo -m >> "$LOG_DIR/gpus.txt" 2>&1
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 summary+=("gpus: $gpus ($(sed -n 2p "$LOG_DIR/gpus.txt"))")
 
-if ! iris_configure_and_build > "$LOG_DIR/build.log" 2>&1; then
+if ! iris_configure_and_build -DIRIS_BUILD_TESTS=ON > "$LOG_DIR/build.log" 2>&1; then
   tail -n 60 "$LOG_DIR/build.log"
   echo "SUMMARY: build FAILED (log: build.log)"
   exit 1
@@ -23,11 +24,12 @@ fi
 summary+=("build: ok in $(( $(date +%s) - started )) s")
 
 # Every test, one at a time (GPU tests share the GPUs). Extra ctest arguments pass through.
-( cd "$IRIS_BUILD_DIR" && timeout "${IRIS_CTEST_TIMEOUT:-1500}" ctest --output-on-failure --timeout 300 \
-    --output-junit "$LOG_DIR/ctest.xml" "$@" ) > "$LOG_DIR/ctest.log" 2>&1
+( cd "$IRIS_BUILD_DIR" && timeout "${IRIS_CTEST_TIMEOUT:-1500}" ctest --output-on-failure --no-tests=error \
+    --timeout 300 --output-junit "$LOG_DIR/ctest.xml" "$@" ) > "$LOG_DIR/ctest.log" 2>&1
 ctest_rc=$?
+[ "$ctest_rc" -eq 0 ] || status=1
 summary+=("ctest: $(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -n 1) (rc $ctest_rc)")
-skipped=$(grep -c "Skipped" "$LOG_DIR/ctest.log" || true)
+skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped' "$LOG_DIR/ctest.log" || true)
 summary+=("ctest skipped: $skipped")
 grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$LOG_DIR/ctest.log" | head -n 20 > "$LOG_DIR/failed.txt"
 
@@ -38,10 +40,14 @@ run_example "$IRIS_BUILD_DIR/examples" "$LOG_DIR" tp_mlp
 
 [ -x "$IRIS_BUILD_DIR/bench/device_bench" ] && {
   timeout 300 "$IRIS_BUILD_DIR/bench/device_bench" > "$LOG_DIR/device_bench.log" 2>&1
-  summary+=("device_bench: rc $?")
+  bench_rc=$?
+  [ "$bench_rc" -eq 0 ] || status=1
+  summary+=("device_bench: rc $bench_rc")
 }
 
 echo "==== failed tests (first 20) ===="
 cat "$LOG_DIR/failed.txt"
 echo "==== SUMMARY ($(( $(date +%s) - started )) s) ===="
 printf '%s\n' "${summary[@]}"
+echo "status: $([ "$status" -eq 0 ] && echo "every step passed" || echo "a step FAILED (above)")"
+exit "$status"

@@ -25,6 +25,7 @@ export IRIS_TEST_CHILD_TIMEOUT="${IRIS_TEST_CHILD_TIMEOUT:-150}"
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=("*HeapGpu*" "*Device*" "*AllReduce*" "*Collective*" "*Fused*:*Gemm*-*AllReduce*")
 summary=()
+status=0  # 1 once a group or an example fails: the run's exit status says so, not only the summary
 if [ -n "${IRIS_MPS:-}" ]; then
   per_gpu="${IRIS_TEST_RANKS_PER_GPU:-1}"
   if ! [[ "$IRIS_MPS" =~ ^[0-9]+$ ]] || [ "$IRIS_MPS" -lt 1 ] || [ "$((IRIS_MPS * per_gpu))" -gt 100 ]; then
@@ -53,6 +54,7 @@ for g in "${groups[@]}"; do
   if [[ "$g" == *@* ]]; then limit="${g##*@}"; g="${g%@*}"; fi
   timeout "$limit" "$BIN/iris_tests" --gtest_filter="$g" > "$log" 2>&1
   rc=$?
+  [ "$rc" -eq 0 ] || status=1
   # Children of process-mode tests print their own per-test lines: count them only when the parent's
   # final tally is missing (the group was stopped), and count distinct names.
   passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+' | tail -n1)
@@ -72,7 +74,11 @@ fi
 for b in message_exchange device_bench; do
   [ -z "${IRIS_SKIP_EXAMPLES:-}" ] && [ -x "$BIN/$b" ] || continue
   timeout 240 "$BIN/$b" > "/tmp/$b.log" 2>&1
-  summary+=("$b: rc $? | $(tail -n 12 "/tmp/$b.log" | tr '\n' ' ' | tail -c 1500)")
+  brc=$?
+  [ "$brc" -eq 0 ] || status=1
+  summary+=("$b: rc $brc | $(tail -n 12 "/tmp/$b.log" | tr '\n' ' ' | tail -c 1500)")
 done
 echo "==== SUMMARY ===="
 printf '%s\n' "${summary[@]}"
+echo "status: $([ "$status" -eq 0 ] && echo "every step passed" || echo "a step FAILED (above)")"
+exit "$status"

@@ -5,9 +5,14 @@
 # Without a GPU, heap_exchange says so and the script exits non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Said first, before the build: on a machine without a GPU it builds, then has nothing to run.
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "main: no NVIDIA GPU on this machine (nvidia-smi lists none): iris builds, then the examples say there is nothing to run" >&2
+fi
 bash scripts/setup.sh
 source scripts/env.sh
 iris_configure_and_build -DIRIS_BUILD_TESTS=OFF
-"$IRIS_BUILD_DIR/examples/heap_exchange"
-"$IRIS_BUILD_DIR/examples/tp_mlp"
-exec "$IRIS_BUILD_DIR/bench/iris-bench" --quick --fused "$@"
+# Bounded, as every GPU command should be: a hang ends with a message instead of holding the machine.
+timeout 600 "$IRIS_BUILD_DIR/examples/heap_exchange"
+timeout 600 "$IRIS_BUILD_DIR/examples/tp_mlp"
+exec timeout 3600 "$IRIS_BUILD_DIR/bench/iris-bench" --quick --fused "$@"

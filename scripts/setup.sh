@@ -9,13 +9,25 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+# pip fetches the CUTLASS headers below, when they are not here yet.
+if [ ! -f "$(dirname "$0")/../.deps/cutlass/include/cutlass/cutlass.h" ] &&
+  ! { command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1; }; then
+  need+=(python3-pip)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "setup: missing ${need[*]} and no apt-get to install them" >&2
     exit 1
   fi
   echo "setup: installing ${need[*]}"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+      echo "setup: installing packages needs root, and there is no sudo; as root run: apt-get install ${need[*]}" >&2
+      exit 1
+    fi
+    SUDO=sudo
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
@@ -24,11 +36,19 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: the CUDA toolkit (nvcc) is not installed; install CUDA 12.4 or newer into /usr/local/cuda" >&2
   exit 1
 fi
+# CMakeLists.txt asks for CMake 3.25: say so here rather than in a configure error.
+cmake_version=$(cmake --version | head -n 1 | grep -oE '[0-9]+\.[0-9]+' | head -n 1)
+if ! printf '3.25\n%s\n' "$cmake_version" | sort -V -C; then
+  echo "setup: cmake $cmake_version is older than 3.25, which iris needs; install a newer cmake (e.g. python3 -m pip install 'cmake>=3.25')" >&2
+  exit 1
+fi
 echo "setup: build tools present"
 
 # CUTLASS/CuTe headers for the GEMM core (src/ops/gemm_sm90.cu), from the pinned PyPI wheel, which
 # ships them under cutlass_library/source/include. Header-only: nothing is built or linked. Without
-# them iris still builds; iris::ops::gemm then throws and says to run this script.
+# them iris builds no GEMM core (iris::ops::gemm then throws and says to run this script), so a failed
+# download stops here unless IRIS_ALLOW_NO_CUTLASS=1 asks for such a build: CI never goes green without
+# compiling the GEMM kernels, and a GPU host without network says to carry .deps/ instead.
 CUTLASS_VERSION=4.2.0.0
 cutlass_dir=.deps/cutlass/include
 cd "$(dirname "$0")/.."
@@ -37,11 +57,20 @@ if [ -f "$cutlass_dir/cutlass/cutlass.h" ]; then
 else
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
+  no_cutlass() {
+    echo "setup: $1" >&2
+    if [ "${IRIS_ALLOW_NO_CUTLASS:-0}" = 1 ]; then
+      echo "setup: IRIS_ALLOW_NO_CUTLASS=1: building without the GEMM core" >&2
+    else
+      echo "setup: the GEMM core needs the CUTLASS $CUTLASS_VERSION headers in $cutlass_dir: copy .deps/ from a machine that ran this script, or set IRIS_ALLOW_NO_CUTLASS=1 to build without the GEMM core" >&2
+      exit 1
+    fi
+  }
   if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
-    echo "setup: no python3 -m pip; CUTLASS headers not installed, building without the GEMM core" >&2
+    no_cutlass "no python3 -m pip to download nvidia-cutlass==$CUTLASS_VERSION"
   elif ! python3 -m pip download -q --no-deps --retries 2 --timeout 20 "nvidia-cutlass==$CUTLASS_VERSION" -d "$tmp" >"$tmp/pip.log" 2>&1; then
-    echo "setup: could not download nvidia-cutlass==$CUTLASS_VERSION (offline?); building without the GEMM core:" >&2
     tail -n 3 "$tmp/pip.log" >&2
+    no_cutlass "could not download nvidia-cutlass==$CUTLASS_VERSION (offline?)"
   else
     whl=$(ls "$tmp"/nvidia_cutlass-*.whl | head -n 1)
     # Unpack into a scratch folder first so an interrupted run never leaves a half-filled include dir.
