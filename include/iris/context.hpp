@@ -128,9 +128,12 @@ class Context {
   // Offset of ptr within this rank's heap (throws InvalidArgument when not in the heap).
   size_t offset_of(const void* ptr) const;
 
-  // Typed helpers. Fills run on stream() and are complete when they return.
+  // Typed helpers. Fills run on stream() and are complete when they return. A count whose bytes overflow
+  // size_t is refused (it would wrap to a small allocation that the fills then run past).
   template <typename T>
   T* empty(size_t count) {
+    IRIS_CHECK_ARG(count <= SIZE_MAX / sizeof(T), "Context::empty: ", count, " elements of ", sizeof(T),
+                   " bytes overflow a byte count; no heap holds them.");
     return static_cast<T*>(alloc(count * sizeof(T), alignof(T) > 256 ? alignof(T) : 256));
   }
   template <typename T>
