@@ -49,12 +49,18 @@ echo "setup: build tools present"
 # them iris builds no GEMM core (iris::ops::gemm then throws and says to run this script), so a failed
 # download stops here unless IRIS_ALLOW_NO_CUTLASS=1 asks for such a build: CI never goes green without
 # compiling the GEMM kernels, and a GPU host without network says to carry .deps/ instead.
+# Pinned by version and by the wheel's sha256; .deps/cutlass/VERSION, written last, says which headers
+# are there, so headers of another version (or a half-finished unpack) are fetched again.
 CUTLASS_VERSION=4.2.0.0
+CUTLASS_SHA256=f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6
 cutlass_dir=.deps/cutlass/include
+cutlass_stamp=.deps/cutlass/VERSION
 cd "$(dirname "$0")/.."
-if [ -f "$cutlass_dir/cutlass/cutlass.h" ]; then
-  echo "setup: CUTLASS headers present ($cutlass_dir)"
+if [ -f "$cutlass_dir/cutlass/cutlass.h" ] && [ "$(cat "$cutlass_stamp" 2>/dev/null)" = "$CUTLASS_VERSION" ]; then
+  echo "setup: CUTLASS $CUTLASS_VERSION headers present ($cutlass_dir)"
 else
+  [ -e "$cutlass_dir" ] &&
+    echo "setup: $cutlass_dir is not CUTLASS $CUTLASS_VERSION ($cutlass_stamp: $(cat "$cutlass_stamp" 2>/dev/null || echo none)); fetching it"
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   no_cutlass() {
@@ -73,8 +79,17 @@ else
     no_cutlass "could not download nvidia-cutlass==$CUTLASS_VERSION (offline?)"
   else
     whl=$(ls "$tmp"/nvidia_cutlass-*.whl | head -n 1)
-    # Unpack into a scratch folder first so an interrupted run never leaves a half-filled include dir.
-    python3 - "$whl" "$tmp/unpacked" <<'PY'
+    got=$(python3 -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$whl")
+    if [ "$got" != "$CUTLASS_SHA256" ]; then
+      echo "setup: $(basename "$whl") has sha256 $got, not the pinned $CUTLASS_SHA256; not using it" >&2
+      exit 1
+    fi
+    # Unpacked next to its place (same file system: the move is a rename), and stamped last, so an
+    # interrupted run leaves headers without the stamp, which the next run fetches again.
+    mkdir -p "$(dirname "$cutlass_dir")"
+    unpack="$(dirname "$cutlass_dir")/.unpack.$$"
+    rm -rf "$unpack" "$cutlass_stamp"
+    python3 - "$whl" "$unpack" <<'PY'
 import sys, zipfile
 prefix = "cutlass_library/source/include/"
 with zipfile.ZipFile(sys.argv[1]) as z:
@@ -82,9 +97,10 @@ with zipfile.ZipFile(sys.argv[1]) as z:
         if name.startswith(prefix) and not name.endswith("/"):
             z.extract(name, sys.argv[2])
 PY
-    mkdir -p "$(dirname "$cutlass_dir")"
     rm -rf "$cutlass_dir"
-    mv "$tmp/unpacked/cutlass_library/source/include" "$cutlass_dir"
-    echo "setup: CUTLASS $CUTLASS_VERSION headers installed in $cutlass_dir"
+    mv "$unpack/cutlass_library/source/include" "$cutlass_dir"
+    rm -rf "$unpack"
+    echo "$CUTLASS_VERSION" > "$cutlass_stamp"
+    echo "setup: CUTLASS $CUTLASS_VERSION headers installed in $cutlass_dir (wheel sha256 checked)"
   fi
 fi
