@@ -310,10 +310,6 @@ void record_time(const TurnTime& t, Column& c) {
   }
 }
 
-std::string shape_name(const FusedShape& s) {
-  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
-}
-
 Problem nccl_problem(Op op, size_t count, int world) {
   Problem p;
   p.op = op;
@@ -595,7 +591,7 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
     }
   }
 
-  const std::string what = std::string(fused_op_name(op)) + " " + shape_name(shape);
+  const std::string what = std::string(fused_op_name(op)) + " " + shape_text(shape);
   // The sequential path and the GEMM alone are captured once and timed again in turns with each variant.
   Timed seq, gemm_only;
   seq.what = "sequential " + what;
@@ -654,7 +650,7 @@ void FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
   iris::ops::FusedWorkspace ws;
   Timed fused;
   fused.what =
-      std::string("fused ") + fused_op_name(op) + (v.name == "-" ? "" : "/" + v.name) + " " + shape_name(r.shape);
+      std::string("fused ") + fused_op_name(op) + (v.name == "-" ? "" : "/" + v.name) + " " + shape_text(r.shape);
   fused.call = [&] { fused_call(op, ctx, mm, v.config, ws, stream); };
   fused.after_drain = [&] { ctx.check_device_error(); };
   Diff eager, replay;

@@ -193,6 +193,10 @@ void push_unique(std::vector<T>& v, T x) {
 
 }  // namespace
 
+std::string shape_text(const FusedShape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+}
+
 std::string usage() {
   return R"(usage: iris-bench [options]
 

@@ -39,7 +39,10 @@ struct FusedShape {
   int64_t m = 0;
   int64_t n = 0;
   int64_t k = 0;
+  bool operator==(const FusedShape&) const = default;
 };
+// "8192x4096x8192" (M x N x K).
+std::string shape_text(const FusedShape& s);
 // The shapes of the fused tables (the GEMM core's benchmark shapes: large square, tall, mid-sized, decode).
 constexpr FusedShape kFusedShapes[] = {
     {8192, 8192, 8192}, {16384, 4096, 8192}, {4096, 8192, 4096}, {2048, 8192, 8192}, {128, 8192, 8192}};

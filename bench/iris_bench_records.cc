@@ -1,10 +1,17 @@
-// iris-bench: what a row's columns derive (bandwidths, ratio, speedup, TFLOP/s); no GPU, so the host tests
-// and the targets (iris_bench_targets.cc) read rows as the tables print them.
+// iris-bench: what a row's columns derive (bandwidths, ratio, speedup, TFLOP/s) and how a number prints; no
+// GPU, so the host tests and the targets (iris_bench_targets.cc) read rows as the tables print them.
 #include <cmath>
+#include <cstdio>
 
 #include "iris_bench_report.hpp"
 
 namespace iris_bench {
+
+std::string format_number(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
 
 double Record::algbw(const Column& c) const {
   if (!c.measured()) return std::nan("");

@@ -42,15 +42,9 @@ std::string driver_version() {
 
 std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
 // A time, bandwidth or ratio cell: the number, or "err" when the column failed, or "n/a" when not run.
 std::string cell(const Column& c, double value, const char* format) {
-  if (c.measured() && std::isfinite(value)) return fmt(format, value);
+  if (c.measured() && std::isfinite(value)) return format_number(format, value);
   return c.ran && !c.error.empty() ? "err" : "n/a";
 }
 
@@ -182,7 +176,7 @@ void print_row(const Record& r, std::set<std::string>& printed_errors) {
               cell(r.nccl, r.nccl.time_us, "%.2f").c_str(), cell(r.nccl, r.busbw(r.nccl), "%.2f").c_str(),
               cell(r.nccl_sym, r.nccl_sym.time_us, "%.2f").c_str(),
               cell(r.nccl_sym, r.busbw(r.nccl_sym), "%.2f").c_str(),
-              std::isfinite(r.ratio()) ? fmt("%.2f", r.ratio()).c_str() : "n/a", variant.c_str());
+              std::isfinite(r.ratio()) ? format_number("%.2f", r.ratio()).c_str() : "n/a", variant.c_str());
   struct Named {
     const char* name;
     const Column* c;
@@ -230,10 +224,6 @@ const char* fused_op_rule(FusedOp op) {
 
 std::string fused_op_label(const FusedRecord& r) {
   return std::string(fused_op_name(r.op)) + (r.variant == "-" ? "" : "/" + r.variant);
-}
-
-std::string shape_text(const FusedShape& s) {
-  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
 }
 
 }  // namespace
@@ -291,16 +281,18 @@ void print_fused_row(const FusedRecord& r, std::set<std::string>& printed_errors
   if (r.fused_direct && r.fused.measured()) fused_time += "*";  // the note below says why
   std::string rel = "n/a";
   if (std::isfinite(r.rel_diff))
-    rel = fmt("%.2e", r.rel_diff);
+    rel = format_number("%.2e", r.rel_diff);
   else if (r.fused.ran && !r.fused.error.empty())
     rel = "err";
-  auto mhz = [](const Column& c) { return std::isfinite(c.sm_mhz) ? fmt("%.0f", c.sm_mhz) : std::string("-"); };
+  auto mhz = [](const Column& c) {
+    return std::isfinite(c.sm_mhz) ? format_number("%.0f", c.sm_mhz) : std::string("-");
+  };
   const std::string clocks = mhz(r.fused) + "/" + mhz(r.seq) + "/" + mhz(r.gemm);
   std::printf("%7lld %6lld %6lld  %-26s %9s %9s %9s %9s %9s %7s %9s %6s %15s\n", static_cast<long long>(r.shape.m),
               static_cast<long long>(r.shape.n), static_cast<long long>(r.shape.k), label.c_str(), fused_time.c_str(),
               cell(r.seq, r.seq.time_us, "%.1f").c_str(), cell(r.gemm, r.gemm.time_us, "%.1f").c_str(),
               cell(r.fused, r.tflops(r.fused), "%.1f").c_str(), cell(r.seq, r.tflops(r.seq), "%.1f").c_str(),
-              std::isfinite(r.speedup()) ? fmt("%.2f", r.speedup()).c_str() : "n/a", rel.c_str(),
+              std::isfinite(r.speedup()) ? format_number("%.2f", r.speedup()).c_str() : "n/a", rel.c_str(),
               wrong_cell(r.fused).c_str(), clocks.c_str());
   struct Named {
     const char* name;

@@ -98,6 +98,9 @@ void print_fused_table_header(FusedOp op, const Options& o, const MachineInfo& m
 // Prints the row and, once per distinct message within a table, a comment line with each error or note.
 void print_fused_row(const FusedRecord& r, std::set<std::string>& printed_errors);
 
+// printf of one number ("%.2f", "%g"...) into a string, for the tables and the targets' texts.
+std::string format_number(const char* format, double v);
+
 // The targets' verdicts (iris_bench_targets.hpp: check_targets) for this run, with a count of each, or why
 // the run is not held to them.
 void print_targets(const MachineInfo& m, const Options& o, const std::vector<Record>& records,

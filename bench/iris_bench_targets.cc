@@ -15,22 +15,10 @@ constexpr size_t kGiB = size_t{1} << 30;
 constexpr FusedShape kTargetShapes[] = {{8192, 8192, 8192}, {16384, 4096, 8192}};
 constexpr size_t kMisses = 6;  // missed sizes or shapes named in a verdict before "and N more"
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
 TargetCheck named(std::string target) {
   TargetCheck t;
   t.target = std::move(target);
   return t;
-}
-
-bool same_shape(const FusedShape& a, const FusedShape& b) { return a.m == b.m && a.n == b.n && a.k == b.k; }
-
-std::string shape_text(const FusedShape& s) {
-  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
 }
 
 // Why a measured column cannot meet a target: it failed, or its results were wrong ("" when neither).
@@ -100,21 +88,22 @@ const Record* measured_row(const std::vector<Record>& rows, Op op, size_t bytes,
 
 // iris's time at `bytes` at most `us`.
 TargetCheck latency(const std::vector<Record>& rows, Op op, size_t bytes, double us) {
-  TargetCheck t = named(subject(op) + " at " + size_text(bytes) + ": at most " + fmt("%g", us) + " us");
+  TargetCheck t = named(subject(op) + " at " + size_text(bytes) + ": at most " + format_number("%g", us) + " us");
   if (const Record* r = measured_row(rows, op, bytes, t)) {
     t.verdict = r->iris.time_us <= us ? Verdict::kMet : Verdict::kMissed;
-    t.measured = fmt("%.2f us", r->iris.time_us) + resolved(*r);
+    t.measured = format_number("%.2f us", r->iris.time_us) + resolved(*r);
   }
   return t;
 }
 
 // iris's bus bandwidth at `bytes` at least `gbps`.
 TargetCheck bandwidth(const std::vector<Record>& rows, Op op, size_t bytes, double gbps) {
-  TargetCheck t = named(subject(op) + " at " + size_text(bytes) + ": at least " + fmt("%g", gbps) + " GB/s busbw");
+  TargetCheck t =
+      named(subject(op) + " at " + size_text(bytes) + ": at least " + format_number("%g", gbps) + " GB/s busbw");
   if (const Record* r = measured_row(rows, op, bytes, t)) {
     const double bw = r->busbw(r->iris);
     t.verdict = bw >= gbps ? Verdict::kMet : Verdict::kMissed;
-    t.measured = fmt("%.1f GB/s", bw) + resolved(*r);
+    t.measured = format_number("%.1f GB/s", bw) + resolved(*r);
   }
   return t;
 }
@@ -144,7 +133,7 @@ TargetCheck parity(const std::vector<Record>& rows, Op op) {
     hi = std::max(hi, s);
     lowest = std::min(lowest, ratio);
     // Printed to two decimals: 0.995 rounds to 1.00, but it missed.
-    if (ratio < 1.0) missed.push_back(fmt("%.3fx", ratio) + " at " + size_text(s));
+    if (ratio < 1.0) missed.push_back(format_number("%.3fx", ratio) + " at " + size_text(s));
   }
   const std::string nccl_gaps =
       no_nccl > 0 ? "; NCCL not measured at " + std::to_string(no_nccl) + (no_nccl == 1 ? " size" : " sizes") : "";
@@ -158,7 +147,7 @@ TargetCheck parity(const std::vector<Record>& rows, Op op) {
     t.measured = "no size with both iris and NCCL measured (" + sizes_run(rows, op) + ")" + nccl_gaps;
     return t;
   }
-  const std::string seen = fmt("%.2fx", lowest) + " or more at " + std::to_string(compared) + " sizes from " +
+  const std::string seen = format_number("%.2fx", lowest) + " or more at " + std::to_string(compared) + " sizes from " +
                            size_text(lo) + " to " + size_text(hi) + nccl_gaps;
   const bool covered = lo <= kKiB && hi >= kGiB && no_nccl == 0;
   t.verdict = covered ? Verdict::kMet : Verdict::kNotMeasured;
@@ -185,7 +174,7 @@ struct Best {
 
 Best best_at(const std::vector<FusedRecord>& rows, FusedOp op, const FusedShape& shape) {
   Best b;
-  auto at = [&](const FusedRecord& r) { return r.op == op && r.world == kTargetWorld && same_shape(r.shape, shape); };
+  auto at = [&](const FusedRecord& r) { return r.op == op && r.world == kTargetWorld && r.shape == shape; };
   for (const FusedRecord& r : rows) {
     if (!at(r)) continue;
     b.any = true;
@@ -204,9 +193,10 @@ Best best_at(const std::vector<FusedRecord>& rows, FusedOp op, const FusedShape&
 
 std::string best_text(const Best& b) {
   const FusedRecord& r = *b.best;
-  std::string s = fmt("%.2fx", r.speedup()) + " (" + row_name(r) + ": " + fmt("%.1f", r.fused.time_us) +
-                  " us against " + fmt("%.1f", r.seq.time_us) + " us sequential)";
-  if (b.fallback != nullptr) s += "; " + row_name(*b.fallback) + " " + fmt("%.2fx", b.fallback->speedup());
+  std::string s = format_number("%.2fx", r.speedup()) + " (" + row_name(r) + ": " +
+                  format_number("%.1f", r.fused.time_us) + " us against " + format_number("%.1f", r.seq.time_us) +
+                  " us sequential)";
+  if (b.fallback != nullptr) s += "; " + row_name(*b.fallback) + " " + format_number("%.2fx", b.fallback->speedup());
   if (!b.failed.empty()) s += "; " + list_of(b.failed);
   return s;
 }
@@ -224,7 +214,7 @@ const FusedRecord* best_row(const Best& b, const FusedShape& shape, TargetCheck&
 
 TargetCheck speedup_at(const std::vector<FusedRecord>& rows, FusedOp op, const FusedShape& shape, double at_least) {
   TargetCheck t = named(std::string(fused_op_name(op)) + " at " + shape_text(shape) + ": at least " +
-                        fmt("%.2f", at_least) + "x over cuBLAS + NCCL");
+                        format_number("%.2f", at_least) + "x over cuBLAS + NCCL");
   const Best b = best_at(rows, op, shape);
   if (const FusedRecord* r = best_row(b, shape, t)) {
     t.verdict = r->speedup() >= at_least ? Verdict::kMet : Verdict::kMissed;
@@ -246,12 +236,12 @@ constexpr TorchFigure kTorchFused[] = {{FusedOp::kMatmulReduceScatter, kTargetSh
 
 TargetCheck faster_than_torch(const std::vector<FusedRecord>& rows, const TorchFigure& torch) {
   TargetCheck t = named(std::string(fused_op_name(torch.op)) + " at " + shape_text(torch.shape) +
-                        ": faster than PyTorch's fused op (" + fmt("%.1f", torch.us) +
+                        ": faster than PyTorch's fused op (" + format_number("%.1f", torch.us) +
                         " us in BASELINES.md: another run, through Python)");
   const Best b = best_at(rows, torch.op, torch.shape);
   if (const FusedRecord* r = best_row(b, torch.shape, t)) {
     t.verdict = r->fused.time_us < torch.us ? Verdict::kMet : Verdict::kMissed;
-    t.measured = fmt("%.1f us", r->fused.time_us) + " (" + row_name(*r) + ")";
+    t.measured = format_number("%.1f us", r->fused.time_us) + " (" + row_name(*r) + ")";
   }
   return t;
 }
@@ -273,7 +263,8 @@ TargetCheck every_shape(const std::vector<FusedRecord>& rows, FusedOp op) {
     ++compared;
     lowest = std::min(lowest, b.best->speedup());
     if (b.best->speedup() < 1.0)
-      missed.push_back(fmt("%.3fx", b.best->speedup()) + " at " + shape_text(shape) + " (" + row_name(*b.best) + ")");
+      missed.push_back(format_number("%.3fx", b.best->speedup()) + " at " + shape_text(shape) + " (" +
+                       row_name(*b.best) + ")");
   }
   const size_t shapes = std::size(kFusedShapes);
   if (!missed.empty()) {
@@ -286,7 +277,7 @@ TargetCheck every_shape(const std::vector<FusedRecord>& rows, FusedOp op) {
     t.measured = "no shape with both the fused op and the sequential path measured on 2 ranks";
   } else {
     t.verdict = compared == shapes ? Verdict::kMet : Verdict::kNotMeasured;
-    t.measured = fmt("%.2fx", lowest) + " or more (best row) at " + std::to_string(compared) + " of " +
+    t.measured = format_number("%.2fx", lowest) + " or more (best row) at " + std::to_string(compared) + " of " +
                  std::to_string(shapes) + " shapes";
   }
   return t;
@@ -339,7 +330,7 @@ std::vector<TargetCheck> check_fused_targets(const std::vector<FusedRecord>& row
   for (const FusedShape& shape : kTargetShapes) {
     for (auto [op, at_least] : kSpeedups) out.push_back(speedup_at(rows, op, shape, at_least));
     for (const TorchFigure& torch : kTorchFused)
-      if (same_shape(torch.shape, shape)) out.push_back(faster_than_torch(rows, torch));
+      if (torch.shape == shape) out.push_back(faster_than_torch(rows, torch));
   }
   for (FusedOp op : kAllFusedOps) out.push_back(every_shape(rows, op));
   return out;
