@@ -56,6 +56,14 @@ std::string format_ranks(const std::vector<int>& ranks) {
   return out;
 }
 
+std::optional<double> parse_seconds(const char* text) {
+  errno = 0;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || errno != 0 || !std::isfinite(seconds)) return std::nullopt;
+  return seconds;
+}
+
 bool wait_fd(int fd, short events, Clock::time_point deadline) {
   for (;;) {
     auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -104,15 +112,11 @@ std::chrono::milliseconds default_bootstrap_timeout() {
   constexpr std::chrono::milliseconds kDefault{300'000};
   auto text = env("IRIS_BOOTSTRAP_TIMEOUT");
   if (!text) return kDefault;
-  errno = 0;
-  char* end = nullptr;
-  double seconds = std::strtod(text->c_str(), &end);
   // Upper bound keeps the millisecond count far from overflow; a billion seconds is ~30 years.
-  bool ok =
-      end != text->c_str() && *end == '\0' && errno == 0 && std::isfinite(seconds) && seconds > 0 && seconds <= 1e9;
-  IRIS_CHECK_ARG(ok, "iris bootstrap: IRIS_BOOTSTRAP_TIMEOUT='", *text,
+  const std::optional<double> seconds = detail::parse_seconds(text->c_str());
+  IRIS_CHECK_ARG(seconds && *seconds > 0 && *seconds <= 1e9, "iris bootstrap: IRIS_BOOTSTRAP_TIMEOUT='", *text,
                  "' is not a valid timeout: expected a positive number of seconds, such as 300 or 2.5");
-  auto ms = static_cast<long long>(std::llround(seconds * 1000.0));
+  auto ms = static_cast<long long>(std::llround(*seconds * 1000.0));
   return std::chrono::milliseconds(std::max(1LL, ms));
 }
 

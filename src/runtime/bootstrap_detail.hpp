@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,10 @@ inline constexpr std::chrono::milliseconds kMaxBootstrapTimeout{1'000'000'000'00
 // "2.0", "1.5", "0.25", "0.001": seconds for error messages. Always at least one decimal so that
 // "after 2.0 s" reads as a duration, never more digits than the millisecond value needs.
 std::string format_seconds(std::chrono::milliseconds duration);
+
+// A finite number of seconds spelled whole by `text` ("300", "2.5", "1e9"), or nothing (trailing characters,
+// out of double's range, inf, nan): what the environment's timeouts are read with, each checking its range.
+std::optional<double> parse_seconds(const char* text);
 
 // "rank 3" or "ranks 1, 3" (in the order given).
 std::string format_ranks(const std::vector<int>& ranks);

@@ -3,8 +3,6 @@
 #include <nvtx3/nvToolsExtMem.h>
 
 #include <cctype>
-#include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +14,7 @@
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/log.hpp"
 #include "iris/device/common.cuh"
+#include "runtime/bootstrap_detail.hpp"
 #include "runtime/heap_allocator.hpp"
 #include "runtime/heap_guard.hpp"
 #include "runtime/symmetric_heap.hpp"
@@ -172,15 +171,12 @@ size_t parse_byte_size(const std::string& text) {
 std::chrono::milliseconds device_timeout_from_env() {
   const char* env = std::getenv("IRIS_DEVICE_TIMEOUT");
   if (env == nullptr || *env == '\0') return std::chrono::milliseconds(10000);
-  char* end = nullptr;
-  errno = 0;
-  const double s = std::strtod(env, &end);
   // At least a millisecond (what the device counts in) and at most 10^9 s: "inf", 1e300 or 1e-4 would
   // otherwise become 0 ms or wrap, and the device takes a 0 for its 10 s default.
-  IRIS_CHECK_ARG(end != env && *end == '\0' && errno == 0 && std::isfinite(s) && s >= 0.001 && s <= 1e9,
-                 "Invalid IRIS_DEVICE_TIMEOUT='", env,
+  const std::optional<double> s = detail::parse_seconds(env);
+  IRIS_CHECK_ARG(s && *s >= 0.001 && *s <= 1e9, "Invalid IRIS_DEVICE_TIMEOUT='", env,
                  "': expected a number of seconds from 0.001 to 1000000000 (e.g. 10 or 2.5).");
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0 + 0.5));
+  return std::chrono::milliseconds(static_cast<int64_t>(*s * 1000.0 + 0.5));
 }
 
 size_t heap_size_from_env() {
