@@ -970,23 +970,33 @@ class TcpBootstrap final : public Bootstrap {
   void throw_if_store_spoke() {
     throw_if_failed();
     if (!detail::wait_fd(sock_.get(), POLLIN, Clock::now())) return;
+    if (!store_frame(Clock::now() + milliseconds(1000))) fail_protocol("a partial message between collectives");
+    fail_protocol("a message between collectives");  // store_frame has thrown an error frame's failure
+  }
+
+  // The store's next frame: its body, or nothing when `deadline` passed first. When the store is gone, sent
+  // what is no frame, or sent an error frame (the job failed: a peer's abort, a peer that died, a timeout),
+  // records that failure and throws it instead.
+  std::optional<std::string> store_frame(Clock::time_point deadline) {
     std::string body;
-    Io io;
+    Io io = Io::kOk;
     try {
-      io = recv_frame(sock_.get(), body, Clock::now() + milliseconds(1000));
+      io = recv_frame(sock_.get(), body, deadline);
     } catch (const ProtocolError& e) {
       fail_protocol(e.what());
     }
+    if (io == Io::kTimeout) return std::nullopt;
     if (io == Io::kClosed) fail_and_throw(ErrKind::kRemote, store_lost());
-    if (io == Io::kTimeout) fail_protocol("a partial message between collectives");
     try {
       FrameReader r(body);
-      if (static_cast<Msg>(r.u8()) != Msg::kError) throw ProtocolError("a message between collectives");
-      const auto kind = static_cast<ErrKind>(r.u8());
-      fail_and_throw(kind, std::string(r.bytes()));
+      if (static_cast<Msg>(r.u8()) == Msg::kError) {
+        const auto kind = static_cast<ErrKind>(r.u8());
+        fail_and_throw(kind, std::string(r.bytes()));
+      }
     } catch (const ProtocolError& e) {
       fail_protocol(e.what());
     }
+    return body;
   }
 
   void record_failure(ErrKind kind, const std::string& message) {
@@ -1033,26 +1043,15 @@ class TcpBootstrap final : public Bootstrap {
                                                 " s in ", kind_name(kind), " #", seq,
                                                 " sending to the bootstrap store at ", where_, " (hosted by rank 0)"));
     // On Io::kClosed the store may have said why before closing: read on, the error is first in line.
-    std::string body;
-    try {
-      io = recv_frame(sock_.get(), body, deadline);
-    } catch (const ProtocolError& e) {
-      fail_protocol(e.what());
-    }
-    if (io == Io::kTimeout)
+    const std::optional<std::string> body = store_frame(deadline);
+    if (!body)
       fail_and_throw(
           ErrKind::kTimeout,
           str_cat("iris bootstrap: timed out after ", format_seconds(timeout_ + grace()), " s in ", kind_name(kind),
                   " #", seq, ": no answer from the bootstrap store at ", where_, " (hosted by rank 0)"));
-    if (io == Io::kClosed) fail_and_throw(ErrKind::kRemote, store_lost());
     try {
-      FrameReader r(body);
+      FrameReader r(*body);
       auto type = static_cast<Msg>(r.u8());
-      if (type == Msg::kError) {
-        auto err_kind = static_cast<ErrKind>(r.u8());
-        std::string message(r.bytes());
-        fail_and_throw(err_kind, message);
-      }
       if (type != Msg::kResult) throw ProtocolError(str_cat("unexpected message type ", int(type)));
       if (r.u64() != seq) throw ProtocolError("result for another collective");
       uint32_t n = r.u32();
