@@ -59,6 +59,14 @@ FusedConfig blocks(int bm, int bn, AllReduceVariant v = AllReduceVariant::kTwoSh
   return c;
 }
 
+// blocks(), with every call of one tile or more through the band pipeline (min_band_tiles 1): its arrays,
+// which a call below the default threshold (FusedPlan::unfused) does not all size.
+FusedConfig banded(int bm, int bn, AllReduceVariant v = AllReduceVariant::kTwoShot) {
+  FusedConfig c = blocks(bm, bn, v);
+  c.min_band_tiles = 1;
+  return c;
+}
+
 template <typename Fn>
 std::string error_of(Fn&& fn) {
   return test::error_text<std::invalid_argument>(fn);
@@ -709,11 +717,12 @@ TEST(OpsFusedPlan, UnfusedBelowTheThreshold) {
   EXPECT_EQ(ks.collective.flags + ks.collective.staging_bytes + ks.collective.locks, 0u);
 }
 
+// The band pipeline's arrays (UnfusedStagesOnlyWhatItsPathUses below for the calls under the threshold).
 TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   const int w = 2;
   // matmul_all_reduce: C 512 x 256 bf16, 128x128 blocks: T = 8.
   auto mar = [&](AllReduceVariant v) {
-    return plan_matmul_all_reduce(operands(512, 256, 128, 512), blocks(128, 128, v), w, kSms).needs;
+    return plan_matmul_all_reduce(operands(512, 256, 128, 512), banded(128, 128, v), w, kSms).needs;
   };
   // atomic, spinlock: ready by source + arrivals by (tile, source) + done by tile (+ spinlock's first-writer
   // marks by tile); each rank owns 4 of the 8 tiles: 4 float32 accumulators, then 4 bf16 results.
@@ -725,7 +734,7 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   }
   // Three ranks own ceil(8 / 3) = 3 tiles each (rank 2 one fewer; the arrays are sized alike).
   const auto three =
-      plan_matmul_all_reduce(operands(512, 256, 128, 512), blocks(128, 128, AllReduceVariant::kAtomic), 3, kSms).needs;
+      plan_matmul_all_reduce(operands(512, 256, 128, 512), banded(128, 128, AllReduceVariant::kAtomic), 3, kSms).needs;
   EXPECT_EQ(three.flags, 3u + 3 * 8 + 8);
   EXPECT_EQ(three.staging_bytes, 3u * 128 * 128 * 4 + 3u * 128 * 128 * 2);
   // one_shot: ready by source + data by (source, band of 4); one 512 x 256 slot per rank.
@@ -736,23 +745,23 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   EXPECT_EQ(mar(AllReduceVariant::kTwoShot).flags, 2u + 1 * 2 + 2 * 2);
   EXPECT_EQ(mar(AllReduceVariant::kTwoShot).staging_bytes, 4u * 256 * 256 * 2);
   const auto two_shot3 =
-      plan_matmul_all_reduce(operands(512, 256, 128, 512), blocks(128, 128, AllReduceVariant::kTwoShot), 3, kSms).needs;
+      plan_matmul_all_reduce(operands(512, 256, 128, 512), banded(128, 128, AllReduceVariant::kTwoShot), 3, kSms).needs;
   EXPECT_EQ(two_shot3.flags, 3u + 2 * 2 + 3 * 2);
   EXPECT_EQ(two_shot3.staging_bytes, 7u * 171 * 256 * 2) << "bands of ceil(512 / 3) = 171 rows";
   for (auto v : {AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot}) EXPECT_EQ(mar(v).locks, 8u);
   // matmul_reduce_scatter: A 512 x 128 per rank, C 256 x 256 per rank; GEMM tiles over 512 x 256.
-  auto p = plan_matmul_reduce_scatter(operands(512, 256, 128, 256), blocks(128, 128), w, kSms);
+  auto p = plan_matmul_reduce_scatter(operands(512, 256, 128, 256), banded(128, 128), w, kSms);
   EXPECT_EQ(p.sig.op, OpKind::kMatmulReduceScatter);
   EXPECT_EQ(p.sig.rows, 512);
   EXPECT_EQ(p.tiles, 8);
   EXPECT_EQ(p.needs.locks, 8u);
   EXPECT_EQ(p.needs.flags, 2u + 1 * 2) << "ready by source rank, data by (ring step, sub-band of 2)";
   EXPECT_EQ(p.needs.staging_bytes, 2u * 256 * 256 * 2) << "W - 1 sent and W - 1 received sums of 256 x 256";
-  p = plan_matmul_reduce_scatter(operands(768, 256, 128, 256), blocks(128, 128), 3, kSms);
+  p = plan_matmul_reduce_scatter(operands(768, 256, 128, 256), banded(128, 128), 3, kSms);
   EXPECT_EQ(p.needs.flags, 3u + 2 * 2);
   EXPECT_EQ(p.needs.staging_bytes, 4u * 256 * 256 * 2);
   // all_gather_matmul: A 100 x 64 per rank gathered to 200 x 64, C 200 x 256 fp32; A crosses ranks.
-  p = plan_all_gather_matmul(operands(100, 256, 64, 200, DType::kFloat16, DType::kFloat32), blocks(64, 128), w, kSms);
+  p = plan_all_gather_matmul(operands(100, 256, 64, 200, DType::kFloat16, DType::kFloat32), banded(64, 128), w, kSms);
   EXPECT_EQ(p.sig.op, OpKind::kAllGatherMatmul);
   EXPECT_EQ(p.sig.dtype, DType::kFloat16);
   EXPECT_EQ(p.sig.rows, 200);
@@ -760,7 +769,7 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   EXPECT_EQ(p.needs.flags, 2u * 2) << "ready and data by source rank";
   EXPECT_EQ(p.needs.staging_bytes, 200u * 64 * 2) << "the gathered 200 x 64 fp16 A";
   // matmul_all_gather: A 100 x 64 per rank; each GEMM computes 100 x 256, C is 200 x 256.
-  p = plan_matmul_all_gather(operands(100, 256, 64, 200), blocks(64, 128), w, kSms);
+  p = plan_matmul_all_gather(operands(100, 256, 64, 200), banded(64, 128), w, kSms);
   EXPECT_EQ(p.sig.op, OpKind::kMatmulAllGather);
   EXPECT_EQ(p.sig.rows, 200);
   EXPECT_EQ(p.tiles, 2 * 2);
@@ -771,7 +780,7 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   // 128), C 100 x 256 fp32 on every rank; A crosses ranks, gathered into 100 x 128.
   for (bool nk : {false, true}) {
     p = plan_all_gather_matmul_k_sharded(operands(100, 256, 64, 100, DType::kFloat16, DType::kFloat32, nk, 128),
-                                         blocks(64, 128), w, kSms);
+                                         banded(64, 128), w, kSms);
     EXPECT_EQ(p.sig.op, OpKind::kAllGatherMatmulKSharded);
     EXPECT_EQ(p.sig.dtype, DType::kFloat16);
     EXPECT_EQ(p.sig.rows, 100);
@@ -784,7 +793,7 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   }
   // Four ranks: a 4 x 64 = 256-deep B.
   p = plan_all_gather_matmul_k_sharded(operands(100, 256, 64, 100, DType::kBFloat16, DType::kBFloat16, false, 256),
-                                       blocks(64, 128), 4, kSms);
+                                       banded(64, 128), 4, kSms);
   EXPECT_EQ(p.needs.flags, 4u * (1 + 4));
   EXPECT_EQ(p.needs.staging_bytes, 100u * 256 * 2);
 }
@@ -797,17 +806,17 @@ TEST(OpsFusedPlan, OneRankNeedsNoStaging) {
   for (auto v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kOneShot,
                  AllReduceVariant::kTwoShot}) {
     SCOPED_TRACE(ccl::variant_name(v));
-    const auto one = plan_matmul_all_reduce(ops, blocks(128, 128, v), 1, kSms).needs;
-    const auto two = plan_matmul_all_reduce(ops, blocks(128, 128, v), 2, kSms).needs;
+    const auto one = plan_matmul_all_reduce(ops, banded(128, 128, v), 1, kSms).needs;
+    const auto two = plan_matmul_all_reduce(ops, banded(128, 128, v), 2, kSms).needs;
     EXPECT_EQ(one.staging_bytes, 0u);
     EXPECT_GT(two.staging_bytes, 0u);
     EXPECT_EQ(one.locks, two.locks);
     EXPECT_GT(one.flags, 0u);
   }
-  EXPECT_EQ(plan_all_gather_matmul(operands(100, 256, 64, 100), blocks(64, 128), 1, kSms).needs.staging_bytes, 0u);
-  EXPECT_EQ(plan_matmul_all_gather(operands(100, 256, 64, 100), blocks(64, 128), 1, kSms).needs.staging_bytes, 0u);
+  EXPECT_EQ(plan_all_gather_matmul(operands(100, 256, 64, 100), banded(64, 128), 1, kSms).needs.staging_bytes, 0u);
+  EXPECT_EQ(plan_matmul_all_gather(operands(100, 256, 64, 100), banded(64, 128), 1, kSms).needs.staging_bytes, 0u);
   EXPECT_EQ(plan_all_gather_matmul_k_sharded(operands(100, 256, 64, 100, DType::kBFloat16, DType::kBFloat16, false, 64),
-                                             blocks(64, 128), 1, kSms)
+                                             banded(64, 128), 1, kSms)
                 .needs.staging_bytes,
             0u);
 }
@@ -869,6 +878,50 @@ TEST(OpsFusedPlan, HeapBytesCountTheUnfusedCollective) {
   const FusedPlan one = plan_matmul_all_reduce(mar, blocks(128, 128), 1, kSms);
   expect_needs(one.collective, ccl::WorkspaceNeeds{}, "one rank");
   EXPECT_EQ(heap_bytes(one), ccl::heap_bytes(one.needs));
+}
+
+// Unfused, the op's own staging holds only what run_unfused puts there: the M x N product that
+// matmul_reduce_scatter's collective reduces, the A that all_gather_matmul's gathers, nothing for the ops
+// whose collective runs in place on C. Before 2026-12-05 it kept the band pipeline's size, which the call
+// never touched: W copies of C for matmul_all_reduce one_shot. Locks and flags keep their sizes.
+TEST(OpsFusedPlan, UnfusedStagesOnlyWhatItsPathUses) {
+  // matmul_all_reduce, 128 x 8192 in 128x128 tiles (64 tiles): unfused in every variant, at 2 and 4 ranks.
+  const auto mar = operands(128, 8192, 512, 128);
+  for (int w : {2, 4}) {
+    for (auto v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kOneShot,
+                   AllReduceVariant::kTwoShot}) {
+      SCOPED_TRACE(testing::Message() << ccl::variant_name(v) << ", " << w << " ranks");
+      const FusedPlan p = plan_matmul_all_reduce(mar, blocks(128, 128, v), w, kSms);
+      ASSERT_TRUE(p.unfused);
+      EXPECT_EQ(p.needs.staging_bytes, 0u) << "all_reduce in place on C";
+      EXPECT_EQ(p.needs.locks, 64u);
+      // Two tile rows through the band pipeline do stage (one tile row cannot be banded).
+      const FusedPlan fused = plan_matmul_all_reduce(operands(256, 8192, 512, 256), banded(128, 128, v), w, kSms);
+      ASSERT_FALSE(fused.unfused);
+      EXPECT_GT(fused.needs.staging_bytes, 0u);
+    }
+  }
+  const FusedPlan one_shot4 = plan_matmul_all_reduce(mar, blocks(128, 128, AllReduceVariant::kOneShot), 4, kSms);
+  EXPECT_EQ(one_shot4.needs.flags, 4u + 4 * 4) << "the band pipeline's flags, as fused";
+  // matmul_reduce_scatter at 4 ranks: 512 x 8192 product, 128 rows each (64 tiles: unfused). The product
+  // only (the band pipeline's 2(W-1) = 6 bands of 128 x 8192 would be 1.5 times it).
+  const FusedPlan mrs4 = plan_matmul_reduce_scatter(operands(512, 8192, 512, 128), blocks(128, 128), 4, kSms);
+  ASSERT_TRUE(mrs4.unfused);
+  EXPECT_EQ(mrs4.needs.staging_bytes, 512u * 8192 * 2) << "the M x N product, C's type";
+  EXPECT_EQ(mrs4.needs.flags, 4u + 3 * 2);
+  const FusedPlan mrs2 = plan_matmul_reduce_scatter(operands(256, 8192, 512, 128), blocks(128, 128), 2, kSms);
+  ASSERT_TRUE(mrs2.unfused);
+  EXPECT_EQ(mrs2.needs.staging_bytes, 256u * 8192 * 2);
+  // all_gather_matmul, 128 rows of A (128 x 512, fp16) per rank: the gathered A, as fused.
+  const FusedPlan agm = plan_all_gather_matmul(operands(128, 8192, 512, 512, DType::kFloat16, DType::kFloat32),
+                                               blocks(128, 128), 4, kSms);
+  ASSERT_TRUE(agm.unfused);
+  EXPECT_EQ(agm.needs.staging_bytes, 512u * 512 * 2) << "the gathered 512 x 512 fp16 A";
+  // matmul_all_gather, 128 rows per rank: gathered in place on C.
+  const FusedPlan mag = plan_matmul_all_gather(operands(128, 8192, 512, 256), blocks(128, 128), 2, kSms);
+  ASSERT_TRUE(mag.unfused);
+  EXPECT_EQ(mag.needs.staging_bytes, 0u) << "all_gather in place on C";
+  EXPECT_EQ(mag.needs.flags, 2u * (1 + 4));
 }
 
 TEST(OpsFusedPlan, OpShapesAreChecked) {

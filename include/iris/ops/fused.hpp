@@ -100,7 +100,10 @@
 //   matmul_all_gather                    flags 5W (ready; data by band)   staging W slots of M_rank x N
 //   all_gather_matmul_k_sharded          flags 5W (ready; data by band)   staging M x W K_r of A's type (the
 //                                                                         gathered A, rank r's columns at r K_r)
-// With one rank no op stages anything (its GEMM runs alone); locks and flags keep the sizes above.
+// Below the fusion threshold (FusedPlan::unfused) the staging holds only what the unfused path puts there:
+// the M x N product for matmul_reduce_scatter, the gathered A for all_gather_matmul, nothing for
+// matmul_all_reduce and matmul_all_gather (their collective runs in place on C). With one rank no op
+// stages anything (its GEMM runs alone). Locks and flags keep the sizes above on every path.
 // Staging holds C's type unless said otherwise; every slot and band starts on 256 bytes, but for
 // all_gather_matmul's slots of A, back to back on 16 bytes (K is a multiple of 8: TMA's rows). The workspace
 // signature holds the shape, K, world size, block sizes, the all_reduce variant, and the type that
