@@ -418,6 +418,12 @@ class Problem {
     return make_reference(flavor_.op, c_, ctx_.rank(), ctx_.world_size(), seed);
   }
 
+  // Bytes of C (guard row included) written since upload() poisoned them.
+  int64_t written_bytes(cudaStream_t s) const {
+    const std::vector<char> host = out_.download(s);
+    return static_cast<int64_t>(host.size()) - std::count(host.begin(), host.end(), static_cast<char>(0xFF));
+  }
+
   // Compares C with `ref`; for the ops with replicated outputs also compares C bitwise across ranks
   // (collective then: every rank checks in the same order).
   void expect_matches(const Reference& ref, cudaStream_t s, const std::string& what) const {
@@ -853,6 +859,49 @@ TEST_P(FusedGpu, AllGatherMatmulRefusesItsGemmBeforeTheGather) {
             << "the gather buffer was written by a refused call";
         call_and_check(ctx, deep, config, ws, 1801, nullptr, "after the preamble");
         release_workspace(ctx, ws);
+      },
+      options());
+}
+
+// The unfused path's collective is checked with its GEMM, before either launches. Prepared by a one-tile
+// call (its collective's arrays sized for 64 x 128), then by nothing, a 256 x 256 call fits the band
+// pipeline's arrays (two tiles of 128x256 against two of 64x64; no staging unfused; no split of K) but not
+// its collective's (iris::ccl's auto sizes them by the tensor): every rank refuses it with WorkspaceTooSmall naming the
+// op and its preamble, and C keeps its poison (before 2026-12-05 the GEMM had written C by then). After the preamble
+// the call is right. all_gather_matmul's GEMM check before its gather is AllGatherMatmulRefusesItsGemmBeforeTheGather;
+// matmul_reduce_scatter stages the product in the op's own staging, refused first there.
+TEST_P(FusedGpu, UnfusedCollectiveIsRefusedBeforeItsGemm) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is unfused";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        uint64_t seed = 1900;
+        for (const Flavor& flavor :
+             {Flavor{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot}, Flavor{Op::kMatmulAllGather}}) {
+          const OpFns f = fns(flavor.op);
+          SCOPED_TRACE(flavor_name(flavor));
+          Problem small(ctx, flavor, {kOneTile, kBF16, kBF16, false, kGemmTileTiny});
+          Problem large(ctx, flavor, {{256, 256, 64}, kBF16, kBF16, false, kGemmTileLarge});
+          const FusedConfig config = config_for(flavor, kGemmTileLarge);
+          FusedWorkspace ws;
+          f.preamble(ctx, small.operands(), config_for(flavor, kGemmTileTiny), ws);
+          const void* staging = ws.collective().staging();
+          large.upload(seed, ctx.stream());
+          const std::string why =
+              error_text<WorkspaceTooSmall>([&] { f.run(ctx, large.operands(), config, ws, nullptr); });
+          // all_reduce's staging, or all_gather's flags (by rows) then staging, fall short.
+          EXPECT_EQ(why.rfind(std::string(f.name) + ": ", 0), 0u) << why;
+          EXPECT_NE(why.find(" too small: have "), std::string::npos) << why;
+          const std::string tail = std::string(" Call ") + f.name + "_preamble with these operands first.";
+          EXPECT_TRUE(why.size() > tail.size() && why.compare(why.size() - tail.size(), tail.size(), tail) == 0) << why;
+          ctx.synchronize();
+          EXPECT_EQ(large.written_bytes(ctx.stream()), 0) << "C was written by a refused call";
+          EXPECT_EQ(ws.collective().staging(), staging);
+          ctx.barrier();  // every rank refused
+          call_and_check(ctx, large, config, ws, seed++, nullptr, "after the preamble");
+          release_workspace(ctx, ws);
+        }
       },
       options());
 }

@@ -35,6 +35,13 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   return p;
 }
 
+// The call's plan after every check of its arguments and workspace (all_gather, check_all_gather_call).
+Plan ready_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config, const Workspace& ws) {
+  Plan plan = make_plan(detail::PlanScope::of(ctx), out, in, config);
+  detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kAllGather, plan.x.needs);
+  return plan;
+}
+
 }  // namespace
 
 void all_gather_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws) {
@@ -45,16 +52,16 @@ WorkspaceNeeds all_gather_needs(const Tensor& out, const Tensor& in, const Confi
   return make_plan(detail::PlanScope::sizing("all_gather_needs", world_size), out, in, config).x.needs;
 }
 
+void detail::check_all_gather_call(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config,
+                                   const Workspace& ws) {
+  ready_plan(ctx, out, in, config, ws);
+}
+
 void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                 cudaStream_t stream) {
   const iris::detail::DeviceGuard device(ctx.device());
   const Plan p = detail::checked_call(
-      ctx, ws,
-      [&] {
-        Plan plan = make_plan(detail::PlanScope::of(ctx), out, in, config);
-        detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kAllGather, plan.x.needs);
-        return plan;
-      },
+      ctx, ws, [&] { return ready_plan(ctx, out, in, config, ws); },
       [](const Plan& plan) -> const OpSignature& { return plan.x.sig; });
   if (in.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;

@@ -205,6 +205,14 @@ uint64_t layout_key(const Plan& p, size_t esz) {
   return h | 1;  // 0 means "no fence"
 }
 
+// The call's plan after every check of its arguments and workspace (all_reduce, check_all_reduce_call).
+Plan ready_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config, const Workspace& ws,
+                ReduceOp op) {
+  Plan plan = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
+  detail::require_ready(ctx, "all_reduce", "all_reduce_preamble", ws, OpKind::kAllReduce, plan.needs);
+  return plan;
+}
+
 }  // namespace
 
 AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size, size_t bytes, DType dtype,
@@ -232,6 +240,11 @@ OpSignature detail::all_reduce_signature(const detail::PlanScope& s, const Tenso
   return make_plan(s, out, in, config, op).sig;
 }
 
+void detail::check_all_reduce_call(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config,
+                                   const Workspace& ws, ReduceOp op) {
+  ready_plan(ctx, out, in, config, ws, op);
+}
+
 WorkspaceNeeds all_reduce_needs(const Tensor& out, const Tensor& in, const Config& config, int world_size,
                                 ReduceOp op) {
   return make_plan(detail::PlanScope::sizing("all_reduce_needs", world_size), out, in, config, op).needs;
@@ -241,12 +254,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
                 cudaStream_t stream, ReduceOp op) {
   const iris::detail::DeviceGuard device(ctx.device());
   const Plan p = detail::checked_call(
-      ctx, ws,
-      [&] {
-        Plan plan = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
-        detail::require_ready(ctx, "all_reduce", "all_reduce_preamble", ws, OpKind::kAllReduce, plan.needs);
-        return plan;
-      },
+      ctx, ws, [&] { return ready_plan(ctx, out, in, config, ws, op); },
       [](const Plan& plan) -> const OpSignature& { return plan.sig; });
   if (in.numel() == 0) return;
   stream = detail::pick_stream(ctx, stream);

@@ -30,6 +30,15 @@ detail::ExchangePlan make_plan(const detail::PlanScope& s, const Tensor& out, co
                                out.rows, out.cols, in.dtype, config);
 }
 
+// The call's plan after every check of its arguments and workspace (reduce_scatter,
+// check_reduce_scatter_call).
+detail::ExchangePlan ready_plan(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config,
+                                const Workspace& ws, ReduceOp op) {
+  detail::ExchangePlan plan = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
+  detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kReduceScatter, plan.needs);
+  return plan;
+}
+
 }  // namespace
 
 void reduce_scatter_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
@@ -42,16 +51,16 @@ WorkspaceNeeds reduce_scatter_needs(const Tensor& out, const Tensor& in, const C
   return make_plan(detail::PlanScope::sizing("reduce_scatter_needs", world_size), out, in, config, op).needs;
 }
 
+void detail::check_reduce_scatter_call(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config,
+                                       const Workspace& ws, ReduceOp op) {
+  ready_plan(ctx, out, in, config, ws, op);
+}
+
 void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws,
                     cudaStream_t stream, ReduceOp op) {
   const iris::detail::DeviceGuard device(ctx.device());
   const detail::ExchangePlan p = detail::checked_call(
-      ctx, ws,
-      [&] {
-        detail::ExchangePlan plan = make_plan(detail::PlanScope::of(ctx), out, in, config, op);
-        detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kReduceScatter, plan.needs);
-        return plan;
-      },
+      ctx, ws, [&] { return ready_plan(ctx, out, in, config, ws, op); },
       [](const detail::ExchangePlan& plan) -> const OpSignature& { return plan.sig; });
   if (out.numel() == 0) return;
   if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;

@@ -1028,8 +1028,40 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
   }
 }
 
+// Everything the unfused path's two steps check, before either launches (check_launch): the collective's
+// workspace prepared, the GEMM's workspace, then the collective's call as iris::ccl checks it. Otherwise
+// a refusal of the second step would come after the first had written C (the reducing ops, or
+// matmul_all_gather) or a peer's gather buffer (all_gather_matmul). Each refusal names the op and, for a
+// workspace that falls short, its preamble (refusals_of).
+void check_unfused(const Context& ctx, const MatmulOperands& mm, const FusedPlan& p, const FusedWorkspace& ws) {
+  const OpKind op = p.sig.op;
+  IRIS_CHECK_ARG(ws.collective().prepared(), ccl::op_name(op),
+                 ": this call is below the fusion threshold and runs its GEMM, then the iris::ccl collective, "
+                 "but the workspace was prepared for the band pipeline only; call ",
+                 preamble_name(op), " with these operands first.");
+  const CollectiveViews v = collective_views(op, mm, ws.staging(), ctx.rank(), ctx.world_size());
+  check_gemm_in(op, unfused_gemm_split_k(p, mm, v, ctx.rank()), ws);
+  const ccl::Config auto_config;
+  refusals_of(op, [&] {
+    switch (op) {
+      case OpKind::kMatmulAllReduce:
+        ccl::detail::check_all_reduce_call(ctx, v.out, v.in, auto_config, ws.collective());
+        break;
+      case OpKind::kMatmulReduceScatter:
+        ccl::detail::check_reduce_scatter_call(ctx, v.out, v.in, auto_config, ws.collective());
+        break;
+      case OpKind::kAllGatherMatmul:
+      case OpKind::kMatmulAllGather:
+        ccl::detail::check_all_gather_call(ctx, v.out, v.in, auto_config, ws.collective());
+        break;
+      default:
+        IRIS_ASSERT(false, "no unfused path");
+    }
+  });
+}
+
 // The GEMM and the collective, one after the other on the caller's stream (the gathering op of A
-// gathers first).
+// gathers first); check_unfused has checked both.
 void run_unfused(Context& ctx, const MatmulOperands& mm, const FusedPlan& p, FusedWorkspace& ws, cudaStream_t stream) {
   const int me = ctx.rank();
   const CollectiveViews v = collective_views(p.sig.op, mm, ws.staging(), me, ctx.world_size());
@@ -1045,9 +1077,6 @@ void run_unfused(Context& ctx, const MatmulOperands& mm, const FusedPlan& p, Fus
       ccl::reduce_scatter(ctx, v.out, v.in, auto_config, ws.collective(), stream);
       break;
     case OpKind::kAllGatherMatmul:
-      // Refused before the gather launches. Every rank has the operands and the GEMM workspace of the
-      // same preamble, so all refuse here or none.
-      check_gemm_in(p.sig.op, g, ws);
       ccl::all_gather(ctx, v.out, v.in, auto_config, ws.collective(), stream);
       run_gemm_in(p.sig.op, g, ws, stream);
       break;
@@ -1067,7 +1096,9 @@ bool symmetric_view(const Context& ctx, const Tensor& t) {
   return ctx.is_symmetric(last);
 }
 
-// Everything a call checks of its arguments against its workspace before launch.
+// Everything a call checks of its arguments against its workspace before launch; below the threshold, its
+// GEMM's and its collective's checks too (check_unfused). Inside checked_call, so that with
+// IRIS_CHECK_CALLS a rank that refuses tells its peers.
 void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan& p, const FusedWorkspace& ws) {
   check_fused_workspace(p, ws);
   ccl::detail::require_of_context(ctx, ccl::op_name(p.sig.op), preamble_name(p.sig.op), ws);
@@ -1092,6 +1123,7 @@ void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan&
                  ws.signature().output_offset,
                  " (peers write their rows straight into C at the offset they prepared with); call ",
                  preamble_name(p.sig.op), " again with this C.");
+  if (p.unfused && mm.c.numel() > 0) check_unfused(ctx, mm, p, ws);  // an empty C launches nothing
 }
 
 void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
@@ -1114,11 +1146,6 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
     return;
   }
   if (p.unfused) {
-    // Every rank has the same plan: all raise here, or none.
-    IRIS_CHECK_ARG(ws.collective().prepared(), ccl::op_name(p.sig.op),
-                   ": this call is below the fusion threshold and runs its GEMM, then the iris::ccl collective, "
-                   "but the workspace was prepared for the band pipeline only; call ",
-                   preamble_name(p.sig.op), " with these operands first.");
     run_unfused(ctx, mm, p, ws, on);
     ws.count_call();
     return;
