@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "iris/core/error.hpp"
@@ -24,9 +25,14 @@ void resolve(Fn& fn, const char* symbol) {
   fn = reinterpret_cast<Fn>(ptr);
 }
 
+std::atomic<const Api*> g_fake{nullptr};
+
 }  // namespace
 
+void set_api_for_testing(const Api* fake) { g_fake.store(fake, std::memory_order_release); }
+
 const Api& api() {
+  if (const Api* fake = g_fake.load(std::memory_order_acquire)) return *fake;
   static Api table;
   static std::once_flag once;
   static std::exception_ptr failure;

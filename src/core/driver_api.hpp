@@ -26,6 +26,11 @@ struct Api {
 // Resolved once; throws iris::CudaError naming the symbol when the driver lacks one.
 const Api& api();
 
+// Host tests of the code above the driver (the symmetric heap's setup and teardown, without a GPU): while
+// `fake` is set, api() returns it instead of the driver's functions; nullptr returns to the driver. Set it
+// before, and reset it after, every thread that calls api().
+void set_api_for_testing(const Api* fake);
+
 // Name and text of a driver error code, or placeholders when the driver is unavailable.
 const char* error_name(CUresult res);
 const char* error_string(CUresult res);

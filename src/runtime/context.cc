@@ -9,11 +9,13 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/log.hpp"
 #include "iris/device/common.cuh"
+#include "runtime/agree.hpp"
 #include "runtime/bootstrap_detail.hpp"
 #include "runtime/heap_allocator.hpp"
 #include "runtime/heap_guard.hpp"
@@ -50,26 +52,6 @@ std::string describe_damage(const HeapAllocator::GuardRegion& r, const detail::G
 constexpr std::chrono::milliseconds kMaxDeviceTimeout{1'000'000'000'000};
 // Above this a heap is more than a GPU can address (and rounding it up to the granularity could wrap).
 constexpr size_t kMaxHeapBytes = size_t{1} << 48;
-
-// Runs `step` on this rank and tells every rank whether any rank failed it, so that a local error
-// (a bad device, out of memory) raises on every rank together instead of stranding the others in
-// the next collective. The failing rank rethrows its own exception; the others get RemoteError.
-template <typename Step>
-void agree(Bootstrap& bootstrap, const char* what, Step&& step) {
-  std::exception_ptr error;
-  std::string message;
-  try {
-    step();
-  } catch (const std::exception& e) {
-    error = std::current_exception();
-    message = e.what();
-    if (message.empty()) message = "unknown error";
-  }
-  auto all = bootstrap.allgather(message);
-  if (error) std::rethrow_exception(error);
-  for (int r = 0; r < static_cast<int>(all.size()); ++r)
-    if (!all[r].empty()) throw RemoteError(detail::str_cat("rank ", r, " failed ", what, ": ", all[r]));
-}
 
 template <typename T>
 std::string pod_bytes(const T& v) {
@@ -219,7 +201,7 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
 
   size_t requested = 0;
   bool guards = false;
-  agree(*bootstrap_, "to set up its device", [&] {
+  detail::agree(*bootstrap_, "to set up its device", [&] {
     guards = options.heap_guards || switch_from_env("IRIS_HEAP_GUARDS");
     check_calls_ = options.check_calls || switch_from_env("IRIS_CHECK_CALLS");
     device_timeout_ = options.device_timeout.count() > 0 ? options.device_timeout : device_timeout_from_env();
@@ -260,34 +242,50 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
                    ". Set the same IRIS_CHECK_CALLS (or check_calls) on every rank.");
   }
 
-  agree(*bootstrap_, "to create its stream and error record", [&] {
-    IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    IRIS_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&error_record_), sizeof(DeviceErrorRecord), cudaHostAllocMapped | cudaHostAllocPortable));
-    std::memset(error_record_, 0, sizeof(DeviceErrorRecord));
-  });
+  // From here the constructor holds what ~Context would release, which does not run when it throws: the
+  // catch below releases the stream, the pinned record and the NVTX window, and the members (the heap, whose
+  // teardown is collective) go with the constructor. Each step is agreed, so that the ranks throw together
+  // and meet in that teardown.
+  try {
+    detail::agree(*bootstrap_, "to create its stream and error record", [&] {
+      IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      IRIS_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&error_record_), sizeof(DeviceErrorRecord),
+                                    cudaHostAllocMapped | cudaHostAllocPortable));
+      std::memset(error_record_, 0, sizeof(DeviceErrorRecord));
+    });
 
-  heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, device_, heap_size_);
-  allocator_ = std::make_unique<HeapAllocator>(heap_size_, guards ? detail::kHeapGuardBytes : 0);
-  if (guards) guards_ = std::make_unique<detail::HeapGuards>();
+    heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, device_, heap_size_);  // agrees its own steps
 
-  // IRIS_NVTX_HEAP=1: tell memory checkers about every heap object through the NVTX memory API, so a
-  // write running past one object into the next would be reported. Off by default: compute-sanitizer
-  // 2025 on the H200 machines refused every such registration ("One or more of the parameters is
-  // invalid", per slot and per window alike) and counted each refusal as an error; without it memcheck
-  // still checks every access against the heap as a whole.
-  if (const char* env = std::getenv("IRIS_NVTX_HEAP"); env != nullptr && std::string(env) == "1") {
-    nvtx_on_ = true;
-    nvtx_heap_ = static_cast<void*>(nvtx_window_acquire(heap_->base(), heap_size_ * static_cast<size_t>(world_size_)));
+    detail::agree(*bootstrap_, "to finish its context", [&] {
+      allocator_ = std::make_unique<HeapAllocator>(heap_size_, guards ? detail::kHeapGuardBytes : 0);
+      if (guards) guards_ = std::make_unique<detail::HeapGuards>();
+
+      // IRIS_NVTX_HEAP=1: tell memory checkers about every heap object through the NVTX memory API, so a
+      // write running past one object into the next would be reported. Off by default: compute-sanitizer
+      // 2025 on the H200 machines refused every such registration ("One or more of the parameters is
+      // invalid", per slot and per window alike) and counted each refusal as an error; without it memcheck
+      // still checks every access against the heap as a whole.
+      if (const char* env = std::getenv("IRIS_NVTX_HEAP"); env != nullptr && std::string(env) == "1") {
+        nvtx_heap_ =
+            static_cast<void*>(nvtx_window_acquire(heap_->base(), heap_size_ * static_cast<size_t>(world_size_)));
+        nvtx_on_ = true;
+      }
+
+      device_ctx_.heap_base = heap_->base();
+      device_ctx_.heap_size = heap_size_;
+      device_ctx_.rank = rank_;
+      device_ctx_.world_size = world_size_;
+      DeviceErrorRecord* device_record = nullptr;
+      IRIS_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_record), error_record_, 0));
+      device_ctx_.error = device_record;
+      device_ctx_.timeout_ns = static_cast<uint64_t>(device_timeout_.count()) * 1000000ull;
+    });
+  } catch (...) {
+    if (nvtx_on_) nvtx_window_release(heap_->base());
+    if (error_record_ != nullptr) cudaFreeHost(error_record_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    throw;
   }
-
-  device_ctx_.heap_base = heap_->base();
-  device_ctx_.heap_size = heap_size_;
-  device_ctx_.rank = rank_;
-  device_ctx_.world_size = world_size_;
-  DeviceErrorRecord* device_record = nullptr;
-  IRIS_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_record), error_record_, 0));
-  device_ctx_.error = device_record;
-  device_ctx_.timeout_ns = static_cast<uint64_t>(device_timeout_.count()) * 1000000ull;
   IRIS_LOG_INFO("context ready: device ", device_, ", heap ", heap_size_, " bytes, window ",
                 static_cast<void*>(heap_->base()), guards_ != nullptr ? ", heap guards on" : "");
 }
@@ -297,6 +295,15 @@ Context::~Context() {
   // the heap teardown below waits for them. Release them first so neither side waits forever.
   if (std::uncaught_exceptions() > 0)
     bootstrap_->abort(detail::str_cat("rank ", rank_, " destroyed its context while unwinding an exception"));
+  // The teardown below synchronizes this context's stream, reads its guards and frees its memory: on the
+  // context's device, whichever the destroying thread has current. A destructor cannot raise: should the
+  // switch fail, the teardown goes on with the device that is current.
+  std::optional<detail::DeviceGuard> device;
+  try {
+    device.emplace(device_);
+  } catch (const std::exception& e) {
+    IRIS_LOG_WARN("context teardown on rank ", rank_, " could not make device ", device_, " current: ", e.what());
+  }
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (guards_ != nullptr && std::uncaught_exceptions() == 0) {
     // Last look (a destructor cannot raise): writes since the last barrier() would go unnoticed.

@@ -4,11 +4,14 @@
 
 #include <cstdint>
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "core/driver_api.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/log.hpp"
+#include "runtime/agree.hpp"
+#include "runtime/bootstrap_detail.hpp"
 
 namespace iris {
 namespace {
@@ -67,15 +70,36 @@ SymmetricHeap::SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size)
       size_(heap_size),
       mapped_(world_, false),
       imported_(world_, 0) {
-  // Are the ranks threads of one process or separate processes?
+  // A constructor that throws runs no destructor: undo here what was set up. After a failure every rank
+  // learned at once (detail::agree), the ranks tear down together; after one of the bootstrap's own, this
+  // rank cannot know where its peers are, and tears down as ~SymmetricHeap does after a failed barrier.
+  bool together = false;
+  try {
+    build(together);
+  } catch (...) {
+    teardown(together);
+    throw;
+  }
+  IRIS_LOG_DEBUG("symmetric heap: ", size_, " bytes per rank, window at ", static_cast<void*>(base_),
+                 shared_window_ ? " (shared by the threads of this process)" : "");
+}
+
+void SymmetricHeap::build(bool& together) {
+  // Are the ranks threads of one process or separate processes? Decided from every rank's pid, so that
+  // every rank decides alike (a mix raises on all of them).
   auto pids = bootstrap_.allgather(to_bytes(static_cast<int64_t>(getpid())));
+  std::set<int64_t> processes;
   int same = 0;
-  for (const auto& p : pids) same += from_bytes<int64_t>(p) == getpid() ? 1 : 0;
-  IRIS_CHECK_ARG(same == 1 || same == world_,
-                 "iris ranks must be either all threads of one process or one process each; rank ", rank_,
-                 " shares its process with ", same - 1, " of ", world_ - 1, " peers.");
-  shared_window_ = world_ > 1 && same == world_;
-  if (world_ == 1) shared_window_ = false;
+  for (const auto& p : pids) {
+    processes.insert(from_bytes<int64_t>(p));
+    same += from_bytes<int64_t>(p) == getpid() ? 1 : 0;
+  }
+  const int count = static_cast<int>(processes.size());
+  IRIS_CHECK_ARG(count == 1 || count == world_,
+                 "iris ranks must be either all threads of one process or one process each; the ", world_,
+                 " ranks are in ", count, " processes (rank ", rank_, " shares its process with ", same - 1, " of ",
+                 world_ - 1, " peers).");
+  shared_window_ = world_ > 1 && count == 1;
 
   // Creating the physical memory can fail on one rank only (out of memory): agree before mapping.
   std::string failure;
@@ -88,58 +112,74 @@ SymmetricHeap::SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size)
   auto failures = bootstrap_.allgather(failure);
   for (int r = 0; r < world_; ++r)
     if (!failures[r].empty()) {
-      if (own_ != 0) driver::api().cuMemRelease(own_);
-      own_ = 0;
+      together = true;
       throw Error(detail::str_cat("rank ", r, " could not create its ", size_, "-byte symmetric heap: ", failures[r]));
     }
 
+  const auto grant_everywhere = [&] {
+    for (int r = 0; r < world_; ++r) grant_access(slot(r), size_, device_);
+  };
   if (shared_window_) {
     // One window for the whole process: rank 0 reserves it and tells the others where it is.
-    uintptr_t base = 0;
-    if (rank_ == 0) {
-      CUdeviceptr p = 0;
-      IRIS_CU_CHECK(driver::api().cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
-      base = static_cast<uintptr_t>(p);
-    }
-    base = from_bytes<uintptr_t>(bootstrap_.broadcast(to_bytes(base), 0));
-    base_ = reinterpret_cast<char*>(base);
-    IRIS_CU_CHECK(driver::api().cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
-    mapped_[rank_] = true;
-    bootstrap_.barrier();  // every slot is mapped before anyone sets access on it
-    for (int r = 0; r < world_; ++r) grant_access(slot(r), size_, device_);
-    bootstrap_.barrier();
-  } else {
-    CUdeviceptr p = 0;
-    IRIS_CU_CHECK(driver::api().cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
-    base_ = reinterpret_cast<char*>(p);
-    IRIS_CU_CHECK(driver::api().cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
-    mapped_[rank_] = true;
-    if (world_ > 1) {
-      int fd = -1;
-      IRIS_CU_CHECK(driver::api().cuMemExportToShareableHandle(&fd, own_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-      std::vector<int> fds;
-      try {
-        fds = bootstrap_.exchange_fds(fd);
-      } catch (...) {
-        close(fd);
-        throw;
-      }
-      close(fd);
-      for (int r = 0; r < world_; ++r) {
-        if (r == rank_) continue;
-        CUresult res = driver::api().cuMemImportFromShareableHandle(&imported_[r], reinterpret_cast<void*>(static_cast<uintptr_t>(fds[r])),
-                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-        close(fds[r]);
-        if (res != CUDA_SUCCESS) IRIS_CU_CHECK(res);
-        IRIS_CU_CHECK(driver::api().cuMemMap(reinterpret_cast<CUdeviceptr>(slot(r)), size_, 0, imported_[r], 0));
-        mapped_[r] = true;
-      }
-    }
-    for (int r = 0; r < world_; ++r) grant_access(slot(r), size_, device_);
-    bootstrap_.barrier();  // every rank can reach every heap before anyone returns
+    detail::agree(
+        bootstrap_, "to reserve the heap window",
+        [&] {
+          if (rank_ != 0) return;
+          CUdeviceptr p = 0;
+          IRIS_CU_CHECK(driver::api().cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
+          base_ = reinterpret_cast<char*>(p);
+        },
+        &together);
+    base_ = reinterpret_cast<char*>(
+        from_bytes<uintptr_t>(bootstrap_.broadcast(to_bytes(reinterpret_cast<uintptr_t>(base_)), 0)));
+    // Every slot is mapped before anyone sets access on it (the agreement is that barrier).
+    detail::agree(
+        bootstrap_, "to map its heap",
+        [&] {
+          IRIS_CU_CHECK(driver::api().cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
+          mapped_[rank_] = true;
+        },
+        &together);
+    detail::agree(bootstrap_, "to give its device access to every heap", grant_everywhere, &together);
+    return;
   }
-  IRIS_LOG_DEBUG("symmetric heap: ", size_, " bytes per rank, window at ", static_cast<void*>(base_),
-                 shared_window_ ? " (shared by the threads of this process)" : "");
+  detail::UniqueFd fd;
+  detail::agree(
+      bootstrap_, "to map its heap",
+      [&] {
+        CUdeviceptr p = 0;
+        IRIS_CU_CHECK(driver::api().cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
+        base_ = reinterpret_cast<char*>(p);
+        IRIS_CU_CHECK(driver::api().cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
+        mapped_[rank_] = true;
+        if (world_ == 1) return;
+        int exported = -1;
+        IRIS_CU_CHECK(
+            driver::api().cuMemExportToShareableHandle(&exported, own_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        fd.reset(exported);
+      },
+      &together);
+  if (world_ > 1) {
+    std::vector<detail::UniqueFd> peers;
+    for (int received : bootstrap_.exchange_fds(fd.get())) peers.emplace_back(received);
+    fd.reset();
+    detail::agree(
+        bootstrap_, "to map its peers' heaps",
+        [&] {
+          for (int r = 0; r < world_; ++r) {
+            if (r == rank_) continue;
+            IRIS_CU_CHECK(driver::api().cuMemImportFromShareableHandle(
+                &imported_[r], reinterpret_cast<void*>(static_cast<uintptr_t>(peers[r].get())),
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+            peers[r].reset();
+            IRIS_CU_CHECK(driver::api().cuMemMap(reinterpret_cast<CUdeviceptr>(slot(r)), size_, 0, imported_[r], 0));
+            mapped_[r] = true;
+          }
+        },
+        &together);
+  }
+  // Every rank can reach every heap before anyone returns (the agreement is that barrier).
+  detail::agree(bootstrap_, "to give its device access to every heap", grant_everywhere, &together);
 }
 
 std::vector<int> SymmetricHeap::registered_slots() const {
@@ -159,6 +199,10 @@ SymmetricHeap::~SymmetricHeap() {
     peers_done = false;
     IRIS_LOG_WARN("heap teardown without a final barrier (", e.what(), ")");
   }
+  teardown(peers_done);
+}
+
+void SymmetricHeap::teardown(bool peers_done) noexcept {
   auto unmap = [&](int r) {
     if (!mapped_[r]) return;
     CUresult res = driver::api().cuMemUnmap(reinterpret_cast<CUdeviceptr>(slot(r)), size_);
@@ -168,6 +212,7 @@ SymmetricHeap::~SymmetricHeap() {
   if (shared_window_) {
     unmap(rank_);
     if (own_ != 0) driver::api().cuMemRelease(own_);
+    own_ = 0;
     bool all_unmapped = peers_done;
     if (peers_done) {
       try {
@@ -189,6 +234,9 @@ SymmetricHeap::~SymmetricHeap() {
     if (own_ != 0) driver::api().cuMemRelease(own_);
     if (base_ != nullptr) driver::api().cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
   }
+  own_ = 0;
+  base_ = nullptr;
+  imported_.assign(world_, 0);
 }
 
 }  // namespace iris

@@ -8,7 +8,9 @@
 //   * One process per rank: each process reserves its own window, exports its memory as a POSIX file
 //     descriptor, receives every peer's descriptor over a Unix socket (Bootstrap::exchange_fds),
 //     imports and maps it into the peer's slot.
-// Construction and destruction are collective over the bootstrap.
+// Construction and destruction are collective over the bootstrap. Every step of the construction that
+// can fail on one rank (creating, reserving, mapping, importing, granting access) is agreed across the
+// ranks: all raise together, and a constructor that raises has released what it held.
 #pragma once
 
 #include <cuda.h>
@@ -43,6 +45,12 @@ class SymmetricHeap {
   static size_t allocation_granularity(int device);
 
  private:
+  // The constructor's steps. `together` is set once a failure is one every rank learned at once.
+  void build(bool& together);
+  // Unmaps and releases what this object holds; waits for the peers (threads sharing the window) only
+  // when `peers_done` says they are tearing down too.
+  void teardown(bool peers_done) noexcept;
+
   Bootstrap& bootstrap_;
   int rank_;
   int world_;
