@@ -269,13 +269,14 @@ std::string hex(unsigned v) {
 }
 
 // What one damaged guard reads like: `changed` of `span` guard bytes after the object at `object`
-// (`bytes` long, allocation #`serial`), the first `past` bytes past its end, where 0x00 was written.
+// (`bytes` long, allocation #`serial`), the first at byte `past` past its end (0 is the byte right after
+// it), where 0x00 was written.
 std::string damaged(size_t changed, size_t span, size_t object, size_t bytes, int serial, size_t past,
                     bool freed = false) {
   return std::to_string(changed) + " of " + std::to_string(span) + " guard bytes after the heap object at offset " +
          std::to_string(object) + " (" + std::to_string(bytes) + " bytes, allocation #" + std::to_string(serial) +
-         (freed ? ", freed since" : "") + ") changed, the first " + std::to_string(past) +
-         " bytes past its end (0x00 instead of " + hex(detail::heap_guard_byte(object + bytes + past)) + ")";
+         (freed ? ", freed since" : "") + ") changed, the first at byte " + std::to_string(past) +
+         " past its end (0x00 instead of " + hex(detail::heap_guard_byte(object + bytes + past)) + ")";
 }
 
 const char* kGuardAdvice =

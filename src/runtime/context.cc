@@ -44,7 +44,7 @@ std::string hex_byte(unsigned v) {
 std::string describe_damage(const HeapAllocator::GuardRegion& r, const detail::GuardDamage& d, bool freed) {
   return detail::str_cat(d.changed, " of ", r.end - r.begin, " guard bytes after the heap object at offset ", r.object,
                          " (", r.requested, " bytes, allocation #", r.serial, freed ? ", freed since" : "",
-                         ") changed, the first ", d.first - r.begin, " bytes past its end (", hex_byte(d.found),
+                         ") changed, the first at byte ", d.first - r.begin, " past its end (", hex_byte(d.found),
                          " instead of ", hex_byte(d.want), ")");
 }
 

@@ -43,8 +43,10 @@ class Bootstrap {
   virtual std::vector<int> exchange_fds(int fd) = 0;
 
   // Marks this rank failed with `reason`: every other rank blocked in (or later entering) a
-  // bootstrap operation throws iris::RemoteError naming this rank and the reason. Never blocks,
-  // never throws.
+  // bootstrap operation throws iris::RemoteError naming this rank and the reason. Never throws, and
+  // returns within about 2 s: between processes it waits at most 1 s for another thread of this rank
+  // that is sending, then at most 1 s to send the reason to the store (the local failure is recorded
+  // first, whatever happens to the send).
   virtual void abort(const std::string& reason) noexcept = 0;
 
   // Timeout applied to each operation.
