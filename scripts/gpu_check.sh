@@ -23,7 +23,9 @@ if ! iris_configure_and_build -DIRIS_BUILD_TESTS=ON > "$LOG_DIR/build.log" 2>&1;
 fi
 summary+=("build: ok in $(( $(date +%s) - started )) s")
 
-# Every test, one at a time (GPU tests share the GPUs). Extra ctest arguments pass through.
+# Every test, one at a time (GPU tests share the GPUs). Extra ctest arguments pass through. Where one
+# command may run at most N seconds (the device tool: 600), set IRIS_CTEST_TIMEOUT below N so that the
+# summary still prints, and split the tests with ctest arguments (-R, -E) over several runs.
 ( cd "$IRIS_BUILD_DIR" && timeout "${IRIS_CTEST_TIMEOUT:-1500}" ctest --output-on-failure --no-tests=error \
     --timeout 300 --output-junit "$LOG_DIR/ctest.xml" "$@" ) > "$LOG_DIR/ctest.log" 2>&1
 ctest_rc=$?

@@ -8,7 +8,9 @@ need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
-[ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+# GoogleTest from the distribution, or one installed by hand under /usr/local (CMake's find_package finds
+# either).
+[ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ] || need+=(libgtest-dev)
 # pip fetches the CUTLASS headers below, when they are not here yet.
 if [ ! -f "$(dirname "$0")/../.deps/cutlass/include/cutlass/cutlass.h" ] &&
   ! { command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1; }; then
