@@ -474,13 +474,30 @@ std::string Context::heap_guard_report() {
   return report;
 }
 
+// Every rank's stream is done before the exchanges that follow. A rank whose stream failed (a sticky
+// CUDA error) still takes part, so that its peers raise with its error instead of waiting for it in
+// those exchanges until the bootstrap timeout.
+void Context::finish_stream_everywhere(const char* what) {
+  detail::agree(*bootstrap_, what, [&] {
+    const detail::DeviceGuard device(device_);
+    IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  });
+}
+
 void Context::check_heap_guards() {
   if (guards_ == nullptr) return;
-  const detail::DeviceGuard device(device_);
-  IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   // Every rank's stream is done first: a peer's kernel may write (past an object) into this heap.
-  bootstrap_->barrier();
-  const auto all = bootstrap_->allgather(heap_guard_report());
+  finish_stream_everywhere("to finish its stream for the heap guard check");
+  exchange_heap_guard_reports();
+}
+
+void Context::exchange_heap_guard_reports() {
+  std::string report;
+  detail::agree(*bootstrap_, "to read its heap guards", [&] {
+    const detail::DeviceGuard device(device_);
+    report = heap_guard_report();
+  });
+  const auto all = bootstrap_->allgather(report);
   std::string damage;
   for (int r = 0; r < world_size_; ++r)
     if (!all[r].empty()) damage += detail::str_cat(damage.empty() ? "" : "; ", "on rank ", r, ": ", all[r]);
@@ -512,8 +529,8 @@ void Context::check_heap_symmetry() {
 }
 
 void Context::barrier() {
-  IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  check_heap_guards();
+  finish_stream_everywhere("to finish its stream in barrier()");
+  if (guards_ != nullptr) exchange_heap_guard_reports();
   check_heap_symmetry();
   check_device_error();
 }
