@@ -1063,16 +1063,19 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
 
 // ---- 4. ranks that disagree ------------------------------------------------------------------------
 
-// matmul_all_gather writes peers' rows straight into C when its preamble saw C on the symmetric heap, at
-// the heap offset each rank's preamble saw: a call with a C off the heap, or at another offset, must be
-// refused before anything is launched, and the other way round; ranks whose C lies at different offsets
-// all raise from the preamble.
+// matmul_all_gather's band pipeline writes peers' rows straight into C when its preamble saw C on the
+// symmetric heap, at the heap offset each rank's preamble saw: a call with a C off the heap, or at another
+// offset, must be refused before anything is launched, and the other way round; ranks whose C lies at
+// different offsets all raise from the preamble. A rank block of 256 rows has two tile rows or more with
+// every fused tile, so min_band_tiles 1 bands it (before 2026-12-05 this test ran 64 rows, unfused, whose
+// C need not stay put: UnfusedAndOneRankCallsTakeCAnywhere).
 TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "one rank writes no peer's C: its C may be anywhere";
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        const int64_t w = ctx.world_size(), mr = 64, n = 128, k = 64;
+        const int64_t w = ctx.world_size(), mr = 256, n = 128, k = 64;
         auto* a = ctx.empty<__nv_bfloat16>(mr * k);
         auto* b = ctx.empty<__nv_bfloat16>(k * n);
         auto* c_heap = ctx.empty<__nv_bfloat16>(w * mr * n);
@@ -1085,7 +1088,11 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
         on_heap.c = Tensor::matrix(c_heap, kBF16, w * mr, n);
         MatmulOperands off_heap = on_heap;
         off_heap.c.data = c_plain;
-        const FusedConfig config;
+        FusedConfig config;
+        config.min_band_tiles = 1;
+        int sms = 0;
+        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
+        ASSERT_FALSE(plan_matmul_all_gather(on_heap, config, ctx.world_size(), sms).unfused);
         FusedWorkspace ws;
         matmul_all_gather_preamble(ctx, on_heap, config, ws);
         EXPECT_TRUE(ws.signature().symmetric_output);
@@ -1100,7 +1107,7 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
                       " but the workspace was prepared with C at heap offset " + std::to_string(ctx.offset_of(c_heap)) +
                       " (peers write their rows straight into C at the offset they prepared with); call "
                       "matmul_all_gather_preamble again with this C.");
-        if (w > 1) {  // the last rank's C elsewhere: every rank raises, the workspace keeps its preparation
+        {  // the last rank's C elsewhere: every rank raises, the workspace keeps its preparation
           const bool culprit = ctx.rank() == w - 1;
           const std::string what =
               error_text([&] { matmul_all_gather_preamble(ctx, culprit ? elsewhere : on_heap, config, ws); });
@@ -1116,8 +1123,9 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
         matmul_all_gather_preamble(ctx, off_heap, config, ws);
         EXPECT_FALSE(ws.signature().symmetric_output);
         EXPECT_EQ(error_text([&] { matmul_all_gather(ctx, on_heap, config, ws, nullptr); }),
-                  "matmul_all_gather: C is on the symmetric heap but the workspace was prepared with C not on it; "
-                  "call matmul_all_gather_preamble again with these operands.");
+                  "matmul_all_gather: C is on the symmetric heap but the workspace was prepared with C not on it, or "
+                  "for a call below the fusion threshold (which writes no peer's C); call "
+                  "matmul_all_gather_preamble again with these operands.");
         ctx.synchronize();
         release_workspace(ctx, ws);
         IRIS_CUDA_CHECK(cudaFree(c_plain));
@@ -1126,6 +1134,46 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
         ctx.free(b);
         ctx.free(a);
         ctx.barrier();
+      },
+      options());
+}
+
+// Below the fusion threshold the ops run the iris::ccl collective, which writes no peer's C, and one rank
+// runs its GEMM alone: a C on the heap that moves from call to call (buffers taken in turn, as decode steps
+// do) or leaves it needs no new preamble, and every call is right. Before 2026-12-05 these calls recorded
+// C's heap offset as the band pipeline does and refused the second C.
+TEST_P(FusedGpu, UnfusedAndOneRankCallsTakeCAnywhere) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        uint64_t seed = 2000;
+        for (const Flavor& flavor :
+             {Flavor{Op::kMatmulAllGather}, Flavor{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot}}) {
+          const OpFns f = fns(flavor.op);
+          SCOPED_TRACE(flavor_name(flavor));
+          const Case on_heap{kAwkward, kBF16, kBF16, false, kGemmTileSmall, /*bias=*/false, /*on_heap=*/true};
+          Case off_heap = on_heap;
+          off_heap.on_heap = false;
+          Problem first(ctx, flavor, on_heap);
+          Problem second(ctx, flavor, on_heap);
+          Problem third(ctx, flavor, off_heap);
+          const FusedConfig config = config_for(flavor, on_heap.tile);  // unfused past one rank
+          FusedWorkspace ws;
+          f.preamble(ctx, first.operands(), config, ws);
+          EXPECT_FALSE(ws.signature().symmetric_output);
+          const char* names[] = {"the preamble's C", "another C on the heap", "a C off the heap", "the first C again"};
+          Problem* order[] = {&first, &second, &third, &first};
+          for (int i = 0; i < 4; ++i) {
+            order[i]->upload(seed, ctx.stream());
+            f.run(ctx, order[i]->operands(), config, ws, nullptr);
+            finish(ctx, nullptr);
+            order[i]->expect_matches(order[i]->reference(seed), ctx.stream(), names[i]);
+            ctx.barrier();  // the next upload must not reach heap operands a peer may still read
+            ++seed;
+          }
+          release_workspace(ctx, ws);
+        }
       },
       options());
 }

@@ -452,7 +452,9 @@ using PlanFn = FusedPlan (*)(const MatmulOperands&, const FusedConfig&, int, int
 bool symmetric_view(const Context& ctx, const Tensor& t);
 
 // The plan as this context runs it: matmul_all_gather and matmul_all_reduce two_shot record whether C is
-// on the symmetric heap (peers then write their rows straight into it).
+// on the symmetric heap (peers then write their rows straight into it) when they run the band pipeline
+// with peers. An unfused call runs the iris::ccl collective, which writes no peer's C, and one rank its
+// GEMM alone: their C may move from call to call (a decode step's, in buffers taken in turn).
 FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm, const FusedConfig& config) {
   FusedPlan p = plan(mm, config, ctx.world_size(), ccl::detail::sm_count(ctx));
   // Operands that lie in the heap lie within one live allocation of this rank's (Context::heap_span_problem):
@@ -465,9 +467,10 @@ FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm
     IRIS_CHECK_ARG(where.empty(), ccl::op_name(p.sig.op), ": ", name, " ", t->describe(), " ", where);
   }
   // Contiguous too: peers write with this rank's geometry, and the signature holds no row stride.
-  if (p.sig.op == OpKind::kMatmulAllGather ||
-      (p.sig.op == OpKind::kMatmulAllReduce && p.sig.variant == AllReduceVariant::kTwoShot))
-    p.sig.symmetric_output = mm.c.stride == mm.c.cols && symmetric_view(ctx, mm.c);
+  const bool peers_write_c = ctx.world_size() > 1 && !p.unfused &&
+                             (p.sig.op == OpKind::kMatmulAllGather ||
+                              (p.sig.op == OpKind::kMatmulAllReduce && p.sig.variant == AllReduceVariant::kTwoShot));
+  if (peers_write_c) p.sig.symmetric_output = mm.c.stride == mm.c.cols && symmetric_view(ctx, mm.c);
   if (p.sig.symmetric_output) p.sig.output_offset = static_cast<int64_t>(ctx.offset_of(mm.c.data));
   return p;
 }
@@ -1115,8 +1118,11 @@ void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan&
             : str_cat("this call's variant (", ccl::variant_name(p.sig.variant),
                       ") stages peers' rows instead of writing them into C");
     throw InvalidArgument(str_cat(ccl::op_name(p.sig.op), ": ", why, " but the workspace was prepared with C ",
-                                  ws.signature().symmetric_output ? "" : "not ", "on it; call ",
-                                  preamble_name(p.sig.op), " again with these operands."));
+                                  ws.signature().symmetric_output
+                                      ? "on it"
+                                      : "not on it, or for a call below the fusion threshold (which writes no "
+                                        "peer's C)",
+                                  "; call ", preamble_name(p.sig.op), " again with these operands."));
   }
   IRIS_CHECK_ARG(p.sig.output_offset == ws.signature().output_offset, ccl::op_name(p.sig.op), ": C is at heap offset ",
                  p.sig.output_offset, " but the workspace was prepared with C at heap offset ",

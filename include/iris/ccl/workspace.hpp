@@ -135,8 +135,9 @@ struct OpSignature {
   // some variants from rank 0 and others from the rank that owns a band, so a bias on some ranks only
   // would be added to some rows only (or to none), silently.
   bool bias = false;
-  // matmul_all_gather and matmul_all_reduce two_shot: C lies on the symmetric heap, so peers write their
-  // rows straight into it, at the heap offset of their own C: output_offset, C's byte offset in the heap
+  // matmul_all_gather and matmul_all_reduce two_shot through the band pipeline with peers (not unfused,
+  // not one rank): C lies on the symmetric heap, so peers write their rows straight into it, at the heap offset of
+  // their own C: output_offset, C's byte offset in the heap
   // (-1 when C is elsewhere). Part of the signature so that every rank takes the same path and has C at
   // the same offset (a peer writing into a heap that holds no C, or holds it elsewhere, would corrupt
   // what lies there), and so that a call whose C is not where the preamble saw it is refused.

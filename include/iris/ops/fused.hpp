@@ -60,7 +60,8 @@
 // split of K). A workspace serves one stream at a time. Where peers write straight into C (C contiguous on the
 // symmetric heap: matmul_all_gather, matmul_all_reduce two_shot), they write at the heap offset of their own C:
 // the preamble records C's offset, which must be the same on every rank (else every rank raises), and a call
-// with C at another offset is refused until the preamble has seen that C.
+// with C at another offset is refused until the preamble has seen that C. Only the band pipeline with peers
+// writes into peers' C: an unfused call (FusedPlan::unfused) and one rank take C anywhere, call after call.
 //
 // Shapes (W = world size; every rank passes the same shapes, dtypes and config):
 //   matmul_all_reduce      C (M x N)   = sum over r of A_r (M x K) @ B_r (K x N)
