@@ -1160,18 +1160,25 @@ TEST_P(FusedGpu, UnfusedAndOneRankCallsTakeCAnywhere) {
           Problem third(ctx, flavor, off_heap);
           const FusedConfig config = config_for(flavor, on_heap.tile);  // unfused past one rank
           FusedWorkspace ws;
-          f.preamble(ctx, first.operands(), config, ws);
-          EXPECT_FALSE(ws.signature().symmetric_output);
-          const char* names[] = {"the preamble's C", "another C on the heap", "a C off the heap", "the first C again"};
-          Problem* order[] = {&first, &second, &third, &first};
-          for (int i = 0; i < 4; ++i) {
-            order[i]->upload(seed, ctx.stream());
-            f.run(ctx, order[i]->operands(), config, ws, nullptr);
+          auto call = [&](Problem& p, const std::string& what) {
+            p.upload(seed, ctx.stream());
+            f.run(ctx, p.operands(), config, ws, nullptr);
             finish(ctx, nullptr);
-            order[i]->expect_matches(order[i]->reference(seed), ctx.stream(), names[i]);
+            p.expect_matches(p.reference(seed), ctx.stream(), what);
             ctx.barrier();  // the next upload must not reach heap operands a peer may still read
             ++seed;
-          }
+          };
+          f.preamble(ctx, first.operands(), config, ws);
+          EXPECT_FALSE(ws.signature().symmetric_output);
+          call(first, "the preamble's C");
+          call(second, "another C on the heap");
+          call(third, "a C off the heap");
+          call(first, "the first C again");
+          // Last prepared by the band pipeline with the first C on the heap (from 2 ranks, where it bands, the
+          // workspace records C's place for its own calls): calls below the threshold still take any C.
+          f.preamble(ctx, first.operands(), config_for(flavor, on_heap.tile, /*pipelined=*/true), ws);
+          call(second, "another C on the heap, after a band pipeline's preamble");
+          call(third, "a C off the heap, after a band pipeline's preamble");
           release_workspace(ctx, ws);
         }
       },

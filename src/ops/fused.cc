@@ -1105,6 +1105,12 @@ bool symmetric_view(const Context& ctx, const Tensor& t) {
 void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan& p, const FusedWorkspace& ws) {
   check_fused_workspace(p, ws);
   ccl::detail::require_of_context(ctx, ccl::op_name(p.sig.op), preamble_name(p.sig.op), ws);
+  // A call below the threshold runs the iris::ccl collective, which writes no peer's C: it takes its C
+  // wherever it is, whatever the last preamble saw (check_unfused checks what it needs instead).
+  if (p.unfused) {
+    if (mm.c.numel() > 0) check_unfused(ctx, mm, p, ws);  // an empty C launches nothing
+    return;
+  }
   // Every rank must take the path its peers prepared for (see OpSignature::symmetric_output). Peers write
   // their rows at the offset of the C they prepared with: a C elsewhere would miss them, and they would
   // land on whatever lies at that offset now.
@@ -1129,7 +1135,6 @@ void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan&
                  ws.signature().output_offset,
                  " (peers write their rows straight into C at the offset they prepared with); call ",
                  preamble_name(p.sig.op), " again with this C.");
-  if (p.unfused && mm.c.numel() > 0) check_unfused(ctx, mm, p, ws);  // an empty C launches nothing
 }
 
 void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
