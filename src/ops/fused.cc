@@ -230,31 +230,21 @@ ccl::WorkspaceNeeds collective_needs(OpKind op, const MatmulOperands& mm, int wo
   }
 }
 
-// What the unfused path keeps in the op's own staging (run_unfused, collective_views): reduce_scatter's
-// input, the M x N product, for matmul_reduce_scatter; the gathered A for all_gather_matmul; nothing for
-// the ops whose collective runs in place on C.
-size_t unfused_staging_bytes(OpKind op, const MatmulOperands& mm, int world) {
-  const CollectiveViews v = collective_views(op, mm, nullptr, 0, world);
-  switch (op) {
-    case OpKind::kMatmulReduceScatter:
-      return align256(v.in.span_bytes());
-    case OpKind::kAllGatherMatmul:
-      return align256(v.out.span_bytes());
-    default:
-      return 0;
-  }
-}
-
-// Every plan's last step. An unfused call holds its collective's workspace, and its own staging only what
-// run_unfused puts there: the band pipeline's slots would go unused (matmul_all_reduce one_shot's are W
-// copies of C, 8 at W = 8). One rank runs its GEMM alone (run_single_rank) and stages nothing (matmul_all_reduce
-// atomic would take 6 bytes per element of C for float32 accumulators and results). Locks and flags are
-// still sized, so that a workspace refuses the same calls with the same messages at any world size and
-// on either path.
+// Every plan's last step. An unfused call holds its collective's workspace. The ops whose collective runs
+// in place on C (matmul_all_reduce, matmul_all_gather) then stage nothing of their own, where the band
+// pipeline's slots would go unused (matmul_all_reduce one_shot's are W copies of C, 8 at W = 8): a
+// workspace that never held staging allocates it at the first preamble that needs it. The others keep
+// the band pipeline's staging, which holds what run_unfused puts there (collective_views: the M x N
+// product, at most 2(W - 1) bands of M/W rows, for matmul_reduce_scatter; the gathered A, the same
+// buffer, for all_gather_matmul), because a workspace's arrays never grow: a smaller one would make the
+// same workspace refuse the banded call of the same shape. One rank runs its GEMM alone (run_single_rank)
+// and stages nothing (matmul_all_reduce atomic would take 6 bytes per element of C for float32
+// accumulators and results). Locks and flags are still sized, so that a workspace refuses the same calls
+// with the same messages at any world size and on either path.
 void finish_plan(FusedPlan& p, const MatmulOperands& mm, int world_size) {
   if (p.unfused) {
     p.collective = collective_needs(p.sig.op, mm, world_size);
-    p.needs.staging_bytes = unfused_staging_bytes(p.sig.op, mm, world_size);
+    if (p.sig.op == OpKind::kMatmulAllReduce || p.sig.op == OpKind::kMatmulAllGather) p.needs.staging_bytes = 0;
   }
   if (world_size == 1) p.needs.staging_bytes = 0;
 }

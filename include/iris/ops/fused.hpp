@@ -101,10 +101,11 @@
 //   matmul_all_gather                    flags 5W (ready; data by band)   staging W slots of M_rank x N
 //   all_gather_matmul_k_sharded          flags 5W (ready; data by band)   staging M x W K_r of A's type (the
 //                                                                         gathered A, rank r's columns at r K_r)
-// Below the fusion threshold (FusedPlan::unfused) the staging holds only what the unfused path puts there:
-// the M x N product for matmul_reduce_scatter, the gathered A for all_gather_matmul, nothing for
-// matmul_all_reduce and matmul_all_gather (their collective runs in place on C). With one rank no op
-// stages anything (its GEMM runs alone). Locks and flags keep the sizes above on every path.
+// Below the fusion threshold (FusedPlan::unfused) matmul_all_reduce and matmul_all_gather stage nothing
+// (their collective runs in place on C); matmul_reduce_scatter and all_gather_matmul keep the staging
+// above, which holds what their unfused path puts there (the M x N product, the gathered A), so that the
+// same workspace also serves the banded call of the shape. With one rank no op stages anything (its GEMM
+// runs alone). Locks and flags keep the sizes above on every path.
 // Staging holds C's type unless said otherwise; every slot and band starts on 256 bytes, but for
 // all_gather_matmul's slots of A, back to back on 16 bytes (K is a multiple of 8: TMA's rows). The workspace
 // signature holds the shape, K, world size, block sizes, the all_reduce variant, and the type that
