@@ -1174,9 +1174,17 @@ TEST_P(FusedGpu, UnfusedAndOneRankCallsTakeCAnywhere) {
           call(second, "another C on the heap");
           call(third, "a C off the heap");
           call(first, "the first C again");
-          // Last prepared by the band pipeline with the first C on the heap (from 2 ranks, where it bands, the
-          // workspace records C's place for its own calls): calls below the threshold still take any C.
-          f.preamble(ctx, first.operands(), config_for(flavor, on_heap.tile, /*pipelined=*/true), ws);
+          // Last prepared by the band pipeline with the first C on the heap, where that call bands (the
+          // workspace then records C's place for its own calls; matmul_all_gather's rank blocks of 328 / W
+          // rows are one tile row from 3 ranks, unfused even so): calls below the threshold still take any C.
+          const FusedConfig banded = config_for(flavor, on_heap.tile, /*pipelined=*/true);
+          int sms = 0;
+          IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
+          const FusedPlan plan = flavor.op == Op::kMatmulAllGather
+                                     ? plan_matmul_all_gather(first.operands(), banded, ctx.world_size(), sms)
+                                     : plan_matmul_all_reduce(first.operands(), banded, ctx.world_size(), sms);
+          f.preamble(ctx, first.operands(), banded, ws);
+          EXPECT_EQ(ws.signature().symmetric_output, ctx.world_size() > 1 && !plan.unfused);
           call(second, "another C on the heap, after a band pipeline's preamble");
           call(third, "a C off the heap, after a band pipeline's preamble");
           release_workspace(ctx, ws);

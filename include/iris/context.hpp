@@ -193,11 +193,11 @@ class Context {
   void* translate_bytes(void* ptr, int to) const;
   void fill_bytes(void* dst, int value, size_t bytes);
   void fill_pattern(void* dst, const void* pattern, size_t pattern_size, size_t count);
-  // This rank's damaged heap guards (restored), and those found at free(); empty when none.
   // barrier()'s and check_heap_guards()'s steps, each agreed across the ranks (a rank that fails one
   // tells its peers instead of leaving them waiting in the next exchange).
   void finish_stream_everywhere(const char* what);
   void exchange_heap_guard_reports();
+  // This rank's damaged heap guards (restored), and those found at free(); empty when none.
   std::string heap_guard_report();
 
   std::shared_ptr<Bootstrap> bootstrap_;

@@ -164,12 +164,6 @@ inline void require_ready(const Context& ctx, const char* op, const char* preamb
   ws.check_capacity(needs);
 }
 
-// A call's validation and, with Context::check_calls() (IRIS_CHECK_CALLS), its comparison across ranks
-// before anything is launched. `validate` makes the call's plan and every check of its arguments and
-// workspace, and returns the plan; `signature(plan)` is what the ranks compare (Workspace::check_call). A
-// rank whose validation throws still takes part in the comparison with its reason, so that its peers raise
-// too instead of launching kernels that wait for it (or, with other shapes, read and write its buffers in
-// another layout); then it rethrows its own error. Without the mode this is validate() alone.
 // A call's own checks (its plan, then require_ready on its workspace), without its launch and without the
 // comparison across ranks: for a caller that launches something the collective then reads, which must
 // know first that the collective will take its arguments (the fused ops' unfused path checks it before
@@ -181,6 +175,12 @@ void check_reduce_scatter_call(const Context& ctx, const Tensor& out, const Tens
 void check_all_gather_call(const Context& ctx, const Tensor& out, const Tensor& in, const Config& config,
                            const Workspace& ws);
 
+// A call's validation and, with Context::check_calls() (IRIS_CHECK_CALLS), its comparison across ranks
+// before anything is launched. `validate` makes the call's plan and every check of its arguments and
+// workspace, and returns the plan; `signature(plan)` is what the ranks compare (Workspace::check_call). A
+// rank whose validation throws still takes part in the comparison with its reason, so that its peers raise
+// too instead of launching kernels that wait for it (or, with other shapes, read and write its buffers in
+// another layout); then it rethrows its own error. Without the mode this is validate() alone.
 template <typename Validate, typename Signature>
 auto checked_call(Context& ctx, const Workspace& ws, Validate&& validate, Signature&& signature) {
   if (!ctx.check_calls()) return validate();

@@ -27,6 +27,9 @@ void agree(Bootstrap& bootstrap, const char* what, Step&& step, bool* failed_tog
     error = std::current_exception();
     message = e.what();
     if (message.empty()) message = "unknown error";
+  } catch (...) {  // still agreed: the peers must not wait for this rank
+    error = std::current_exception();
+    message = "an exception that is not a std::exception";
   }
   const auto all = bootstrap.allgather(message);
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {

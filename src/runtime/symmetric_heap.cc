@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <set>
 #include <string>
 
@@ -53,6 +54,24 @@ void grant_access(char* ptr, size_t size, int device) {
   }
 }
 
+// Who this process is, for telling threads of one process from processes: its pid with 64 random bits
+// drawn once per program. Pids alone repeat across pid namespaces (one container per rank: every rank
+// may be pid 1), which would take processes for threads of one and share a window they cannot share.
+// The pid is read at each call: a fork()ed child keeps its parent's random bits but not its pid.
+struct ProcessToken {
+  int64_t pid;
+  uint64_t random;
+  bool operator==(const ProcessToken& o) const { return pid == o.pid && random == o.random; }
+  bool operator<(const ProcessToken& o) const { return pid != o.pid ? pid < o.pid : random < o.random; }
+};
+ProcessToken process_token() {
+  static const uint64_t random = [] {
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32) ^ device();
+  }();
+  return ProcessToken{static_cast<int64_t>(getpid()), random};
+}
+
 }  // namespace
 
 size_t SymmetricHeap::allocation_granularity(int device) {
@@ -85,14 +104,15 @@ SymmetricHeap::SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size)
 }
 
 void SymmetricHeap::build(bool& together) {
-  // Are the ranks threads of one process or separate processes? Decided from every rank's pid, so that
-  // every rank decides alike (a mix raises on all of them).
-  auto pids = bootstrap_.allgather(to_bytes(static_cast<int64_t>(getpid())));
-  std::set<int64_t> processes;
+  // Are the ranks threads of one process or separate processes? Decided from every rank's process token,
+  // so that every rank decides alike (a mix raises on all of them).
+  const ProcessToken mine = process_token();
+  auto tokens = bootstrap_.allgather(to_bytes(mine));
+  std::set<ProcessToken> processes;
   int same = 0;
-  for (const auto& p : pids) {
-    processes.insert(from_bytes<int64_t>(p));
-    same += from_bytes<int64_t>(p) == getpid() ? 1 : 0;
+  for (const auto& t : tokens) {
+    processes.insert(from_bytes<ProcessToken>(t));
+    same += from_bytes<ProcessToken>(t) == mine ? 1 : 0;
   }
   const int count = static_cast<int>(processes.size());
   IRIS_CHECK_ARG(count == 1 || count == world_,
