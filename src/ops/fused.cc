@@ -1021,7 +1021,7 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
   }
 }
 
-// Everything the unfused path's two steps check, before either launches (check_launch): the collective's
+// Everything the unfused path's two steps check, before either launches (launch): the collective's
 // workspace prepared, the GEMM's workspace, then the collective's call as iris::ccl checks it. Otherwise
 // a refusal of the second step would come after the first had written C (the reducing ops, or
 // matmul_all_gather) or a peer's gather buffer (all_gather_matmul). Each refusal names the op and, for a
@@ -1089,18 +1089,14 @@ bool symmetric_view(const Context& ctx, const Tensor& t) {
   return ctx.is_symmetric(last);
 }
 
-// Everything a call checks of its arguments against its workspace before launch; below the threshold, its
-// GEMM's and its collective's checks too (check_unfused). Inside checked_call, so that with
-// IRIS_CHECK_CALLS a rank that refuses tells its peers.
+// Everything a call checks of its arguments against its workspace before the comparison across ranks
+// (checked_call); below the threshold, launch() then runs check_unfused.
 void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan& p, const FusedWorkspace& ws) {
   check_fused_workspace(p, ws);
   ccl::detail::require_of_context(ctx, ccl::op_name(p.sig.op), preamble_name(p.sig.op), ws);
   // A call below the threshold runs the iris::ccl collective, which writes no peer's C: it takes its C
   // wherever it is, whatever the last preamble saw (check_unfused checks what it needs instead).
-  if (p.unfused) {
-    if (mm.c.numel() > 0) check_unfused(ctx, mm, p, ws);  // an empty C launches nothing
-    return;
-  }
+  if (p.unfused) return;
   // Every rank must take the path its peers prepared for (see OpSignature::symmetric_output). Peers write
   // their rows at the offset of the C they prepared with: a C elsewhere would miss them, and they would
   // land on whatever lies at that offset now.
@@ -1147,6 +1143,9 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
     return;
   }
   if (p.unfused) {
+    // After the comparison across ranks (IRIS_CHECK_CALLS), so that calls that differ are named as such
+    // first; every rank then has the same plan and preamble, and all refuse here or none.
+    check_unfused(ctx, mm, p, ws);
     run_unfused(ctx, mm, p, ws, on);
     ws.count_call();
     return;
