@@ -268,8 +268,6 @@ std::string outcome_of(iris::Bootstrap& bootstrap, int rank) {
   return "";
 }
 
-bool starts_with(const std::string& s, const std::string& head) { return s.rfind(head, 0) == 0; }
-
 // The start of the text the failing rank raises for its own failure of `c`.
 std::string own_head(Call c, int rank) {
   if (c == Call::kSetAccess)
@@ -295,7 +293,7 @@ std::string check_outcome(const std::string& got, int r, Call c, int failed, con
     const std::string own = own_head(c, failed);
     want = "RemoteError: rank " + std::to_string(failed) + " failed " + step + ": " + own.substr(own.find(' ') + 1);
   }
-  if (starts_with(got, want)) return "";
+  if (got.starts_with(want)) return "";
   return "rank " + std::to_string(r) + "\n   got: " + got + "\n  want: " + want + "...\n";
 }
 

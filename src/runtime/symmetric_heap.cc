@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <compare>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -61,8 +62,7 @@ void grant_access(char* ptr, size_t size, int device) {
 struct ProcessToken {
   int64_t pid;
   uint64_t random;
-  bool operator==(const ProcessToken& o) const { return pid == o.pid && random == o.random; }
-  bool operator<(const ProcessToken& o) const { return pid != o.pid ? pid < o.pid : random < o.random; }
+  auto operator<=>(const ProcessToken&) const = default;
 };
 ProcessToken process_token() {
   static const uint64_t random = [] {
