@@ -186,6 +186,48 @@ TEST_P(DeviceTimeoutTest, UnsatisfiedComparisonsWaitUntilTheBound) {
       test::device_test_options(kBound));
 }
 
+// barrier() agrees on device errors: the last rank's kernel times out and nobody asks for its record
+// before the barrier, so the barrier raises the TimeoutError there and RemoteError naming it on every
+// other rank (before 2026-12-05 only the rank with the record raised; its peers passed the barrier and
+// went on to calls that would wait for it). The record is then cleared and the next barrier passes.
+TEST_P(DeviceTimeoutTest, BarrierRaisesARanksDeviceErrorOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int me = ctx.rank(), culprit = ctx.world_size() - 1;
+        auto* word = ctx.zeros<uint64_t>(1);
+        test::DeviceBuffer<int> results(64);
+        ctx.barrier();
+        if (me == culprit) {
+          wait_kernel<<<1, 64, 0, ctx.stream()>>>(ctx.device_context(), word, 1, results.get());
+          IRIS_CUDA_CHECK_LAUNCH();
+        }
+        std::string message;
+        if (me == culprit) {
+          message = test::error_text<TimeoutError>([&] { ctx.barrier(); });
+          EXPECT_EQ(message.rfind("iris device timeout in test_never_signalled on rank " + std::to_string(me), 0), 0u)
+              << message;
+          EXPECT_EQ(ctx.device_timeouts(), 1u);
+        } else {
+          message = test::error_text<RemoteError>([&] { ctx.barrier(); });
+          EXPECT_EQ(message.rfind("rank " + std::to_string(culprit) +
+                                      " failed to finish its stream in barrier(): iris device timeout in "
+                                      "test_never_signalled on rank " +
+                                      std::to_string(culprit),
+                                  0),
+                    0u)
+              << message;
+          EXPECT_EQ(ctx.device_timeouts(), 0u);
+        }
+        EXPECT_NE(message.find("last value 0, waiting for 1"), std::string::npos) << message;
+        EXPECT_NO_THROW(ctx.barrier()) << "the record is cleared once reported";
+        ctx.free(word);
+        ctx.barrier();
+      },
+      test::device_test_options(kBound));
+}
+
 TEST_P(DeviceTimeoutTest, DeviceBarrierTimesOutWhenAPeerNeverArrives) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs a peer that stays away: 2 ranks or more";

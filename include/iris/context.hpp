@@ -164,8 +164,9 @@ class Context {
   // ---- synchronization -------------------------------------------------------------------------
   // Host barrier: synchronizes stream(), then waits for every rank; also compares the allocation
   // sequence across ranks and throws InvalidArgument on every rank when they differ, and with heap
-  // guards checks them (check_heap_guards). A rank whose stream fails raises its CUDA error, and its
-  // peers RemoteError naming it (they do not wait for it).
+  // guards checks them (check_heap_guards). A rank whose stream fails raises its CUDA error, and one
+  // whose kernels recorded a device error raises it (check_device_error); its peers raise RemoteError
+  // naming it (they neither wait for it nor pass the barrier without it).
   void barrier();
   // Collective, with heap guards (nothing without): synchronizes stream(), waits for every rank (whose
   // kernels may write into this heap), checks the guard of every live allocation (and reports those of
@@ -195,7 +196,8 @@ class Context {
   void fill_pattern(void* dst, const void* pattern, size_t pattern_size, size_t count);
   // barrier()'s and check_heap_guards()'s steps, each agreed across the ranks (a rank that fails one
   // tells its peers instead of leaving them waiting in the next exchange).
-  void finish_stream_everywhere(const char* what);
+  // With `device_errors`, a device error recorded on a rank fails its step too (barrier()).
+  void finish_stream_everywhere(const char* what, bool device_errors = false);
   void exchange_heap_guard_reports();
   // This rank's damaged heap guards (restored), and those found at free(); empty when none.
   std::string heap_guard_report();

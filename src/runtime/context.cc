@@ -477,10 +477,11 @@ std::string Context::heap_guard_report() {
 // Every rank's stream is done before the exchanges that follow. A rank whose stream failed (a sticky
 // CUDA error) still takes part, so that its peers raise with its error instead of waiting for it in
 // those exchanges until the bootstrap timeout.
-void Context::finish_stream_everywhere(const char* what) {
+void Context::finish_stream_everywhere(const char* what, bool device_errors) {
   detail::agree(*bootstrap_, what, [&] {
     const detail::DeviceGuard device(device_);
     IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (device_errors) check_device_error();
   });
 }
 
@@ -529,10 +530,12 @@ void Context::check_heap_symmetry() {
 }
 
 void Context::barrier() {
-  finish_stream_everywhere("to finish its stream in barrier()");
+  // A device error this rank's kernels recorded (a timeout, a misuse, calls that differ) is part of the
+  // agreed finish: its peers raise RemoteError naming it together with it, instead of passing the
+  // barrier and launching calls whose waits for this rank would time out one by one.
+  finish_stream_everywhere("to finish its stream in barrier()", /*device_errors=*/true);
   if (guards_ != nullptr) exchange_heap_guard_reports();
   check_heap_symmetry();
-  check_device_error();
 }
 
 void Context::synchronize() {
