@@ -788,12 +788,12 @@ TEST_P(FusedGpu, PreambleAllocatesWhatHeapBytesSays) {
 
 // The GEMM's split-K memory is sized by the preamble too: prepared for a shallow K (no split), a call
 // with K = 8192 (same M and N, so the heap arrays still fit) needs split-K partials the workspace lacks.
-// Every rank refuses it before any launch with WorkspaceTooSmall naming the op and its preamble; after
-// the preamble the call is right. (all_gather_matmul is left out: its staging holds the gathered A, so a
-// deeper K is refused by the staging check first.) The unfused GEMM (64 x 128, or a rank's 64 / W rows
-// in matmul_all_gather) has two tiles, so the automatic split cuts K on any GPU of 8 SMs or more;
-// an output of 128 x 256 (8 tiles of 64x64) stays whole below 16 SMs (8 ranks sharing an H200 under
-// MPS: 14 each), and nothing would be refused.
+// Every rank refuses it before any launch with WorkspaceTooSmall naming the op and its preamble, during a
+// capture too (without marking the workspace captured); after the preamble the call is right. (all_gather_matmul is
+// left out: its staging holds the gathered A, so a deeper K is refused by the staging check first.) The unfused GEMM
+// (64 x 128, or a rank's 64 / W rows in matmul_all_gather) has two tiles, so the automatic split cuts K on any GPU of 8
+// SMs or more; an output of 128 x 256 (8 tiles of 64x64) stays whole below 16 SMs (8 ranks sharing an H200 under MPS:
+// 14 each), and nothing would be refused.
 TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
@@ -815,6 +815,20 @@ TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
           const std::string tail = std::string(" Call ") + f.name + "_preamble with these operands first.";
           EXPECT_EQ(why.rfind(head, 0), 0u) << why;
           EXPECT_TRUE(why.size() > tail.size() && why.compare(why.size() - tail.size(), tail.size(), tail) == 0) << why;
+          {
+            // Refused the same way during a capture, which then holds nothing of it: the workspace is not
+            // marked captured, so the preamble below may still grow its split-K buffer (before 2026-12-05
+            // the mark came first, and that preamble raised "...was captured in a CUDA graph...").
+            Stream stream;
+            IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+            const std::string captured_why =
+                error_text<WorkspaceTooSmall>([&] { f.run(ctx, deep.operands(), config, ws, stream.get()); });
+            cudaGraph_t graph = nullptr;
+            IRIS_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+            if (graph != nullptr) IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+            EXPECT_EQ(captured_why, why);
+            EXPECT_FALSE(ws.captured()) << "a call refused during a capture marked the workspace captured";
+          }
           ctx.barrier();  // every rank refused
           call_and_check(ctx, deep, config, ws, seed++, nullptr, "after the preamble");
           release_workspace(ctx, ws);

@@ -1135,6 +1135,13 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
       },
       [](const FusedPlan& plan) -> const ccl::OpSignature& { return plan.sig; });
   if (mm.c.numel() == 0) return;
+  // The paths' own checks, after the comparison across ranks (IRIS_CHECK_CALLS), so that calls that differ
+  // are named as such first; every rank then has the same plan and preamble, and all refuse here or none.
+  // And before the workspace is marked captured: a call refused during a capture put nothing in the graph.
+  if (ctx.world_size() == 1)
+    check_gemm_in(p.sig.op, single_rank_gemm(mm), ws);
+  else if (p.unfused)
+    check_unfused(ctx, mm, p, ws);
   const cudaStream_t on = ccl::detail::pick_stream(ctx, stream);
   if (iris::detail::capturing(on)) ws.mark_captured();
   if (ctx.world_size() == 1) {
@@ -1143,9 +1150,6 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
     return;
   }
   if (p.unfused) {
-    // After the comparison across ranks (IRIS_CHECK_CALLS), so that calls that differ are named as such
-    // first; every rank then has the same plan and preamble, and all refuse here or none.
-    check_unfused(ctx, mm, p, ws);
     run_unfused(ctx, mm, p, ws, on);
     ws.count_call();
     return;
