@@ -423,6 +423,87 @@ TEST(HeapGpuThreads, ContextsCreatedOneAfterAnotherLeakNothing) {
   EXPECT_LE(before > after ? before - after : 0, size_t{4} << 20) << "device memory leaked across 10 contexts";
 }
 
+// What each of two thread ranks raises creating its Context with `options_of(rank)`, "" if it did not.
+template <typename OptionsOf>
+std::vector<std::string> create_on_two_threads(OptionsOf&& options_of) {
+  auto bootstraps = make_thread_bootstraps(2, std::chrono::seconds(30));
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Context ctx(bootstraps[r], options_of(r));
+      } catch (const RemoteError& e) {
+        errors[r] = std::string("RemoteError: ") + e.what();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+// A Context that fails to set up on one rank fails on every rank, at once: the rank its own error, its peer
+// RemoteError naming it and the step (Context's agreed steps), instead of going on to the heap and waiting
+// in its first exchange until the bootstrap timeout. Both ranks may use one GPU: nothing runs on it.
+TEST(HeapGpuThreads, AContextThatFailsOnOneRankRaisesOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  const int gpus = test::gpu_count();
+  const auto start = std::chrono::steady_clock::now();
+  const auto errors = create_on_two_threads([](int r) {
+    ContextOptions o = small_heap();
+    o.device = r == 1 ? 999 : 0;
+    return o;
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << "a rank waited for a timeout";
+  const std::string own = "rank 1 was assigned device 999 but only " + std::to_string(gpus) +
+                          " CUDA device(s) are visible; start one rank per GPU.";
+  EXPECT_EQ(errors[1], own);
+  EXPECT_EQ(errors[0], "RemoteError: rank 1 failed to set up its device: " + own);
+}
+
+// A heap no GPU holds (1 TiB per rank) is refused on every rank with what to change, and the failed
+// constructions leave nothing behind: the device's free memory is what it was, and a Context of a
+// sensible size then works on the same device. Two thread ranks on device 0 (one window, no kernel).
+TEST(HeapGpuThreads, AHeapTheGpuCannotHoldIsRefusedOnEveryRankAndLeaksNothing) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  auto device_free = [] {
+    size_t free_bytes = 0, total = 0;
+    IRIS_CUDA_CHECK(cudaSetDevice(0));
+    IRIS_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return free_bytes;
+  };
+  run_threads(
+      1, [](Context& ctx) { ctx.barrier(); }, small_heap());  // warm: the CUDA context exists
+  const size_t before = device_free();
+  const size_t huge = size_t{1} << 40;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const auto errors = create_on_two_threads([&](int) {
+      ContextOptions o;
+      o.device = 0;
+      o.heap_size = huge;
+      return o;
+    });
+    const std::string head = "rank 0 could not create its " + std::to_string(huge) +
+                             "-byte symmetric heap: its GPU (device 0) cannot hold it; set a smaller IRIS_HEAP_SIZE "
+                             "(or ContextOptions::heap_size) on every rank, or free memory on that GPU. CUDA driver "
+                             "error CUDA_ERROR_OUT_OF_MEMORY";
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r].rfind(head, 0), 0u) << "rank " << r << ": " << errors[r];
+  }
+  const size_t after = device_free();
+  EXPECT_LE(before > after ? before - after : 0, size_t{4} << 20) << "device memory leaked by failed contexts";
+  run_threads(
+      1,
+      [](Context& ctx) {
+        auto* p = ctx.full<int32_t>(1000, 7);
+        int32_t v = 0;
+        IRIS_CUDA_CHECK(cudaMemcpy(&v, p + 999, 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(v, 7);
+        ctx.barrier();
+      },
+      small_heap());
+}
+
 TEST(HeapGpuThreads, ExceptionOnOneRankReleasesTheOthers) {
   IRIS_TEST_REQUIRE_GPUS(2);
   auto start = std::chrono::steady_clock::now();

@@ -277,8 +277,8 @@ std::string own_head(Call c, int rank) {
 }
 
 // Checks rank r's outcome `got` when `c` failed on rank `failed` in the step agree names `step`: "" when
-// right, else what is wrong. Nothing failing: the heap was built. cuMemCreate: every rank raises the
-// same Error naming the rank (as before 2026-12-05). Otherwise the failing rank raises its own error, the
+// right, else what is wrong. Nothing failing: the heap was built. cuMemCreate (out of memory): every rank
+// raises the same Error naming the rank and what to change. Otherwise the failing rank raises its own error, the
 // others RemoteError naming the rank, the step and that error.
 std::string check_outcome(const std::string& got, int r, Call c, int failed, const std::string& step) {
   std::string want;
@@ -286,7 +286,9 @@ std::string check_outcome(const std::string& got, int r, Call c, int failed, con
     return got.empty() ? "" : "rank " + std::to_string(r) + " raised: " + got + "\n";
   } else if (c == Call::kCreate) {
     want = "Error: rank " + std::to_string(failed) + " could not create its " + std::to_string(kHeapBytes) +
-           "-byte symmetric heap: CUDA driver error CUDA_ERROR_OUT_OF_MEMORY";
+           "-byte symmetric heap: its GPU (device " + std::to_string(failed) +
+           ") cannot hold it; set a smaller IRIS_HEAP_SIZE (or ContextOptions::heap_size) on every rank, or free "
+           "memory on that GPU. CUDA driver error CUDA_ERROR_OUT_OF_MEMORY";
   } else if (r == failed) {
     want = own_head(c, r);
   } else {

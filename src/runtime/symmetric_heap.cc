@@ -126,6 +126,13 @@ void SymmetricHeap::build(bool& together) {
   try {
     CUmemAllocationProp prop = allocation_prop(device_, !shared_window_ && world_ > 1);
     IRIS_CU_CHECK(driver::api().cuMemCreate(&own_, size_, &prop, 0));
+  } catch (const CuError& e) {
+    failure = e.code() == CUDA_ERROR_OUT_OF_MEMORY
+                  ? detail::str_cat("its GPU (device ", device_,
+                                    ") cannot hold it; set a smaller IRIS_HEAP_SIZE (or ContextOptions::heap_size) on "
+                                    "every rank, or free memory on that GPU. ",
+                                    e.what())
+                  : std::string(e.what());
   } catch (const std::exception& e) {
     failure = e.what();
   }
