@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -237,7 +238,7 @@ ccl::WorkspaceNeeds collective_needs(OpKind op, const MatmulOperands& mm, int wo
 // the band pipeline's staging, which holds what run_unfused puts there (collective_views: the M x N
 // product, at most 2(W - 1) bands of M/W rows, for matmul_reduce_scatter; the gathered A, the same
 // buffer, for all_gather_matmul), because a workspace's arrays never grow: a smaller one would make the
-// same workspace refuse the banded call of the same shape. One rank runs its GEMM alone (run_single_rank)
+// same workspace refuse the banded call of the same shape. One rank runs its GEMM alone (single_rank_gemm)
 // and stages nothing (matmul_all_reduce atomic would take 6 bytes per element of C for float32
 // accumulators and results). Locks and flags are still sized, so that a workspace refuses the same calls
 // with the same messages at any world size and on either path.
@@ -674,10 +675,6 @@ void check_gemm_in(OpKind op, const GemmArguments& g, const FusedWorkspace& ws) 
   });
 }
 
-void run_single_rank(const MatmulOperands& mm, OpKind op, FusedWorkspace& ws, cudaStream_t stream) {
-  run_gemm_in(op, single_rank_gemm(mm), ws, stream);
-}
-
 // The sub-bands of each band of the ring below: the same count for every band, on every rank.
 int ring_sub_bands(int64_t band_rows, int64_t n, const FusedPlan& plan) {
   return pick_bands(band_rows, n, kRingSubBands, plan.tile, plan.min_band_tiles);
@@ -1021,31 +1018,39 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
   }
 }
 
+// The unfused path's two steps, built once per call: the collective's views and the GEMM's arguments.
+struct UnfusedSteps {
+  CollectiveViews v;
+  GemmArguments gemm;
+};
+UnfusedSteps unfused_steps(const Context& ctx, const MatmulOperands& mm, const FusedPlan& p, const FusedWorkspace& ws) {
+  const CollectiveViews v = collective_views(p.sig.op, mm, ws.staging(), ctx.rank(), ctx.world_size());
+  return {v, unfused_gemm_split_k(p, mm, v, ctx.rank())};
+}
+
 // Everything the unfused path's two steps check, before either launches (launch): the collective's
 // workspace prepared, the GEMM's workspace, then the collective's call as iris::ccl checks it. Otherwise
 // a refusal of the second step would come after the first had written C (the reducing ops, or
 // matmul_all_gather) or a peer's gather buffer (all_gather_matmul). Each refusal names the op and, for a
 // workspace that falls short, its preamble (refusals_of).
-void check_unfused(const Context& ctx, const MatmulOperands& mm, const FusedPlan& p, const FusedWorkspace& ws) {
-  const OpKind op = p.sig.op;
+void check_unfused(const Context& ctx, const UnfusedSteps& s, OpKind op, const FusedWorkspace& ws) {
   IRIS_CHECK_ARG(ws.collective().prepared(), ccl::op_name(op),
                  ": this call is below the fusion threshold and runs its GEMM, then the iris::ccl collective, "
                  "but the workspace was prepared for the band pipeline only; call ",
                  preamble_name(op), " with these operands first.");
-  const CollectiveViews v = collective_views(op, mm, ws.staging(), ctx.rank(), ctx.world_size());
-  check_gemm_in(op, unfused_gemm_split_k(p, mm, v, ctx.rank()), ws);
+  check_gemm_in(op, s.gemm, ws);
   const ccl::Config auto_config;
   refusals_of(op, [&] {
     switch (op) {
       case OpKind::kMatmulAllReduce:
-        ccl::detail::check_all_reduce_call(ctx, v.out, v.in, auto_config, ws.collective());
+        ccl::detail::check_all_reduce_call(ctx, s.v.out, s.v.in, auto_config, ws.collective());
         break;
       case OpKind::kMatmulReduceScatter:
-        ccl::detail::check_reduce_scatter_call(ctx, v.out, v.in, auto_config, ws.collective());
+        ccl::detail::check_reduce_scatter_call(ctx, s.v.out, s.v.in, auto_config, ws.collective());
         break;
       case OpKind::kAllGatherMatmul:
       case OpKind::kMatmulAllGather:
-        ccl::detail::check_all_gather_call(ctx, v.out, v.in, auto_config, ws.collective());
+        ccl::detail::check_all_gather_call(ctx, s.v.out, s.v.in, auto_config, ws.collective());
         break;
       default:
         IRIS_ASSERT(false, "no unfused path");
@@ -1055,27 +1060,24 @@ void check_unfused(const Context& ctx, const MatmulOperands& mm, const FusedPlan
 
 // The GEMM and the collective, one after the other on the caller's stream (the gathering op of A
 // gathers first); check_unfused has checked both.
-void run_unfused(Context& ctx, const MatmulOperands& mm, const FusedPlan& p, FusedWorkspace& ws, cudaStream_t stream) {
-  const int me = ctx.rank();
-  const CollectiveViews v = collective_views(p.sig.op, mm, ws.staging(), me, ctx.world_size());
-  const GemmArguments g = unfused_gemm_split_k(p, mm, v, me);
+void run_unfused(Context& ctx, const UnfusedSteps& s, OpKind op, FusedWorkspace& ws, cudaStream_t stream) {
   const ccl::Config auto_config;
-  switch (p.sig.op) {
+  switch (op) {
     case OpKind::kMatmulAllReduce:
-      run_gemm_in(p.sig.op, g, ws, stream);
-      ccl::all_reduce(ctx, v.out, v.in, auto_config, ws.collective(), stream);
+      run_gemm_in(op, s.gemm, ws, stream);
+      ccl::all_reduce(ctx, s.v.out, s.v.in, auto_config, ws.collective(), stream);
       break;
     case OpKind::kMatmulReduceScatter:
-      run_gemm_in(p.sig.op, g, ws, stream);
-      ccl::reduce_scatter(ctx, v.out, v.in, auto_config, ws.collective(), stream);
+      run_gemm_in(op, s.gemm, ws, stream);
+      ccl::reduce_scatter(ctx, s.v.out, s.v.in, auto_config, ws.collective(), stream);
       break;
     case OpKind::kAllGatherMatmul:
-      ccl::all_gather(ctx, v.out, v.in, auto_config, ws.collective(), stream);
-      run_gemm_in(p.sig.op, g, ws, stream);
+      ccl::all_gather(ctx, s.v.out, s.v.in, auto_config, ws.collective(), stream);
+      run_gemm_in(op, s.gemm, ws, stream);
       break;
     case OpKind::kMatmulAllGather:
-      run_gemm_in(p.sig.op, g, ws, stream);
-      ccl::all_gather(ctx, v.out, v.in, auto_config, ws.collective(), stream);
+      run_gemm_in(op, s.gemm, ws, stream);
+      ccl::all_gather(ctx, s.v.out, s.v.in, auto_config, ws.collective(), stream);
       break;
     default:
       IRIS_ASSERT(false, "not a fused op");
@@ -1138,19 +1140,24 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
   // The paths' own checks, after the comparison across ranks (IRIS_CHECK_CALLS), so that calls that differ
   // are named as such first; every rank then has the same plan and preamble, and all refuse here or none.
   // And before the workspace is marked captured: a call refused during a capture put nothing in the graph.
-  if (ctx.world_size() == 1)
-    check_gemm_in(p.sig.op, single_rank_gemm(mm), ws);
-  else if (p.unfused)
-    check_unfused(ctx, mm, p, ws);
+  std::optional<GemmArguments> single;
+  std::optional<UnfusedSteps> unfused;
+  if (ctx.world_size() == 1) {
+    single = single_rank_gemm(mm);
+    check_gemm_in(p.sig.op, *single, ws);
+  } else if (p.unfused) {
+    unfused = unfused_steps(ctx, mm, p, ws);
+    check_unfused(ctx, *unfused, p.sig.op, ws);
+  }
   const cudaStream_t on = ccl::detail::pick_stream(ctx, stream);
   if (iris::detail::capturing(on)) ws.mark_captured();
-  if (ctx.world_size() == 1) {
-    run_single_rank(mm, p.sig.op, ws, on);
+  if (single) {
+    run_gemm_in(p.sig.op, *single, ws, on);
     ws.count_call();
     return;
   }
-  if (p.unfused) {
-    run_unfused(ctx, mm, p, ws, on);
+  if (unfused) {
+    run_unfused(ctx, *unfused, p.sig.op, ws, on);
     ws.count_call();
     return;
   }
