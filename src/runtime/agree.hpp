@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "iris/core/error.hpp"
 #include "iris/runtime/bootstrap.hpp"
@@ -17,28 +18,44 @@ namespace iris::detail {
 // rank). When a rank failed, `*failed_together` (if given) is set first: every rank then knows, and may
 // undo its setup with collective steps of its own. A failure of the exchange itself (a peer that died
 // or timed out) propagates as the bootstrap raised it, and leaves the flag unset.
+// agree_gather: the same for a step that returns a payload, and every rank's payloads, in rank order, in
+// the same exchange (one allgather: a failure or a payload per rank).
 template <typename Step>
-void agree(Bootstrap& bootstrap, const char* what, Step&& step, bool* failed_together = nullptr) {
+std::vector<std::string> agree_gather(Bootstrap& bootstrap, const char* what, Step&& step,
+                                      bool* failed_together = nullptr) {
   std::exception_ptr error;
-  std::string message;
+  std::string mine;  // '+' and the payload, or '!' and the failure
   try {
-    step();
+    mine = "+" + step();
   } catch (const std::exception& e) {
     error = std::current_exception();
-    message = e.what();
-    if (message.empty()) message = "unknown error";
+    mine = std::string("!") + (*e.what() != '\0' ? e.what() : "unknown error");
   } catch (...) {  // still agreed: the peers must not wait for this rank
     error = std::current_exception();
-    message = "an exception that is not a std::exception";
+    mine = "!an exception that is not a std::exception";
   }
-  const auto all = bootstrap.allgather(message);
+  std::vector<std::string> all = bootstrap.allgather(mine);
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    if (all[r].empty()) continue;
+    if (!all[r].empty() && all[r][0] == '+') continue;
     if (failed_together != nullptr) *failed_together = true;
     if (error) std::rethrow_exception(error);
-    throw RemoteError(str_cat("rank ", r, " failed ", what, ": ", all[r]));
+    throw RemoteError(
+        str_cat("rank ", r, " failed ", what, ": ", all[r].empty() ? std::string("(no reply)") : all[r].substr(1)));
   }
-  if (error) std::rethrow_exception(error);  // not reached: this rank's own message is in `all`
+  if (error) std::rethrow_exception(error);  // not reached: this rank's own failure is in `all`
+  for (std::string& s : all) s.erase(0, 1);
+  return all;
+}
+
+template <typename Step>
+void agree(Bootstrap& bootstrap, const char* what, Step&& step, bool* failed_together = nullptr) {
+  agree_gather(
+      bootstrap, what,
+      [&] {
+        step();
+        return std::string();
+      },
+      failed_together);
 }
 
 }  // namespace iris::detail

@@ -493,12 +493,11 @@ void Context::check_heap_guards() {
 }
 
 void Context::exchange_heap_guard_reports() {
-  std::string report;
-  detail::agree(*bootstrap_, "to read its heap guards", [&] {
+  // Each rank's report travels in the agreed step's own exchange.
+  const std::vector<std::string> all = detail::agree_gather(*bootstrap_, "to read its heap guards", [&] {
     const detail::DeviceGuard device(device_);
-    report = heap_guard_report();
+    return heap_guard_report();
   });
-  const auto all = bootstrap_->allgather(report);
   std::string damage;
   for (int r = 0; r < world_size_; ++r)
     if (!all[r].empty()) damage += detail::str_cat(damage.empty() ? "" : "; ", "on rank ", r, ": ", all[r]);
