@@ -34,6 +34,7 @@ const char* const kLaunchVariables[] = {
     "SLURM_NODEID",
     "SLURM_STEP_TASKS_PER_NODE",
     "SLURM_STEP_NUM_NODES",
+    "SLURM_STEP_NUM_TASKS",
     "IRIS_BOOTSTRAP_TIMEOUT",
     "IRIS_STORE_LISTEN_FD",
     "IRIS_MASTER_PORT",
@@ -210,7 +211,7 @@ TEST_F(LaunchEnv, OpenMpiAcrossNodesNeedsMasterAddr) {
 
 TEST_F(LaunchEnv, SlurmTasksPerNodeVariants) {
   set("SLURM_PROCID", "6");
-  set("SLURM_NTASKS", "8");
+  set("SLURM_STEP_NUM_TASKS", "8");
   set("SLURM_LOCALID", "2");
   set("SLURM_NNODES", "2");
   set("MASTER_ADDR", "10.0.0.1");
@@ -257,7 +258,7 @@ TEST_F(LaunchEnv, SlurmTasksPerNodeVariants) {
 
 TEST_F(LaunchEnv, SlurmSingleNode) {
   set("SLURM_PROCID", "1");
-  set("SLURM_NTASKS", "2");
+  set("SLURM_STEP_NUM_TASKS", "2");
   set("SLURM_LOCALID", "1");
   set("SLURM_NNODES", "1");
   auto info = iris::detect_launch_info();
@@ -270,35 +271,100 @@ TEST_F(LaunchEnv, SlurmSingleNode) {
 
 TEST_F(LaunchEnv, SlurmAcrossNodesNeedsMasterAddr) {
   set("SLURM_PROCID", "0");
-  set("SLURM_NTASKS", "4");
+  set("SLURM_STEP_NUM_TASKS", "4");
   set("SLURM_LOCALID", "0");
-  set("SLURM_NNODES", "2");
-  set("SLURM_TASKS_PER_NODE", "2(x2)");
+  set("SLURM_STEP_NUM_NODES", "2");
+  set("SLURM_STEP_TASKS_PER_NODE", "2(x2)");
   EXPECT_EQ(launch_error(),
-            "iris bootstrap: the job spans several nodes (SLURM_NTASKS=4, SLURM_TASKS_PER_NODE=2) but MASTER_ADDR is "
-            "not set; set MASTER_ADDR (and MASTER_PORT) to the address of the node running rank 0");
+            "iris bootstrap: the job spans several nodes (SLURM_STEP_NUM_TASKS=4, SLURM_STEP_TASKS_PER_NODE=2) but "
+            "MASTER_ADDR is not set; set MASTER_ADDR (and MASTER_PORT) to the address of the node running rank 0");
 }
 
-// A batch script's own environment (no srun step) describes the allocation: here 4 tasks on 4 nodes placed
-// 1(x4), with --ntasks-per-node=4 requested. Read by the requested count it would make this process rank 0
-// of 4 on one node, hosting a store nobody else finds; read by the layout it needs MASTER_ADDR, and a
-// layout that puts every rank on this node of several is refused.
+// srun --preserve-env (-E) leaves SLURM_NTASKS (and SLURM_TASKS_PER_NODE) at the allocation's counts
+// while the step runs fewer tasks: the step's ranks are SLURM_STEP_NUM_TASKS, laid out by
+// SLURM_STEP_TASKS_PER_NODE. Read by the allocation's 8, rank 0 would wait for 6 ranks that never start.
+TEST_F(LaunchEnv, SlurmStepCountsRuleOverTheAllocations) {
+  set("SLURM_PROCID", "1");
+  set("SLURM_LOCALID", "1");
+  set("SLURM_NTASKS", "8");
+  set("SLURM_TASKS_PER_NODE", "8");
+  set("SLURM_NNODES", "1");
+  set("SLURM_STEP_NUM_TASKS", "2");
+  set("SLURM_STEP_TASKS_PER_NODE", "2");
+  set("SLURM_STEP_NUM_NODES", "1");
+  const iris::LaunchInfo info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "slurm");
+  EXPECT_EQ(info.rank, 1);
+  EXPECT_EQ(info.world_size, 2);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_world_size, 2);
+  EXPECT_EQ(info.note, "");
+  set("SLURM_PROCID", "2");
+  EXPECT_EQ(launch_error(), "iris bootstrap: SLURM_PROCID=2 is outside [0, SLURM_STEP_NUM_TASKS=2)");
+}
+
+// A batch script is task 0 of the job's batch step, and a program it runs without srun inherits that: SLURM_PROCID=0
+// and the allocation's SLURM_NTASKS, but no step task count. Read as rank 0 of 4 it would host a store and wait out
+// the bootstrap timeout (300 s) for ranks nobody starts; it is one process, so it is one rank, and says why.
+TEST_F(LaunchEnv, ABatchScriptWithoutSrunIsOneRankAndSaysWhy) {
+  set("SLURM_PROCID", "0");
+  set("SLURM_LOCALID", "0");
+  set("SLURM_NODEID", "0");
+  set("SLURM_NTASKS", "4");
+  set("SLURM_NNODES", "1");
+  set("SLURM_TASKS_PER_NODE", "4");
+  iris::LaunchInfo info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "none");
+  EXPECT_EQ(info.rank, 0);
+  EXPECT_EQ(info.world_size, 1);
+  EXPECT_EQ(info.local_world_size, 1);
+  EXPECT_EQ(info.note,
+            "SLURM_PROCID is set but SLURM_STEP_NUM_TASKS is not: this process is not a task that srun started (a "
+            "batch script, or a program it runs without srun), so it runs as a single rank; to run the allocation's "
+            "SLURM_NTASKS=4 ranks, start them with srun");
+  // Without --ntasks (or with one task) there is nothing to start with srun.
+  set("SLURM_NTASKS", "1");
+  EXPECT_EQ(iris::detect_launch_info().note,
+            "SLURM_PROCID is set but SLURM_STEP_NUM_TASKS is not: this process is not a task that srun started (a "
+            "batch script, or a program it runs without srun), so it runs as a single rank");
+  ::unsetenv("SLURM_NTASKS");
+  info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "none");
+  EXPECT_EQ(info.world_size, 1);
+  // An allocation over several nodes: still this one process, not rank 0 of a job whose store nobody finds.
+  set("SLURM_NTASKS", "8");
+  set("SLURM_NNODES", "2");
+  set("SLURM_TASKS_PER_NODE", "4(x2)");
+  info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "none");
+  EXPECT_EQ(info.world_size, 1);
+  EXPECT_EQ(info.master_addr, "127.0.0.1");
+  // The launchers before Slurm need no such note.
+  set("RANK", "0");
+  set("WORLD_SIZE", "1");
+  EXPECT_EQ(iris::detect_launch_info().launcher, "torchrun");
+  EXPECT_EQ(iris::detect_launch_info().note, "");
+}
+
+// A step's counts that put every rank on this node of several (the step's layout missing, a requested
+// SLURM_NTASKS_PER_NODE in its place) would make every node host its own store and wait: refused.
 TEST_F(LaunchEnv, SlurmLayoutsThatSpanNodesAreNeverReadAsOne) {
   set("SLURM_PROCID", "0");
-  set("SLURM_NTASKS", "4");
+  set("SLURM_STEP_NUM_TASKS", "4");
   set("SLURM_LOCALID", "0");
-  set("SLURM_NNODES", "4");
+  set("SLURM_STEP_NUM_NODES", "4");
   set("SLURM_NTASKS_PER_NODE", "4");
-  set("SLURM_TASKS_PER_NODE", "1(x4)");
+  set("SLURM_STEP_TASKS_PER_NODE", "1(x4)");
   EXPECT_EQ(launch_error(),
-            "iris bootstrap: the job spans several nodes (SLURM_NTASKS=4, SLURM_TASKS_PER_NODE=1) but MASTER_ADDR is "
-            "not set; set MASTER_ADDR (and MASTER_PORT) to the address of the node running rank 0");
-  ::unsetenv("SLURM_TASKS_PER_NODE");
+            "iris bootstrap: the job spans several nodes (SLURM_STEP_NUM_TASKS=4, SLURM_STEP_TASKS_PER_NODE=1) but "
+            "MASTER_ADDR is not set; set MASTER_ADDR (and MASTER_PORT) to the address of the node running rank 0");
+  ::unsetenv("SLURM_STEP_TASKS_PER_NODE");
   EXPECT_EQ(launch_error(),
-            "iris bootstrap: SLURM_NNODES=4 says the job spans several nodes, but SLURM_NTASKS_PER_NODE=4 puts all "
-            "SLURM_NTASKS=4 ranks on this one; start the ranks with srun (or set RANK, WORLD_SIZE, LOCAL_RANK and "
-            "LOCAL_WORLD_SIZE)");
+            "iris bootstrap: SLURM_STEP_NUM_NODES=4 says the job spans several nodes, but SLURM_NTASKS_PER_NODE=4 puts "
+            "all SLURM_STEP_NUM_TASKS=4 ranks on this one; start the ranks with srun (or set RANK, WORLD_SIZE, "
+            "LOCAL_RANK and LOCAL_WORLD_SIZE)");
   set("SLURM_STEP_NUM_NODES", "1");  // a step of one node in a larger allocation: the step's count rules
+  set("SLURM_NNODES", "4");
   EXPECT_EQ(iris::detect_launch_info().local_world_size, 4);
 }
 
@@ -350,8 +416,7 @@ TEST_F(LaunchEnv, MissingPartners) {
   EXPECT_EQ(launch_error(), "iris bootstrap: OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not set");
   ::unsetenv("OMPI_COMM_WORLD_RANK");
   set("SLURM_PROCID", "0");
-  EXPECT_EQ(launch_error(), "iris bootstrap: SLURM_PROCID is set but SLURM_NTASKS is not set");
-  set("SLURM_NTASKS", "4");
+  set("SLURM_STEP_NUM_TASKS", "4");
   set("SLURM_NTASKS_PER_NODE", "2");
   set("MASTER_ADDR", "10.0.0.1");
   EXPECT_EQ(launch_error(),

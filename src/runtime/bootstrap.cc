@@ -13,10 +13,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "iris/core/error.hpp"
+#include "iris/core/log.hpp"
 #include "runtime/bootstrap_detail.hpp"
 
 namespace iris {
@@ -219,10 +221,28 @@ std::optional<RawLaunch> read_openmpi() {
                    env_int("OMPI_COMM_WORLD_LOCAL_SIZE")};
 }
 
-std::optional<RawLaunch> read_slurm() {
+// The ranks of a Slurm launch are the tasks of one step that srun started: srun gives each the step's task
+// count (SLURM_STEP_NUM_TASKS) and its rank in the step (SLURM_PROCID). A batch script is task 0 of the
+// job's batch step, and a program it runs without srun inherits its environment: SLURM_PROCID=0 and
+// SLURM_NTASKS, the allocation's task count, but no step task count. Read as rank 0 of SLURM_NTASKS, such a
+// process would host a store and wait out the bootstrap timeout for ranks that never start; it is one
+// process, so it runs as one rank, and `note` says why. Under srun --preserve-env (-E), SLURM_NTASKS
+// can still be the allocation's: the step's count rules.
+std::optional<RawLaunch> read_slurm(std::string& note) {
   auto rank = env_int("SLURM_PROCID");
   if (!rank) return std::nullopt;
-  EnvInt world = require_int("SLURM_NTASKS", "SLURM_PROCID is set");
+  const std::optional<EnvInt> step_tasks = env_int("SLURM_STEP_NUM_TASKS");
+  if (!step_tasks) {
+    const std::optional<EnvInt> tasks = env_int("SLURM_NTASKS");
+    note = detail::str_cat(
+        "SLURM_PROCID is set but SLURM_STEP_NUM_TASKS is not: this process is not a task that srun started (a "
+        "batch script, or a program it runs without srun), so it runs as a single rank",
+        tasks && tasks->value > 1
+            ? detail::str_cat("; to run the allocation's SLURM_NTASKS=", tasks->value, " ranks, start them with srun")
+            : std::string());
+    return std::nullopt;
+  }
+  const EnvInt& world = *step_tasks;
   // This node's task count: from the layout the step got (SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE;
   // this node's entry by SLURM_NODEID, else the first node's), else the requested SLURM_NTASKS_PER_NODE, which
   // a job can carry for a layout other than the one it got (--ntasks-per-node=4 with 1(x4) tasks placed).
@@ -249,10 +269,11 @@ std::optional<RawLaunch> read_slurm() {
     IRIS_CHECK_ARG(!nodes || nodes->value == 1,
                    "iris bootstrap: cannot tell how many ranks run on this node: ", nodes ? nodes->name : "", "=",
                    nodes ? nodes->value : 0, " but neither SLURM_NTASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set");
-    local_world = EnvInt{"SLURM_NTASKS", world.value};
+    local_world = EnvInt{world.name, world.value};
   }
-  // Several nodes but every rank on this one: the variables describe no step of this job (a batch script run
-  // without srun sees its allocation's), and every node would host its own store and wait.
+  // Several nodes but every rank on this one: the counts describe no layout of this step (a requested
+  // SLURM_NTASKS_PER_NODE where the step's own layout is missing), and every node would host its own store and
+  // wait.
   IRIS_CHECK_ARG(!nodes || nodes->value <= 1 || local_world->value < world.value, "iris bootstrap: ", nodes->name, "=",
                  nodes->value, " says the job spans several nodes, but ", local_world->name, "=", local_world->value,
                  " puts all ", world.name, "=", world.value,
@@ -264,13 +285,19 @@ std::optional<RawLaunch> read_slurm() {
 }  // namespace
 
 LaunchInfo detect_launch_info() {
+  std::string note;
   std::optional<RawLaunch> raw = read_torchrun();
   if (!raw) raw = read_openmpi();
-  if (!raw) raw = read_slurm();
+  if (!raw) raw = read_slurm(note);
 
   LaunchInfo info;
   if (!raw) {
     info.launcher = "none";
+    info.note = std::move(note);
+    if (!info.note.empty()) {
+      static std::once_flag once;  // callers read the environment more than once (iris-bench, create_from_env)
+      std::call_once(once, [&] { IRIS_LOG_WARN("iris bootstrap: ", info.note); });
+    }
     return info;  // a single rank: nothing else to read or check
   }
   info.launcher = raw->launcher;

@@ -69,6 +69,9 @@ struct LaunchInfo {
   // under torchrun's agent store, or "the default".
   std::string master_port_source = "the default";
   std::string launcher;  // "torchrun", "openmpi", "slurm" or "none"
+  // Why a launcher's variables were present but not read as a launch (launcher "none"), else empty; logged
+  // as a warning once per process. Today: a Slurm batch script, or a program it runs without srun.
+  std::string note;
   // Rank 0 only: a socket already listening on master_port, handed over by the launcher that picked
   // the port (IRIS_STORE_LISTEN_FD; run_local_processes does this), so no other program can take the
   // port between the pick and the store's start. The store listens on a duplicate; the descriptor stays
@@ -79,10 +82,12 @@ struct LaunchInfo {
 // Reads the launcher's environment, in this order of precedence:
 //   torchrun / generic: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 //   Open MPI:           OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (+ MASTER_ADDR/PORT if set)
-//   Slurm:              SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (+ MASTER_*); this node's ranks from the
-//                       layout placed (SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE, "2(x3),1", this node's
-//                       entry by SLURM_NODEID), else SLURM_NTASKS_PER_NODE; refused when SLURM_STEP_NUM_NODES or
-//                       SLURM_NNODES says several nodes but the count puts every rank on this one
+//   Slurm (srun):       SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID (+ MASTER_*); this node's ranks from
+//                       the layout placed (SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE, "2(x3),1", this
+//                       node's entry by SLURM_NODEID), else SLURM_NTASKS_PER_NODE; refused when
+//                       SLURM_STEP_NUM_NODES or SLURM_NNODES says several nodes but the count puts every rank on
+//                       this one. A process with SLURM_PROCID but no SLURM_STEP_NUM_TASKS is no task of an srun
+//                       step (a batch script, or a program it runs without srun): one rank, with a `note`.
 // With none of them set: a single rank (launcher "none").
 // The store's port: IRIS_MASTER_PORT when set, else MASTER_PORT, else 29500. Under torchrun (torchelastic
 // sets TORCHELASTIC_USE_AGENT_STORE=True) the launcher's agent already serves its own store on MASTER_PORT
