@@ -717,6 +717,37 @@ TEST(OpsFusedPlan, UnfusedBelowTheThreshold) {
   EXPECT_EQ(ks.collective.flags + ks.collective.staging_bytes + ks.collective.locks, 0u);
 }
 
+// The threshold counts a band's tiles of work (rows x cols over the tile's, rounded up), not the tiles it
+// touches. Before 2026-12-05 a band of 1 to 32 rows in the 64x64 tiles that decode outputs pick touched a
+// whole tile row (128 tiles at N = 8192) and passed the threshold that 128 rows (bands of 64 rows in
+// 64x128 tiles, 64 tiles) did not: matmul_all_reduce two_shot, matmul_reduce_scatter and all_gather_matmul
+// ran decode shapes as W band GEMMs that each read all of B, where the unfused path's GEMM reads it once.
+TEST(OpsFusedPlan, DecodeBandsCountTheirRowsNotTheTilesTheyTouch) {
+  const FusedConfig defaults;
+  for (int w : {2, 4, 8}) {
+    for (int64_t m : {1, 2, 8, 16, 32, 64}) {
+      SCOPED_TRACE(testing::Message() << "W " << w << ", M " << m);
+      const FusedPlan ar = plan_matmul_all_reduce(operands(m, 8192, 4096, m), defaults, w, kSms);
+      EXPECT_EQ(ar.tile, kGemmTileTiny);  // the fused tile of outputs of at most 64 rows here
+      EXPECT_TRUE(ar.unfused);
+      // Each rank keeps m rows of the W m x 8192 sum; each gathers W blocks of m rows.
+      EXPECT_TRUE(plan_matmul_reduce_scatter(operands(m * w, 8192, 4096, m), defaults, w, kSms).unfused);
+      EXPECT_TRUE(plan_all_gather_matmul(operands(m, 8192, 4096, m * w), defaults, w, kSms).unfused);
+      EXPECT_TRUE(plan_matmul_all_gather(operands(m, 8192, 4096, m * w), defaults, w, kSms).unfused);
+    }
+  }
+  // The count, at its edge: two_shot's band of ceil(M / 2) rows in 64x64 tiles at N = 8192 is
+  // ceil(rows / 64 x 128) tiles of work, against the H200's 66.
+  const FusedConfig tiny = blocks(64, 64);
+  EXPECT_TRUE(plan_matmul_all_reduce(operands(64, 8192, 512, 64), tiny, 2, kSms).unfused);   // 32 rows: 64
+  EXPECT_FALSE(plan_matmul_all_reduce(operands(65, 8192, 512, 65), tiny, 2, kSms).unfused);  // 33 rows: 66
+  // Whole tile rows count as before: bands of 64 rows at N = 16384 in 64x128 tiles, 128 tiles each.
+  EXPECT_FALSE(plan_matmul_all_reduce(operands(128, 16384, 512, 128), blocks(64, 128), 2, kSms).unfused);
+  // A threshold of 1 (the GPU tests' band pipeline at any size) still bands a one-row band.
+  EXPECT_FALSE(plan_matmul_all_reduce(operands(1, 64, 512, 1), banded(64, 64), 2, kSms).unfused);
+  EXPECT_FALSE(plan_all_gather_matmul(operands(1, 64, 512, 2), banded(64, 64), 2, kSms).unfused);
+}
+
 // The band pipeline's arrays (UnfusedStagesOnlyWhatItsPathUses below for the calls under the threshold).
 TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   const int w = 2;

@@ -85,8 +85,16 @@ int resolve_min_band_tiles(const FusedConfig& config, int device_sms) {
   return config.min_band_tiles > 0 ? config.min_band_tiles : std::max(1, device_sms / 2);
 }
 
+// A band's size in whole tiles of work (its rows x cols over a tile's, rounded up), not in the tiles it
+// touches: a band of a few rows touches a whole tile row, as many tiles as a band of tile_m rows, for a
+// fraction of the work, while every band GEMM reads all of B. Counted by touched tiles, decode shapes
+// (matmul_all_reduce two_shot at M <= 64, N = 8192: bands of M / W rows in 64x64 tiles, 128 tiles each)
+// passed a threshold that 128 rows (bands of 64 rows in 64x128 tiles, 64 tiles) did not, and ran W band
+// GEMMs that each read B, where the unfused path reads it once. The threshold was measured in bands of
+// whole tile rows (iris-bench --fused, 2 x H200), where both counts agree.
 bool band_pays(int64_t rows, int64_t cols, GemmTile tile, int min_band_tiles) {
-  return ccl::tile_count(rows, cols, tile.m, tile.n) >= min_band_tiles;
+  if (rows <= 0 || cols <= 0) return false;
+  return ceil_div(rows * cols, static_cast<int64_t>(tile.m) * tile.n) >= min_band_tiles;
 }
 // How many bands the GEMM of `rows` rows is cut into when the op picks (one_shot, atomic, spinlock,
 // matmul_all_gather): bands of whole tile rows (tile_row_band), so that no band GEMM computes a partial

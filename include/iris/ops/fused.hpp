@@ -51,7 +51,9 @@
 //                                of whole tile rows; the GEMM of a band of rows starts once every rank's
 //                                columns of it arrived, while the next band is on its way. One GEMM over
 //                                the whole K per band, as the sequential path's GEMM over the gathered A.
-// A band GEMM must have FusedConfig::min_band_tiles tiles to pay for its launch; below, an op cuts fewer
+// A band GEMM must have FusedConfig::min_band_tiles tiles of work to pay for its launch (rows x cols over the
+// tile's, rounded up: a band of a few rows counts a few rows' worth, not the whole tile row it touches);
+// below, an op cuts fewer
 // bands, down to the unfused order: one GEMM, then the iris::ccl collective (FusedPlan::unfused), which
 // is faster than NCCL at the sizes where that happens. all_gather_matmul_k_sharded has no iris::ccl
 // collective that gathers columns: below the threshold it runs one band (the whole gather, then one
@@ -212,7 +214,10 @@ struct FusedConfig {
   // 1690 / 1584 with 48 (iris-bench --fused-comm-sms).
   int comm_sms = 0;
   // The fusion threshold: a band GEMM of fewer output tiles than this is not worth its own launch, so
-  // the op cuts fewer bands, down to one GEMM followed by the communication (no overlap). 0 = half the
+  // the op cuts fewer bands, down to one GEMM followed by the communication (no overlap). Tiles of work:
+  // a band's rows x cols over the tile's, rounded up (since 2026-12-05; before, every tile a band touched
+  // counted whole, so bands of 1 to 32 rows in 64x64 tiles counted as many tiles as 64 rows, and decode
+  // shapes ran the band pipeline, whose band GEMMs each read all of B). 0 = half the
   // device's SMs (66 on an H200), from iris-bench --fused on 2 x H200: at (128, 8192, 8192) every op
   // was 2-6x slower cut into bands of 32-64 rows (32 tiles each) than cuBLAS + NCCL, while bands of
   // 128+ tiles won from (2048, 8192, 8192) up.
