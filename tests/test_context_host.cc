@@ -1,5 +1,9 @@
 // Host tests of Context-level configuration: no GPU needed.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -144,6 +148,42 @@ TEST(CreateFromEnv, RejectsJobsSpanningHosts) {
                  "iris maps every rank's heap over NVLink, so all ranks must share one host: this job has 4 ranks "
                  "but 2 on this host (multi-node fabric handles are not implemented).");
   }
+}
+
+// One rank exchanges with nobody, so it hosts no store: before 2026-12-05 a second single-rank program on a
+// host (another GPU's job, a batch script's) found MASTER_PORT (29500 by default) taken by the first and
+// failed with "cannot host the bootstrap store on 127.0.0.1:29500: Address already in use". Here the port
+// is taken by a listener of this test: the context is made (a GPU host) or fails for want of a device
+// (no GPU), never for the port.
+TEST(CreateFromEnv, OneRankTakesNoPort) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;  // a port the kernel picks, then read back
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  ScopedEnv no_rank("RANK", nullptr), no_world("WORLD_SIZE", nullptr), no_mpi("OMPI_COMM_WORLD_RANK", nullptr),
+      no_slurm("SLURM_PROCID", nullptr), no_iris_port("IRIS_MASTER_PORT", nullptr), taken("MASTER_PORT", port.c_str());
+  ContextOptions options;
+  options.heap_size = size_t{64} << 20;
+  for (bool launched : {false, true}) {  // no launcher, then a launcher's job of one rank
+    SCOPED_TRACE(launched ? "RANK=0 WORLD_SIZE=1" : "no launcher");
+    ScopedEnv rank("RANK", launched ? "0" : nullptr), world("WORLD_SIZE", launched ? "1" : nullptr);
+    try {
+      std::unique_ptr<Context> ctx = Context::create_from_env(options);
+      EXPECT_EQ(ctx->world_size(), 1);
+      EXPECT_EQ(ctx->rank(), 0);
+    } catch (const std::exception& e) {
+      EXPECT_EQ(local_device_count(), 0) << "a GPU host failed to make a one-rank context: " << e.what();
+      EXPECT_EQ(std::string(e.what()).find("bootstrap"), std::string::npos) << e.what();
+    }
+  }
+  ::close(listener);
 }
 
 }  // namespace

@@ -71,7 +71,8 @@ std::chrono::milliseconds device_timeout_from_env();
 
 class Context {
  public:
-  // One process per rank, from the launcher's environment (see detect_launch_info()).
+  // One process per rank, from the launcher's environment (see detect_launch_info()): a TCP store on
+  // MASTER_PORT between the ranks; a job of one rank (no launcher, or a launcher's world of 1) takes no port.
   static std::unique_ptr<Context> create_from_env(const ContextOptions& options = {});
 
   // Collective over `bootstrap`'s ranks: creates this rank's heap, exchanges it with every peer and

@@ -189,6 +189,10 @@ std::unique_ptr<Context> Context::create_from_env(const ContextOptions& options)
   ContextOptions opts = options;
   if (opts.device < 0) opts.device = info.local_rank;
   auto timeout = opts.bootstrap_timeout.count() > 0 ? opts.bootstrap_timeout : default_bootstrap_timeout();
+  // One rank exchanges with nobody: no store, so no port to take. With a TCP store, a second program of one
+  // rank on the host (another GPU's single-rank job, a batch script's, iris's own tests) found MASTER_PORT
+  // (29500 by default) taken by the first and failed ("cannot host the bootstrap store ...").
+  if (info.world_size == 1) return std::make_unique<Context>(make_thread_bootstraps(1, timeout)[0], opts);
   return std::make_unique<Context>(make_tcp_bootstrap(info, timeout), opts);
 }
 
