@@ -87,6 +87,14 @@ TEST(CclRing, PeriodIsTheWorldAndTheDirectionsTurn) {
   EXPECT_EQ(ring_period(8, 3), 24);  // (t % 3) % 2: 0 1 0 0 1 0 ...
   EXPECT_EQ(ring_period(3, 4), 6);   // (t % 4) % 2 = t % 2
   EXPECT_EQ(ring_period(5, 4), 10);
+  // Odd ring counts near 2^31 (validate bounds them only below): the period exceeds an int. Before 2026-12-05
+  // it wrapped, to a negative period (a grid of 0 blocks at 132 SMs) or to 11, whose grid of 121 blocks then
+  // batched tiles of other owners and directions behind one wait.
+  EXPECT_EQ(ring_period(3, 1000000001), 3000000003);
+  EXPECT_EQ(ring_period(3, 1431655769), 4294967307);
+  EXPECT_EQ(ring_blocks(8192, 3, 1000000001, 132), 132);  // fewer blocks than a period: every one runs
+  EXPECT_EQ(ring_blocks(8192, 3, 1431655769, 121), 121);
+  EXPECT_EQ(ring_batch(8192, 121, 3, 1431655769), 1);  // not whole periods: one tile per wait
 }
 
 TEST(CclRing, EveryBlockRunsWhenEachHasOneTileOrTooFewBlocksForAPeriod) {

@@ -270,8 +270,9 @@ __host__ __device__ inline RingPlace ring_place(int64_t t, int me, int world, in
 // than one tile, a multiple of ring_period(world, rings) where that leaves any (all_reduce_tiles.cu: then every
 // tile of a block's walk has the same owner and direction, and the ranks' steps form a pipeline).
 int ring_blocks(int64_t tiles, int world, int rings, int limit);
-// Tiles after which a ring tile's owner and direction repeat: lcm(world, the direction's period).
-int ring_period(int world, int rings);
+// Tiles after which a ring tile's owner and direction repeat: lcm(world, the direction's period), in 64 bits
+// (an odd all_reduce_num_rings near 2^31 makes it exceed an int).
+int64_t ring_period(int world, int rings);
 // Tiles of a ring block's walk that share one wait and one signal: 1 unless `blocks` is a multiple of
 // ring_period(world, rings) (then a walk's tiles are all on one chain; on other grids a batch could hold tiles
 // whose chains run opposite ways between two ranks, and each rank would wait for the other), else about

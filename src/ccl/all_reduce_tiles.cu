@@ -559,13 +559,14 @@ void launch_spinlock(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cu
 // grid; the grid itself comes from comm_sms or the device's SM count, and the ranks must launch the same one
 // (as before: a rank whose blocks walked other tiles could wait on a peer that waits on it, until the
 // timeout), which they do on GPUs of one model.
-int ring_period(int world, int rings) {
+int64_t ring_period(int world, int rings) {
   world = std::max(world, 1);
   rings = std::max(rings, 1);
   // (t % rings) % 2 repeats every 2 tiles for an even count of rings, every `rings` for an odd one; with
-  // two ranks or fewer both directions are the same ring.
-  const int turn = world <= 2 ? 1 : rings % 2 == 0 ? 2 : rings;
-  return std::lcm(world, turn);
+  // two ranks or fewer both directions are the same ring. In 64 bits: in an int, lcm(3, 1431655769) wrapped
+  // to 11, and a grid of 121 blocks then batched tiles of different owners and directions behind one wait.
+  const int64_t turn = world <= 2 ? 1 : rings % 2 == 0 ? 2 : rings;
+  return std::lcm(static_cast<int64_t>(world), turn);
 }
 
 int ring_blocks(int64_t tiles, int world, int rings, int limit) {
