@@ -52,6 +52,8 @@ TEST(CclTiles, CountsCeilTilesIncludingEdges) {
   EXPECT_EQ(tile_count(1, 7, 32, 64), 1);
   EXPECT_EQ(tile_count(0, 7, 32, 64), 0);
   EXPECT_EQ(tile_count(8192, 8192, 32, 64), 256 * 128);
+  // Rounded up without overflow at the top of the range (rows + block_m - 1 wrapped there).
+  EXPECT_EQ(tile_count(INT64_MAX, 1, 32, 64), INT64_MAX / 32 + 1);
   EXPECT_THROW(tile_count(1, 1, 0, 64), std::invalid_argument);
 }
 
@@ -254,6 +256,34 @@ TEST(CclWorkspace, LargerArraysAreKeptWithoutReallocation) {
                         "workspace was prepared for fewer ranks; prepare a new one with this context."));
   ws.release(host);
   EXPECT_EQ(host.live, 0);
+}
+
+// Needs made by hand that no GPU can hold are refused before a count is multiplied by its element size.
+// Before 2026-12-05, 2^61 + 1 flags wrapped to an 8-byte array whose recorded capacity (2^61 + 1) then passed
+// every preamble's and launch's check: a kernel indexing a million flags wrote past a 256-byte heap block.
+TEST(CclWorkspace, NeedsPastWhatAGpuAddressesAreRefused) {
+  WorkspaceNeeds huge;
+  huge.flags = (size_t{1} << 61) + 1;
+  huge.block_state = 6;
+  FakeHost host;
+  Workspace ws;
+  const std::string flags_message =
+      ": these needs hold 2305843009213693953 flags, more than a GPU can address (2^48 bytes); size them with the "
+      "*_needs functions or the plans.";
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ws.reserve(host, huge); }),
+            "reserve_workspace" + flags_message);
+  EXPECT_EQ(host.allocs, 0);
+  EXPECT_EQ(ws.flag_capacity(), 0u);
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { (void)heap_bytes(huge); }), "heap_bytes" + flags_message);
+  // Each array by its own element size: 2^46 locks of 4 bytes fit, one more does not; staging by the byte.
+  WorkspaceNeeds edge;
+  edge.locks = size_t{1} << 46;
+  edge.staging_bytes = size_t{1} << 48;
+  EXPECT_EQ(heap_bytes(edge), (size_t{1} << 48) * 2);
+  edge.locks += 1;
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { (void)heap_bytes(edge); }),
+            "heap_bytes: these needs hold 70368744177665 locks, more than a GPU can address (2^48 bytes); size them "
+            "with the *_needs functions or the plans.");
 }
 
 // One workspace for a set of calls: reserve_workspace gives it what each array's largest need is, and the
@@ -1140,6 +1170,11 @@ TEST(CclNeeds, MalformedViewsAreRefusedNamingTheView) {
             "all_to_all: input is float16 but output is float32.");
   EXPECT_EQ(error([&] { all_reduce_needs(shape(dt, 1, 8), shape(static_cast<DType>(42), 1, 8), cfg, 2); }),
             "all_reduce: input has an unknown dtype (42).");
+  // Empty views too, whose dimensions enter products (W x rows): before 2026-12-05 a 2^62 x 0 input of
+  // all_gather on 4 ranks wrapped its expected 2^64-row output to 0 rows and was accepted.
+  EXPECT_EQ(error([&] { all_gather_needs(shape(dt, 0, 0), shape(dt, int64_t{1} << 62, 0), cfg, 4); }),
+            "all_gather: input has shape 4611686018427387904x0, a dimension past 2^48, more than a GPU can address.");
+  EXPECT_NO_THROW(all_gather_needs(shape(dt, 0, 8), shape(dt, 0, 8), cfg, 4)) << "an empty view is still fine";
 }
 
 // A workspace's arrays come from the heap of the context that prepared it: a workspace prepared with another

@@ -31,7 +31,26 @@ const char* op_name(OpKind op) {
   return "unknown";
 }
 
+namespace {
+// The needs no GPU can hold: an array past 2^48 bytes (Tensor::kMaxSpanBytes, what a GPU addresses). Checked
+// where needs come from the caller (reserve, heap_bytes), before any count is multiplied by its element size:
+// a count near 2^61 flags wrapped to an 8-byte array whose recorded capacity then passed every later check.
+void check_needs_fit(const char* who, const WorkspaceNeeds& needs) {
+  const std::pair<const char*, std::pair<size_t, size_t>> arrays[] = {
+      {"locks", {needs.locks, sizeof(uint32_t)}},
+      {"flags", {needs.flags, sizeof(uint64_t)}},
+      {"block state words", {needs.block_state, sizeof(uint64_t)}},
+      {"staging bytes", {needs.staging_bytes, 1}}};
+  for (const auto& [name, count_elem] : arrays) {
+    const auto [count, elem] = count_elem;
+    IRIS_CHECK_ARG(count <= Tensor::kMaxSpanBytes / elem, who, ": these needs hold ", count, " ", name,
+                   ", more than a GPU can address (2^48 bytes); size them with the *_needs functions or the plans.");
+  }
+}
+}  // namespace
+
 size_t heap_bytes(const WorkspaceNeeds& needs, size_t guard_bytes) {
+  check_needs_fit("heap_bytes", needs);
   // As prepare allocates them: one heap block per array that is needed, in whole 256-byte units.
   auto block = [guard_bytes](size_t bytes) {
     constexpr size_t unit = HeapAllocator::kMinAlignment;
@@ -44,7 +63,8 @@ size_t heap_bytes(const WorkspaceNeeds& needs, size_t guard_bytes) {
 int64_t tile_count(int64_t rows, int64_t cols, int block_m, int block_n) {
   IRIS_CHECK_ARG(block_m > 0 && block_n > 0, "block sizes must be positive, got ", block_m, " x ", block_n);
   if (rows <= 0 || cols <= 0) return 0;
-  return ((rows + block_m - 1) / block_m) * ((cols + block_n - 1) / block_n);
+  // Rounded up without rows + block_m - 1, which overflows near INT64_MAX.
+  return ((rows - 1) / block_m + 1) * ((cols - 1) / block_n + 1);
 }
 
 namespace {
@@ -372,6 +392,7 @@ void Workspace::reserve(WorkspaceHost& host, const WorkspaceNeeds& needs) {
                    " but rank ", r, " has ", theirs, ". Every rank must reserve the same workspace.");
   }
   check_heap_sequences(host, all);
+  check_needs_fit("reserve_workspace", needs);  // the same needs on every rank: all raise together
   // Needs sized for fewer ranks would be refused by the first preamble, as a workspace "prepared for fewer
   // ranks": say here what is wrong with them.
   const size_t words = ccl::detail::block_state_words(host.world_size());
