@@ -1,6 +1,7 @@
 // run_local_processes: the environment each rank gets (checked by children that join a TCP bootstrap
 // from it, as Context::create_from_env would), how exits, signals and timeouts are reported, and the
 // refusals. Host only: no CUDA.
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -9,7 +10,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -103,6 +107,51 @@ TEST(LocalLaunch, KillsWhatRunsPastTheTimeout) {
   EXPECT_TRUE(exits[0].ok()) << exits[0].describe();
   EXPECT_TRUE(exits[1].timed_out);
   EXPECT_EQ(exits[1].describe(), "rank 1 (process) did not finish within 0.3 s and was killed");
+}
+
+// How many processes run `sleep <seconds>` (from /proc/*/cmdline): the grandchildren a test's ranks started.
+int sleeping(const std::string& seconds) {
+  const std::string want = std::string("sleep") + '\0' + seconds + '\0';
+  int n = 0;
+  DIR* dir = ::opendir("/proc");
+  if (dir == nullptr) return -1;
+  while (const dirent* e = ::readdir(dir)) {
+    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    n += cmdline == want ? 1 : 0;
+  }
+  ::closedir(dir);
+  return n;
+}
+
+// A rank that is a wrapper (a shell that runs its program without exec) is killed with everything it
+// started. Before 2026-12-05 only the wrapper was: its `sleep` ran on, re-parented to init, as a rank's
+// program would, holding its GPU and its peers' store, and the caller's pipe open.
+TEST(LocalLaunch, KillsWhatAKilledRankStarted) {
+  const std::string seconds = "3600." + std::to_string(::getpid());  // this run's own
+  iris::LocalLaunchOptions options;
+  options.timeout = 500ms;
+  const auto exits = iris::run_local_processes(2, shell("sleep " + seconds + "; true"), options);
+  ASSERT_EQ(exits.size(), 2u);
+  for (const auto& e : exits) EXPECT_TRUE(e.timed_out) << e.describe();
+  int left = -1;
+  for (int i = 0; i < 200 && left != 0; ++i) {  // SIGKILL is delivered, not waited for
+    left = sleeping(seconds);
+    if (left != 0) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(left, 0) << "processes the ranks started outlived them";
+  // The grace's kill too, and a grandchild of a grandchild.
+  options.timeout = 60s;
+  options.failure_grace = 200ms;
+  const auto graced = iris::run_local_processes(
+      2, shell("[ \"$RANK\" = 1 ] && exit 3; sh -c 'sleep " + seconds + "; true'; true"), options);
+  EXPECT_EQ(graced[0].failed_rank, 1) << graced[0].describe();
+  left = -1;
+  for (int i = 0; i < 200 && left != 0; ++i) {
+    left = sleeping(seconds);
+    if (left != 0) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(left, 0) << "processes the ranks started outlived them";
 }
 
 // A rank that fails stops the job after the grace (as torchrun stops it): its peers, which could wait for it

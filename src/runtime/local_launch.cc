@@ -3,6 +3,7 @@
 #include "iris/runtime/local_launch.hpp"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -13,8 +14,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "iris/core/error.hpp"
 #include "runtime/bootstrap_detail.hpp"
@@ -55,8 +61,45 @@ detail::UniqueFd store_listener(int world, int& port) {
   return fd;
 }
 
+// The processes whose parent is `parent`, from /proc (Linux; none where /proc cannot be read).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (const dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || pid <= 0) continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;  // ended meanwhile
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so read after the last ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) out.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(dir);
+  return out;
+}
+
+// Kills `pid` and every process descended from it, then reaps `pid`. A rank that is a wrapper (a shell, a
+// script that runs the program without exec) would otherwise leave its program running, holding its GPU
+// and its peers' store, and the caller's pipe open. Each process is stopped before its children are
+// listed, so none forks a child that the walk misses; then all are killed.
 void kill_and_reap(pid_t pid) {
-  kill(pid, SIGKILL);
+  std::vector<pid_t> stopped{pid};
+  kill(pid, SIGSTOP);
+  for (size_t i = 0; i < stopped.size() && stopped.size() < 100000; ++i) {
+    for (pid_t child : children_of(stopped[i])) {
+      if (std::find(stopped.begin(), stopped.end(), child) != stopped.end()) continue;
+      kill(child, SIGSTOP);
+      stopped.push_back(child);
+    }
+  }
+  for (pid_t p : stopped) kill(p, SIGKILL);
   while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
 }

@@ -13,7 +13,9 @@
 // hands the socket to rank 0 (IRIS_STORE_LISTEN_FD, rank 0's environment only), whose store adopts
 // it: no other program can take the port in between. So each process finds its place with
 // detect_launch_info() and makes its Context with Context::create_from_env(). Output is not captured:
-// the processes write to the caller's stdout and stderr.
+// the processes write to the caller's stdout and stderr. A process that is killed (timeout, failure_grace)
+// is killed with every process it started (found through /proc), so a rank that is a wrapper script
+// leaves no program running.
 #pragma once
 
 #include <chrono>
