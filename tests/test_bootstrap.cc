@@ -457,6 +457,33 @@ TEST(BootstrapTcp, AStrayProcessIsRefusedAndTheRunningJobGoesOn) {
   expect_all_zero(codes);
 }
 
+// A rank of another job (LaunchInfo::job) is refused alone even before every rank of the store's job has
+// connected: two jobs on one host that share a port (both on the default 29500, one's rank 0 unable to bind
+// it) would otherwise form one job of the ranks that connected first, whose heaps they then map. Ranks that
+// name no job (no launcher names one) are not told apart.
+TEST(BootstrapTcp, ARankOfAnotherJobIsRefusedAloneBeforeTheJobForms) {
+  const Rendezvous rv;
+  const std::string store = "127.0.0.1:" + std::to_string(rv.port);
+  auto codes = run_ranks(3, [&](int process) {
+    iris::LaunchInfo info = rv.info(process == 2 ? 1 : process, 2);
+    info.job = process == 2 ? "slurm job 8 step 0" : "slurm job 7 step 0";
+    if (process == 2) {  // first to take rank 1's place
+      return same_text(process, what_of<iris::Error>([&] { iris::make_tcp_bootstrap(info, 5s); }),
+                       "iris bootstrap: the store at " + store +
+                           " serves the job of rank 0 (slurm job 7 step 0); this process (rank 1 of world size 2) "
+                           "belongs to another job (slurm job 8 step 0). Is another job using the same port? Give "
+                           "each job its own MASTER_PORT (or IRIS_MASTER_PORT).");
+    }
+    if (process == 1) std::this_thread::sleep_for(500ms);  // the other job's rank comes first
+    auto bs = iris::make_tcp_bootstrap(info, 10s);
+    const auto all = bs->allgather(std::to_string(process));
+    CHILD_CHECK(process, all == (std::vector<std::string>{"0", "1"}));
+    bs->barrier();
+    return 0;
+  });
+  expect_all_zero(codes);
+}
+
 TEST(BootstrapTcp, MismatchedCollectivesFail) {
   const Rendezvous rv;
   const std::string want =

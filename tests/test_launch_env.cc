@@ -35,6 +35,12 @@ const char* const kLaunchVariables[] = {
     "SLURM_STEP_TASKS_PER_NODE",
     "SLURM_STEP_NUM_NODES",
     "SLURM_STEP_NUM_TASKS",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "PMIX_NAMESPACE",
+    "OMPI_MCA_ess_base_jobid",
+    "TORCHELASTIC_RUN_ID",
+    "IRIS_JOB_ID",
     "IRIS_BOOTSTRAP_TIMEOUT",
     "IRIS_STORE_LISTEN_FD",
     "IRIS_MASTER_PORT",
@@ -366,6 +372,33 @@ TEST_F(LaunchEnv, SlurmLayoutsThatSpanNodesAreNeverReadAsOne) {
   set("SLURM_STEP_NUM_NODES", "1");  // a step of one node in a larger allocation: the step's count rules
   set("SLURM_NNODES", "4");
   EXPECT_EQ(iris::detect_launch_info().local_world_size, 4);
+}
+
+// The job a process belongs to, as its launcher names it: the store refuses a process of another job
+// (BootstrapTcp.ARankOfAnotherJobIsRefusedAloneBeforeTheJobForms).
+TEST_F(LaunchEnv, TheJobIsNamedByItsLauncherOrIrisJobId) {
+  EXPECT_EQ(iris::detect_launch_info().job, "") << "no launcher: one rank, no job to tell apart";
+  set("SLURM_PROCID", "1");
+  set("SLURM_STEP_NUM_TASKS", "2");
+  EXPECT_EQ(iris::detect_launch_info().job, "");
+  set("SLURM_JOB_ID", "4242");
+  EXPECT_EQ(iris::detect_launch_info().job, "slurm job 4242");
+  set("SLURM_STEP_ID", "3");
+  EXPECT_EQ(iris::detect_launch_info().job, "slurm job 4242 step 3");
+  set("OMPI_COMM_WORLD_RANK", "1");  // Open MPI comes before Slurm
+  set("OMPI_COMM_WORLD_SIZE", "2");
+  EXPECT_EQ(iris::detect_launch_info().job, "");
+  set("OMPI_MCA_ess_base_jobid", "3735879681");
+  EXPECT_EQ(iris::detect_launch_info().job, "openmpi 3735879681");
+  set("PMIX_NAMESPACE", "prterun-node0-1234@1");
+  EXPECT_EQ(iris::detect_launch_info().job, "openmpi prterun-node0-1234@1");
+  set("RANK", "1");  // torchrun before both
+  set("WORLD_SIZE", "2");
+  EXPECT_EQ(iris::detect_launch_info().job, "");
+  set("TORCHELASTIC_RUN_ID", "a1b2");
+  EXPECT_EQ(iris::detect_launch_info().job, "torchrun a1b2");
+  set("IRIS_JOB_ID", "serve-7");  // by hand, first of all
+  EXPECT_EQ(iris::detect_launch_info().job, "IRIS_JOB_ID=serve-7");
 }
 
 TEST_F(LaunchEnv, BadIntegers) {

@@ -282,6 +282,27 @@ std::optional<RawLaunch> read_slurm(std::string& note) {
   return RawLaunch{"slurm", *rank, world, env_int("SLURM_LOCALID"), local_world};
 }
 
+// LaunchInfo::job: IRIS_JOB_ID, else the launcher's own name for the job (empty when it has none).
+std::string job_name(const std::string& launcher) {
+  if (const auto id = env("IRIS_JOB_ID")) return "IRIS_JOB_ID=" + *id;
+  if (launcher == "slurm") {
+    const auto job = env("SLURM_JOB_ID");
+    const auto step = env("SLURM_STEP_ID");
+    if (!job) return "";
+    return detail::str_cat("slurm job ", *job, step ? " step " + *step : std::string());
+  }
+  if (launcher == "openmpi") {
+    for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"})
+      if (const auto id = env(name)) return "openmpi " + *id;
+    return "";
+  }
+  if (launcher == "torchrun") {
+    const auto id = env("TORCHELASTIC_RUN_ID");
+    return id ? "torchrun " + *id : std::string();
+  }
+  return "";
+}
+
 }  // namespace
 
 LaunchInfo detect_launch_info() {
@@ -327,6 +348,7 @@ LaunchInfo detect_launch_info() {
   IRIS_CHECK_ARG(local_rank.value >= 0 && local_rank.value < local_world.value, "iris bootstrap: ", local_rank.name,
                  "=", local_rank.value, " is outside [0, ", local_world.name, "=", local_world.value, ")");
 
+  info.job = job_name(info.launcher);
   info.rank = rank.value;
   info.world_size = world.value;
   info.local_rank = local_rank.value;

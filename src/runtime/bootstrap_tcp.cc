@@ -57,12 +57,16 @@ using detail::UniqueFd;
 using std::chrono::milliseconds;
 
 constexpr uint32_t kMagic = 0x53495249;  // "IRIS" in little-endian bytes
-constexpr uint32_t kProtocolVersion = 1;
+// 2 (2026-12-05): the hello names the rank's job (LaunchInfo::job).
+constexpr uint32_t kProtocolVersion = 2;
+// The longest job name a hello carries; a longer LaunchInfo::job is cut here, alike on every rank.
+constexpr size_t kMaxJobName = 1024;
 // Lengths beyond this are garbage (another program on the port, a desynchronized stream) and are
 // rejected instead of allocated.
 constexpr uint64_t kMaxFrame = uint64_t{1} << 40;
-// Until its hello a connection is untrusted, so it may only send a tiny frame.
-constexpr uint64_t kMaxHelloFrame = 64;
+// Until its hello a connection is untrusted, so it may only send a small frame: the hello's numbers and
+// its job name.
+constexpr uint64_t kMaxHelloFrame = 64 + kMaxJobName;
 // The store's answer to a hello: its welcome (17 bytes) or an error frame. A larger length means another
 // program answered, and is refused before anything of that size is allocated.
 constexpr uint64_t kMaxWelcomeFrame = uint64_t{1} << 16;
@@ -287,6 +291,7 @@ class StoreServer {
  public:
   StoreServer(const LaunchInfo& info, milliseconds timeout)
       : where_(host_port(info.master_addr, info.master_port)),
+        job_(info.job.substr(0, kMaxJobName)),
         world_(info.world_size),
         timeout_(timeout),
         by_rank_(world_, nullptr),
@@ -561,12 +566,24 @@ class StoreServer {
     uint32_t version = r.u32();
     int rank = r.i32();
     int world = r.i32();
-    r.end();
     if (magic != kMagic) throw ProtocolError("bad magic");
-    if (version != kProtocolVersion) {
+    if (version != kProtocolVersion) {  // what follows may be laid out otherwise: not read
       refuse(c, ErrKind::kError,
              str_cat("iris bootstrap: rank ", rank, " speaks bootstrap protocol version ", version,
                      " but the store at ", where_, " speaks version ", kProtocolVersion, " (mixed iris builds?)"));
+      return;
+    }
+    const std::string_view job = r.bytes();
+    r.end();
+    if (!job.empty() && !job_.empty() && job != job_) {
+      // A rank of another job that found this port (both jobs on the default MASTER_PORT, its own rank 0
+      // unable to bind it): refused alone, before it can take a place of this job's ranks, whether or not
+      // they have all connected.
+      refuse(c, ErrKind::kError,
+             str_cat("iris bootstrap: the store at ", where_, " serves the job of rank 0 (", job_,
+                     "); this process (rank ", rank, " of world size ", world, ") belongs to another job (", job,
+                     "). Is another job using the same port? Give each job its own MASTER_PORT (or "
+                     "IRIS_MASTER_PORT)."));
       return;
     }
     if (failed_) {
@@ -765,6 +782,7 @@ class StoreServer {
   }
 
   const std::string where_;
+  const std::string job_;  // rank 0's LaunchInfo::job (cut to kMaxJobName); empty: no job is checked
   const int world_;
   const milliseconds timeout_;
   UniqueFd listen_fd_;
@@ -928,6 +946,7 @@ class TcpBootstrap final : public Bootstrap {
                             .u32(kProtocolVersion)
                             .u32(static_cast<uint32_t>(info_.rank))
                             .u32(static_cast<uint32_t>(info_.world_size))
+                            .bytes(std::string_view(info_.job).substr(0, kMaxJobName))
                             .finish();
     // If the send fails the store closed on us; the read below finds out why.
     (void)send_all(sock_.get(), hello, deadline);

@@ -69,6 +69,13 @@ struct LaunchInfo {
   // under torchrun's agent store, or "the default".
   std::string master_port_source = "the default";
   std::string launcher;  // "torchrun", "openmpi", "slurm" or "none"
+  // The job this process belongs to, as its launcher names it, or empty where nothing names it:
+  // "IRIS_JOB_ID=<id>" when set (the same on every rank), else "slurm job <SLURM_JOB_ID> step <SLURM_STEP_ID>",
+  // "openmpi <PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid>" or "torchrun <TORCHELASTIC_RUN_ID>" for the
+  // launcher read. The store refuses, alone, a process that names another job than rank 0's: two jobs on
+  // one host whose ranks share a port (both on the default 29500, one's rank 0 unable to bind it) would
+  // otherwise form one job of the ranks that connected first, which map each other's heaps.
+  std::string job;
   // Why a launcher's variables were present but not read as a launch (launcher "none"), else empty; logged
   // as a warning once per process. Today: a Slurm batch script, or a program it runs without srun.
   std::string note;
