@@ -321,6 +321,31 @@ TEST(BootstrapTcp, MissingPeerTimesOutNamingIt) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 
+// A rank that starts well before rank 0 (by more than the grace, min(timeout, 5 s), and less than the
+// timeout) waits for the welcome from its connection on, so the store's own wait ends first and every rank
+// names the rank that never came. Before 2026-12-05 rank 1's wait counted from its start: at a 6 s timeout,
+// rank 0 started 5.5 s later, rank 1 timed out first (11 s), and rank 0 then read its leaving as a death
+// ("rank 1 disconnected ... (process exited?)"); nobody named rank 2. No socket is handed to rank 0 here, as
+// under a launcher: rank 1 retries its connection until rank 0's store listens.
+TEST(BootstrapTcp, ARankStartedLongBeforeRankZeroStillHearsWhoIsMissing) {
+  int port = 0;
+  {
+    const ClosedPort free;  // a port the kernel picked, released for rank 0's store to bind
+    port = free.port;
+  }
+  const std::string want =
+      "iris bootstrap: timed out after 6.0 s: rank 2 never connected to the store at 127.0.0.1:" + std::to_string(port);
+  auto codes = run_processes(
+      {0, 1},
+      [&](int rank) {
+        if (rank == 0) std::this_thread::sleep_for(5500ms);
+        return same_text(
+            rank, what_of<iris::TimeoutError>([&] { iris::make_tcp_bootstrap(tcp_info(rank, 3, port), 6s); }), want);
+      },
+      40s);
+  expect_all_zero(codes, {0, 1});
+}
+
 TEST(BootstrapTcp, MissingStoreTimesOutNamingAddress) {
   const ClosedPort closed;
   const std::string want =

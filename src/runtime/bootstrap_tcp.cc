@@ -824,7 +824,11 @@ class TcpBootstrap final : public Bootstrap {
     const auto start = Clock::now();
     if (info_.rank == 0) server_ = std::make_unique<StoreServer>(info_, timeout_);
     connect_to_store(start + timeout_);
-    handshake(start + timeout_ + grace());
+    // The wait for the welcome counts from the connection: the store's own wait (timeout_ from rank 0's start)
+    // then ends first, naming the ranks that never connected. Counted from this rank's start, a rank started
+    // more than grace() before rank 0 timed out first, and the store took its leaving for a death ("rank 1
+    // disconnected ... (process exited?)"), naming no missing rank.
+    handshake(Clock::now() + timeout_ + grace());
     IRIS_LOG_DEBUG("bootstrap: rank ", info_.rank, "/", info_.world_size, " joined the store at ", where_);
   }
 
