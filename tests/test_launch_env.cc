@@ -41,6 +41,10 @@ const char* const kLaunchVariables[] = {
     "OMPI_MCA_ess_base_jobid",
     "TORCHELASTIC_RUN_ID",
     "IRIS_JOB_ID",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
     "IRIS_BOOTSTRAP_TIMEOUT",
     "IRIS_STORE_LISTEN_FD",
     "IRIS_MASTER_PORT",
@@ -213,6 +217,34 @@ TEST_F(LaunchEnv, OpenMpiAcrossNodesNeedsMasterAddr) {
   auto info = iris::detect_launch_info();
   EXPECT_EQ(info.master_addr, "10.0.0.1");
   EXPECT_EQ(info.local_world_size, 4);
+}
+
+// MPICH's and Intel MPI's mpiexec (Hydra): before 2026-12-05 iris read none of its variables, so each of its
+// N processes was a job of one rank on device 0.
+TEST_F(LaunchEnv, HydraOfMpichAndIntelMpi) {
+  set("PMI_RANK", "5");
+  set("PMI_SIZE", "8");
+  set("MPI_LOCALRANKID", "1");
+  set("MPI_LOCALNRANKS", "4");
+  set("MASTER_ADDR", "10.0.0.1");
+  set("SLURM_PROCID", "1");  // Hydra's proxy's, under Slurm: Hydra's own variables rule
+  set("SLURM_STEP_NUM_TASKS", "2");
+  iris::LaunchInfo info = iris::detect_launch_info();
+  EXPECT_EQ(info.launcher, "hydra");
+  EXPECT_EQ(info.rank, 5);
+  EXPECT_EQ(info.world_size, 8);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_world_size, 4);
+  ::unsetenv("MPI_LOCALNRANKS");
+  EXPECT_EQ(launch_error(), "iris bootstrap: MPI_LOCALRANKID is set but MPI_LOCALNRANKS is not set");
+  // PMI_RANK alone (a PMI library of another launcher, srun --mpi=pmi2) says nothing of the node: not Hydra.
+  ::unsetenv("MPI_LOCALRANKID");
+  EXPECT_EQ(iris::detect_launch_info().launcher, "slurm");
+  set("OMPI_COMM_WORLD_RANK", "0");  // Open MPI before Hydra
+  set("OMPI_COMM_WORLD_SIZE", "1");
+  set("MPI_LOCALRANKID", "1");
+  set("MPI_LOCALNRANKS", "4");
+  EXPECT_EQ(iris::detect_launch_info().launcher, "openmpi");
 }
 
 TEST_F(LaunchEnv, SlurmTasksPerNodeVariants) {

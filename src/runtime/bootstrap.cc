@@ -213,6 +213,18 @@ std::optional<RawLaunch> read_torchrun() {
   return RawLaunch{"torchrun", *rank, *world, env_int("LOCAL_RANK"), env_int("LOCAL_WORLD_SIZE")};
 }
 
+// MPICH's and Intel MPI's process manager, Hydra (mpiexec.hydra): PMI_RANK and PMI_SIZE, with this node's
+// MPI_LOCALRANKID and MPI_LOCALNRANKS. Told apart by MPI_LOCALRANKID, which Hydra sets for every process: a PMI
+// library of another launcher (srun --mpi=pmi2) may set PMI_RANK without saying where the node's ranks are.
+std::optional<RawLaunch> read_hydra() {
+  auto rank = env_int("PMI_RANK");
+  auto local_rank = env_int("MPI_LOCALRANKID");
+  if (!rank || !local_rank) return std::nullopt;
+  EnvInt world = require_int("PMI_SIZE", "PMI_RANK is set");
+  EnvInt local_world = require_int("MPI_LOCALNRANKS", "MPI_LOCALRANKID is set");
+  return RawLaunch{"hydra", *rank, world, local_rank, local_world};
+}
+
 std::optional<RawLaunch> read_openmpi() {
   auto rank = env_int("OMPI_COMM_WORLD_RANK");
   if (!rank) return std::nullopt;
@@ -309,6 +321,7 @@ LaunchInfo detect_launch_info() {
   std::string note;
   std::optional<RawLaunch> raw = read_torchrun();
   if (!raw) raw = read_openmpi();
+  if (!raw) raw = read_hydra();  // before Slurm: Hydra's ranks under Slurm inherit its proxies' SLURM_PROCID
   if (!raw) raw = read_slurm(note);
 
   LaunchInfo info;
@@ -341,6 +354,7 @@ LaunchInfo detect_launch_info() {
                    " says the job spans several nodes, but the local rank is not set (",
                    raw->launcher == "torchrun"  ? "LOCAL_RANK"
                    : raw->launcher == "openmpi" ? "OMPI_COMM_WORLD_LOCAL_RANK"
+                   : raw->launcher == "hydra"   ? "MPI_LOCALRANKID"
                                                 : "SLURM_LOCALID",
                    ")");
     local_rank = EnvInt{rank.name, rank.value};

@@ -36,9 +36,10 @@ using Clock = std::chrono::steady_clock;
 // torchelastic's (TORCHELASTIC_*) would have the ranks look for its agent's store, and IRIS_MASTER_PORT would
 // take them past the launcher's socket.
 constexpr const char* kLauncherPrefixes[] = {
-    "RANK=",         "WORLD_SIZE=",           "LOCAL_RANK=",      "LOCAL_WORLD_SIZE=",
-    "MASTER_ADDR=",  "MASTER_PORT=",          "OMPI_COMM_WORLD_", "SLURM_",
-    "TORCHELASTIC_", "IRIS_STORE_LISTEN_FD=", "IRIS_MASTER_PORT="};
+    "RANK=",         "WORLD_SIZE=",           "LOCAL_RANK=",       "LOCAL_WORLD_SIZE=",
+    "MASTER_ADDR=",  "MASTER_PORT=",          "OMPI_COMM_WORLD_",  "SLURM_",
+    "TORCHELASTIC_", "IRIS_STORE_LISTEN_FD=", "IRIS_MASTER_PORT=", "PMI_RANK=",
+    "PMI_SIZE=",     "MPI_LOCALRANKID=",      "MPI_LOCALNRANKS="};
 
 std::string env_name(const std::string& entry) { return entry.substr(0, entry.find('=')); }
 

@@ -68,7 +68,7 @@ struct LaunchInfo {
   // Where master_port came from, for messages: "MASTER_PORT", "IRIS_MASTER_PORT", "MASTER_PORT + 1 (...)"
   // under torchrun's agent store, or "the default".
   std::string master_port_source = "the default";
-  std::string launcher;  // "torchrun", "openmpi", "slurm" or "none"
+  std::string launcher;  // "torchrun", "openmpi", "hydra", "slurm" or "none"
   // The job this process belongs to, as its launcher names it, or empty where nothing names it:
   // "IRIS_JOB_ID=<id>" when set (the same on every rank), else "slurm job <SLURM_JOB_ID> step <SLURM_STEP_ID>",
   // "openmpi <PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid>" or "torchrun <TORCHELASTIC_RUN_ID>" for the
@@ -89,6 +89,8 @@ struct LaunchInfo {
 // Reads the launcher's environment, in this order of precedence:
 //   torchrun / generic: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 //   Open MPI:           OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (+ MASTER_ADDR/PORT if set)
+//   Hydra (MPICH, Intel MPI mpiexec): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (+ MASTER_*); read
+//                       only with MPI_LOCALRANKID, which Hydra sets and other PMI launchers need not
 //   Slurm (srun):       SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID (+ MASTER_*); this node's ranks from
 //                       the layout placed (SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE, "2(x3),1", this
 //                       node's entry by SLURM_NODEID), else SLURM_NTASKS_PER_NODE; refused when

@@ -7,7 +7,8 @@
 //
 // Process r runs `argv` with the caller's environment minus every launcher's variables (torchrun's
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*; Open MPI's
-// OMPI_COMM_WORLD_*; Slurm's SLURM_*; IRIS_MASTER_PORT), plus torchrun's for a job of `world` ranks on this host:
+// OMPI_COMM_WORLD_*; Hydra's PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS; Slurm's SLURM_*;
+// IRIS_MASTER_PORT), plus torchrun's for a job of `world` ranks on this host:
 // RANK=LOCAL_RANK=r, WORLD_SIZE=LOCAL_WORLD_SIZE=world, MASTER_ADDR=127.0.0.1 and a loopback
 // MASTER_PORT, plus `extra_env`. The launcher listens on MASTER_PORT before any process starts and
 // hands the socket to rank 0 (IRIS_STORE_LISTEN_FD, rank 0's environment only), whose store adopts
