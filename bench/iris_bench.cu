@@ -304,7 +304,7 @@ void run_fused_tables(iris::Context& ctx, const Options& o, NcclComm* nccl, cons
   for (FusedOp op : kAllFusedOps) {
     std::set<std::string> printed_errors;
     if (lead) print_fused_table_header(op, o, shared.machine);
-    for (const FusedShape& shape : kFusedShapes) {
+    for (const FusedShape& shape : o.fused_shapes) {
       std::vector<FusedRecord> rows = runner->run(op, shape, ++run);
       ctx.barrier();
       if (lead) {

@@ -344,7 +344,7 @@ SeqCollective seq_collective(FusedOp op, const Layout& l) {
 size_t fused_heap_bytes(const Options& o, int world, int device_sms) {
   size_t most = 0;
   for (FusedOp op : kAllFusedOps) {
-    for (const FusedShape& s : kFusedShapes) {
+    for (const FusedShape& s : o.fused_shapes) {
       const Layout l = layout_for(op, s, world);
       if (!l.why_not.empty()) continue;
       // A, B, C, the saved sequential result (C's size) and the sequential path's intermediate buffer.

@@ -258,6 +258,9 @@ after the other on the same buffers.
                             beside the GEMM (copy kernels; atomic/spinlock adds); 0 = default [0]
       --fused-min-band-tiles N  fused tables: FusedConfig::min_band_tiles, the fusion threshold
                             (a call whose bands would have fewer tiles runs unfused); 0 = default [0]
+      --fused-shapes LIST   fused tables: global shapes MxNxK, comma-separated, instead of the
+                            five below (e.g. decode: 1x8192x8192,16x8192x8192); the targets are
+                            checked at the five only
   -h, --help                this text
 
 Sizes: all_reduce and broadcast: the tensor; all_gather: one rank's input (bandwidth counts the
@@ -296,6 +299,7 @@ Options parse_options(int argc, char** argv, bool* help) {
     kFusedCopy,
     kFusedCommSms,
     kFusedMinBandTiles,
+    kFusedShapeList,
     kProcesses,
     kRanksPerGpu,
     kEager,
@@ -328,6 +332,7 @@ Options parse_options(int argc, char** argv, bool* help) {
                                         {"fused-copy", required_argument, nullptr, kFusedCopy},
                                         {"fused-comm-sms", required_argument, nullptr, kFusedCommSms},
                                         {"fused-min-band-tiles", required_argument, nullptr, kFusedMinBandTiles},
+                                        {"fused-shapes", required_argument, nullptr, kFusedShapeList},
                                         {"processes", no_argument, nullptr, kProcesses},
                                         {"ranks-per-gpu", required_argument, nullptr, kRanksPerGpu},
                                         {"help", no_argument, nullptr, 'h'},
@@ -482,6 +487,22 @@ Options parse_options(int argc, char** argv, bool* help) {
         break;
       case kFusedMinBandTiles:
         o.fused_min_band_tiles = static_cast<int>(parse_int("--fused-min-band-tiles", arg, 0, 1 << 30));
+        break;
+      case kFusedShapeList:
+        o.fused_shapes.clear();
+        for (const auto& item : split_list(arg)) {
+          FusedShape shape;
+          char x1 = 0, x2 = 0;
+          std::istringstream in(item);
+          if (!(in >> shape.m >> x1 >> shape.n >> x2 >> shape.k) || x1 != 'x' || x2 != 'x' || in.peek() != EOF ||
+              shape.m < 1 || shape.n < 1 || shape.k < 1 || shape.m > (1 << 20) || shape.n > (1 << 20) ||
+              shape.k > (1 << 20) || item.find_first_not_of("0123456789x") != std::string::npos)
+            bad("--fused-shapes", item,
+                "global shapes MxNxK, each from 1 to 1048576, comma-separated, e.g. 16x8192x8192");
+          if (std::find(o.fused_shapes.begin(), o.fused_shapes.end(), shape) == o.fused_shapes.end())
+            o.fused_shapes.push_back(shape);
+        }
+        if (o.fused_shapes.empty()) bad("--fused-shapes", arg, "at least one shape MxNxK");
         break;
       case kProcesses:
         o.processes = true;

@@ -130,6 +130,9 @@ struct Options {
   bool fused_copy_sm = false;       // fused tables: rows with copy kernels beside the GEMM
   int fused_comm_sms = 0;           // fused tables: FusedConfig::comm_sms (0: the default split)
   int fused_min_band_tiles = 0;     // fused tables: FusedConfig::min_band_tiles (0: the default threshold)
+  // fused tables: the global shapes of their rows (--fused-shapes), kFusedShapes unless given. The targets
+  // are checked at kFusedShapes alone, whatever rows a run has.
+  std::vector<FusedShape> fused_shapes{std::begin(kFusedShapes), std::end(kFusedShapes)};
   double gpu_timeout_s = 120;       // a stream that does not drain within this is a hang: report and exit
   std::vector<size_t> sizes;        // filled by parse_options from the above
   std::string variants_left_out;    // rows parse_options dropped for --redop, and why ("" if none)

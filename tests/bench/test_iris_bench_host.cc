@@ -56,6 +56,22 @@ TEST(BenchOptions, DtypesByShortNameInTheOrderGiven) {
             "fp8_e4m3 or fp8_e5m2 (comma-separated for several).");
 }
 
+// The fused tables' shapes: the five of the targets unless --fused-shapes gives others (decode shapes, whose
+// plans changed on 2026-12-05 and were never measured on 2 GPUs), in the order given, each once.
+TEST(BenchOptions, FusedShapesAreTheTargetsFiveUnlessGiven) {
+  EXPECT_EQ(parse({}).fused_shapes, std::vector<FusedShape>(std::begin(kFusedShapes), std::end(kFusedShapes)));
+  EXPECT_EQ(parse({"--fused-shapes", "16x8192x8192,1x4096x4096,16x8192x8192"}).fused_shapes,
+            (std::vector<FusedShape>{{16, 8192, 8192}, {1, 4096, 4096}}));
+  const std::string expected =
+      ": expected global shapes MxNxK, each from 1 to 1048576, comma-separated, e.g. 16x8192x8192.";
+  for (const char* bad : {"16x8192", "16x8192x8192x1", "0x8192x8192", "16*8192*8192", "-16x8192x8192",
+                          "16x8192x2097152", "16x8192x8192 ", "x8192x8192"})
+    EXPECT_EQ(parse_error({"--fused-shapes", bad}),
+              std::string("iris-bench: bad value '") + bad + "' for --fused-shapes" + expected);
+  EXPECT_EQ(parse_error({"--fused-shapes", ","}),
+            "iris-bench: bad value ',' for --fused-shapes: expected at least one shape MxNxK.");
+}
+
 TEST(BenchOptions, VariantRowsAndTheirErrors) {
   using V = iris::ccl::AllReduceVariant;
   using P = iris::ccl::OneShotProtocol;
