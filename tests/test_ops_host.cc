@@ -1182,6 +1182,45 @@ TEST(OpsFusedWorkspace, LargerWorkspaceIsKept) {
   EXPECT_EQ(host.live, 0);
 }
 
+// A workspace for calls of several shapes (a server's prefill chunks): the default tile changes with the
+// shape, so the largest call's preamble need not size every array. At 2 ranks, matmul_all_reduce of 5120 x
+// 8192 (K 8192 a rank) runs 128x256 tiles, 1280 locks; 4096 x 8192 runs 128x128, 2048. Prepared for 5120 rows
+// first, the 4096-row preamble is refused; reserved for both plans' needs (iris::ccl::reserve_workspace with
+// FusedPlan::needs, fused.hpp), every preamble fits, in any order.
+TEST(OpsFusedWorkspace, AWorkspaceReservedForSeveralShapesServesEachInAnyOrder) {
+  const FusedConfig defaults;
+  const FusedPlan big = plan_matmul_all_reduce(operands(5120, 8192, 8192, 5120), defaults, 2, kSms);
+  const FusedPlan mid = plan_matmul_all_reduce(operands(4096, 8192, 8192, 4096), defaults, 2, kSms);
+  ASSERT_EQ(big.tile, kGemmTileLarge);
+  ASSERT_EQ(mid.tile, kGemmTileSmall);
+  EXPECT_EQ(big.needs.locks, 1280u);
+  EXPECT_EQ(mid.needs.locks, 2048u);
+  {
+    FakeWorkspaceHost host;
+    FusedWorkspace ws;
+    ws.prepare(host, big.sig, big.needs);
+    EXPECT_EQ(error_of([&] { ws.prepare(host, mid.sig, mid.needs); }),
+              "Lock array too small: have 1280 but need 2048. Pre-allocate workspace with the smallest block sizes "
+              "you intend to use.");
+    ws.release(host);
+  }
+  ccl::WorkspaceNeeds most = big.needs;
+  most.include(mid.needs);
+  for (bool big_first : {true, false}) {
+    FakeWorkspaceHost host;
+    FusedWorkspace ws;
+    ws.reserve(host, most);
+    const int allocs = host.allocs;
+    for (const FusedPlan* p : big_first ? std::vector{&big, &mid} : std::vector{&mid, &big}) {
+      ws.prepare(host, p->sig, p->needs);
+      EXPECT_NO_THROW(check_fused_workspace(*p, ws));
+    }
+    EXPECT_EQ(host.allocs, allocs) << "a preamble allocated";
+    ws.release(host);
+    EXPECT_EQ(host.live, 0);
+  }
+}
+
 TEST(OpsFusedWorkspace, LaunchRequiresThisOpsPreamble) {
   FakeWorkspaceHost host;
   FusedWorkspace ws;

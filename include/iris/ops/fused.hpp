@@ -117,6 +117,19 @@
 //   Lock array too small: have 16 but need 64. Pre-allocate workspace with the smallest block sizes you intend to use.
 // The ops check capacity again right before launch, whether or not the preamble ran, and then that the
 // block sizes are a tile the fused kernels run (kFusedTiles).
+//
+// One workspace for calls of several shapes (a server's batch sizes or prefill chunks, each captured in a
+// graph): the default tile changes with the shape, so the largest call's preamble need not size every array
+// (at 2 ranks, matmul_all_reduce of 5120 x 8192 x 8192 takes 1280 locks in 128x256 tiles, 4096 rows 2048 in
+// 128x128). Reserve the band pipeline's arrays for all of them first, then run every shape's preamble
+// before any capture (an unfused shape's preamble grows the collective's workspace and the GEMM's split-K
+// buffer, which it refuses once a call was captured):
+//
+//   iris::ccl::WorkspaceNeeds most;
+//   for (const MatmulOperands& mm : shapes)
+//     most.include(iris::ops::plan_matmul_all_reduce(mm, config, ctx.world_size(), device_sms).needs);
+//   iris::ccl::reserve_workspace(ctx, ws, most);   // collective, on a fresh workspace
+//   for (const MatmulOperands& mm : shapes) iris::ops::matmul_all_reduce_preamble(ctx, mm, config, ws);
 #pragma once
 
 #include <cuda_runtime_api.h>
