@@ -1286,6 +1286,35 @@ TEST_P(FusedGpu, OneRowOperandsWithAnyRowStrideAreRight) {
       options());
 }
 
+// Decode shapes with the default config (the tile by shape, the threshold by the device's SMs), as a server
+// calls them: 1, 8 and 16 rows a rank, N = 8192. Since 2026-12-05 the threshold counts a band's tiles of work,
+// so on a whole H200 these run unfused (the GEMM core's decode tiles, then the iris::ccl collective), where
+// matmul_all_reduce two_shot, matmul_reduce_scatter and all_gather_matmul ran the band pipeline in 64x64
+// tiles before; under MPS with fewer SMs a rank may still band some of them. Right either way.
+TEST_P(FusedGpu, DecodeShapesWithTheDefaultConfigAreRight) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int64_t w = ctx.world_size();
+        uint64_t seed = 5100;
+        for (const Flavor& flavor :
+             {Flavor{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot},
+              Flavor{Op::kMatmulAllReduce, AllReduceVariant::kOneShot}, Flavor{Op::kMatmulReduceScatter},
+              Flavor{Op::kAllGatherMatmul}, Flavor{Op::kMatmulAllGather}})
+          for (int64_t rows : {1, 8, 16}) {
+            Problem p(ctx, flavor, Case{{rows * w, 8192, 256}, kBF16, kBF16, true, kGemmTileTiny});
+            FusedConfig config;
+            config.all_reduce_variant = flavor.variant;
+            FusedWorkspace ws;
+            call_and_check(ctx, p, config, ws, seed++, nullptr,
+                           flavor_name(flavor) + " " + case_name(p.spec()) + " default config");
+            release_workspace(ctx, ws);
+          }
+      },
+      options());
+}
+
 // Operands that lie in the heap must lie within one live allocation of this rank's: a C allocated one row
 // short of what it is described as would take the GEMM's last row (and, on peers' paths, their rows) into
 // the next heap object. Every rank raises, in the preamble and at the call, before anything is launched.
