@@ -352,7 +352,9 @@ TEST(BootstrapTcp, MissingStoreTimesOutNamingAddress) {
       "iris bootstrap: rank 1 could not connect to the bootstrap store at 127.0.0.1:" + std::to_string(closed.port) +
       " within 0.5 s (Connection refused); rank 0 hosts the store: is it running, and do all "
       "ranks use the same MASTER_ADDR and port (this rank's: " +
-      std::to_string(closed.port) + " from the default)?";
+      std::to_string(closed.port) +
+      " from the default)? The store also closes when its job fails or ends before this rank connects: then rank "
+      "0's error says why.";
   auto codes = run_processes({1}, [&](int rank) {
     return same_text(
         rank, what_of<iris::TimeoutError>([&] { iris::make_tcp_bootstrap(tcp_info(rank, 2, closed.port), 500ms); }),

@@ -937,7 +937,9 @@ class TcpBootstrap final : public Bootstrap {
                                    where_, " within ", format_seconds(timeout_), " s (", errno_text(last_err),
                                    "); rank 0 hosts the store: is it running, and do all ranks use the same "
                                    "MASTER_ADDR and port (this rank's: ",
-                                   info_.master_port, " from ", info_.master_port_source, ")?"));
+                                   info_.master_port, " from ", info_.master_port_source,
+                                   ")? The store also closes when its job fails or ends before this rank "
+                                   "connects: then rank 0's error says why."));
       // The store may simply not be up yet (rank 0 starting later): retry, backing off a little.
       std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
       backoff = std::min(backoff * 2, milliseconds(200));
