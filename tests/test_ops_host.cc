@@ -493,9 +493,20 @@ TEST(OpsFusedConfig, BadFieldsAreNamed) {
   expect_msg(bad, 2, "comm_sms must be 0 (automatic) or positive, got -2");
   bad = c;
   bad.all_reduce_variant = AllReduceVariant::kRing;
-  expect_msg(bad, 2, "all_reduce_variant must be atomic, spinlock, one_shot or two_shot for the fused ops, got ring");
+  expect_msg(bad, 2,
+             "all_reduce_variant must be atomic, spinlock, one_shot or two_shot for matmul_all_reduce, got ring");
   bad.all_reduce_variant = AllReduceVariant::kAuto;
-  expect_msg(bad, 2, "all_reduce_variant must be atomic, spinlock, one_shot or two_shot for the fused ops, got auto");
+  expect_msg(bad, 2,
+             "all_reduce_variant must be atomic, spinlock, one_shot or two_shot for matmul_all_reduce, got auto");
+  // The other ops ignore the variant: a config shared with them may hold any (before 2026-12-05 every op
+  // refused auto and ring, naming a field it does not read).
+  for (OpKind op : {OpKind::kMatmulReduceScatter, OpKind::kAllGatherMatmul, OpKind::kMatmulAllGather,
+                    OpKind::kAllGatherMatmulKSharded})
+    EXPECT_NO_THROW(bad.validate(2, op)) << ccl::op_name(op);
+  EXPECT_NO_THROW(plan_matmul_reduce_scatter(operands(512, 512, 256, 256), bad, 2, kSms));
+  EXPECT_NO_THROW(plan_all_gather_matmul(operands(256, 512, 256, 512), bad, 2, kSms));
+  EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 512, 256, 512), bad, 2, kSms); }),
+            "all_reduce_variant must be atomic, spinlock, one_shot or two_shot for matmul_all_reduce, got auto");
 }
 
 // ---- plans: tile math, shapes, needs ---------------------------------------------------------------

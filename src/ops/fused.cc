@@ -64,9 +64,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Checks common to every op, in order: the config, the device SM count, the operands (all but C's
 // rows, which depend on the op; k_sharded: A is this rank's columns of an A sharded on K, and B has the
 // whole K).
-void validate_common(const char* name, const MatmulOperands& mm, const FusedConfig& config, int world_size,
-                     int device_sms, bool k_sharded = false) {
-  config.validate(world_size);
+void validate_common(OpKind op, const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms,
+                     bool k_sharded = false) {
+  const char* name = ccl::op_name(op);
+  config.validate(world_size, op);
   IRIS_CHECK_ARG(device_sms > 0, name, ": device_sms must be positive, got ", device_sms, ".");
   if (auto why = detail::check_matmul_operands(name, mm.a, mm.b, mm.b_is_nk, mm.c, mm.bias, k_sharded ? world_size : 1);
       !why.empty())
@@ -267,7 +268,7 @@ GemmTile select_fused_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm
   return std::find(kFusedTiles.begin(), kFusedTiles.end(), t) != kFusedTiles.end() ? t : kGemmTileTiny;
 }
 
-void FusedConfig::validate(int world_size) const {
+void FusedConfig::validate(int world_size, OpKind op) const {
   IRIS_CHECK_ARG(world_size >= 1, "world_size must be at least 1, got ", world_size);
   if (!auto_tile()) {  // a tile set by hand: every block size, whole
     auto positive = [](const char* field, int v) {
@@ -287,17 +288,19 @@ void FusedConfig::validate(int world_size) const {
   IRIS_CHECK_ARG(gemm_sms >= 0, "gemm_sms must be 0 (automatic) or positive, got ", gemm_sms);
   IRIS_CHECK_ARG(comm_sms >= 0, "comm_sms must be 0 (automatic) or positive, got ", comm_sms);
   IRIS_CHECK_ARG(min_band_tiles >= 0, "min_band_tiles must be 0 (automatic) or positive, got ", min_band_tiles);
-  IRIS_CHECK_ARG(all_reduce_variant == AllReduceVariant::kAtomic || all_reduce_variant == AllReduceVariant::kSpinlock ||
+  // matmul_all_reduce's alone: the other ops ignore it, so a config shared with them may hold any variant.
+  IRIS_CHECK_ARG(op != OpKind::kMatmulAllReduce || all_reduce_variant == AllReduceVariant::kAtomic ||
+                     all_reduce_variant == AllReduceVariant::kSpinlock ||
                      all_reduce_variant == AllReduceVariant::kOneShot ||
                      all_reduce_variant == AllReduceVariant::kTwoShot,
-                 "all_reduce_variant must be atomic, spinlock, one_shot or two_shot for the fused ops, got ",
+                 "all_reduce_variant must be atomic, spinlock, one_shot or two_shot for matmul_all_reduce, got ",
                  ccl::variant_name(all_reduce_variant));
 }
 
 FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms) {
   const OpKind op = OpKind::kMatmulAllReduce;
   const char* name = ccl::op_name(op);
-  validate_common(name, mm, config, world_size, device_sms);
+  validate_common(op, mm, config, world_size, device_sms);
   const int64_t m = mm.a.rows;
   const int64_t n = gemm_n(mm);
   check_c_rows(name, mm, m, "M x N, M = the rows of A");
@@ -351,7 +354,7 @@ FusedPlan plan_matmul_reduce_scatter(const MatmulOperands& mm, const FusedConfig
                                      int device_sms) {
   const OpKind op = OpKind::kMatmulReduceScatter;
   const char* name = ccl::op_name(op);
-  validate_common(name, mm, config, world_size, device_sms);
+  validate_common(op, mm, config, world_size, device_sms);
   const int64_t m = mm.a.rows;
   const int64_t n = gemm_n(mm);
   IRIS_CHECK_ARG(m % world_size == 0, name, ": M = ", m, " (the rows of A) is not a multiple of the world size ",
@@ -375,7 +378,7 @@ FusedPlan plan_matmul_reduce_scatter(const MatmulOperands& mm, const FusedConfig
 FusedPlan plan_all_gather_matmul(const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms) {
   const OpKind op = OpKind::kAllGatherMatmul;
   const char* name = ccl::op_name(op);
-  validate_common(name, mm, config, world_size, device_sms);
+  validate_common(op, mm, config, world_size, device_sms);
   const int64_t m_rank = mm.a.rows;
   const int64_t m = m_rank * world_size;
   const int64_t k = mm.a.cols;
@@ -396,7 +399,7 @@ FusedPlan plan_all_gather_matmul_k_sharded(const MatmulOperands& mm, const Fused
                                            int device_sms) {
   const OpKind op = OpKind::kAllGatherMatmulKSharded;
   const char* name = ccl::op_name(op);
-  validate_common(name, mm, config, world_size, device_sms, /*k_sharded=*/true);
+  validate_common(op, mm, config, world_size, device_sms, /*k_sharded=*/true);
   const int64_t m = mm.a.rows;
   const int64_t k = mm.a.cols * world_size;
   const int64_t n = gemm_n(mm);
@@ -417,7 +420,7 @@ FusedPlan plan_all_gather_matmul_k_sharded(const MatmulOperands& mm, const Fused
 FusedPlan plan_matmul_all_gather(const MatmulOperands& mm, const FusedConfig& config, int world_size, int device_sms) {
   const OpKind op = OpKind::kMatmulAllGather;
   const char* name = ccl::op_name(op);
-  validate_common(name, mm, config, world_size, device_sms);
+  validate_common(op, mm, config, world_size, device_sms);
   const int64_t m_rank = mm.a.rows;
   const int64_t m = m_rank * world_size;
   const int64_t n = gemm_n(mm);

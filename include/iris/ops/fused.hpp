@@ -239,8 +239,9 @@ struct FusedConfig {
   // atomic and spinlock run their communication on comm_sms blocks beside the GEMM whatever copy_engine says.
   ccl::AllReduceVariant all_reduce_variant = ccl::AllReduceVariant::kTwoShot;
 
-  // Throws InvalidArgument naming the field, its value and what is allowed.
-  void validate(int world_size) const;
+  // Throws InvalidArgument naming the field, its value and what is allowed, for a call of `op` (the
+  // all_reduce_variant is checked for matmul_all_reduce only: the other ops ignore it).
+  void validate(int world_size, ccl::OpKind op = ccl::OpKind::kMatmulAllReduce) const;
   // True when the plan picks the tile (all three block sizes 0).
   bool auto_tile() const { return block_size_m == 0 && block_size_n == 0 && block_size_k == 0; }
   // The tile set here (all zero when auto_tile()).
