@@ -82,6 +82,16 @@ class LaunchEnv : public ::testing::Test {
     return "<no exception>";
   }
 
+  // The four numbers and the launcher of a detected launch, in one check.
+  static void expect_launch(const iris::LaunchInfo& info, const char* launcher, int rank, int world, int local_rank,
+                            int local_world) {
+    EXPECT_EQ(info.launcher, launcher);
+    EXPECT_EQ(info.rank, rank);
+    EXPECT_EQ(info.world_size, world);
+    EXPECT_EQ(info.local_rank, local_rank);
+    EXPECT_EQ(info.local_world_size, local_world);
+  }
+
   static std::string timeout_error() {
     try {
       iris::default_bootstrap_timeout();
@@ -97,11 +107,7 @@ class LaunchEnv : public ::testing::Test {
 
 TEST_F(LaunchEnv, NoLauncherIsASingleRank) {
   auto info = iris::detect_launch_info();
-  EXPECT_EQ(info.launcher, "none");
-  EXPECT_EQ(info.rank, 0);
-  EXPECT_EQ(info.world_size, 1);
-  EXPECT_EQ(info.local_rank, 0);
-  EXPECT_EQ(info.local_world_size, 1);
+  expect_launch(info, "none", 0, 1, 0, 1);
   EXPECT_EQ(info.master_addr, "127.0.0.1");
   EXPECT_EQ(info.master_port, 29500);
 }
@@ -119,11 +125,7 @@ TEST_F(LaunchEnv, Torchrun) {
   set("SLURM_PROCID", "0");
   set("SLURM_NTASKS", "2");
   auto info = iris::detect_launch_info();
-  EXPECT_EQ(info.launcher, "torchrun");
-  EXPECT_EQ(info.rank, 5);
-  EXPECT_EQ(info.world_size, 8);
-  EXPECT_EQ(info.local_rank, 1);
-  EXPECT_EQ(info.local_world_size, 4);
+  expect_launch(info, "torchrun", 5, 8, 1, 4);
   EXPECT_EQ(info.master_addr, "node0.cluster");
   EXPECT_EQ(info.master_port, 12345);
   EXPECT_EQ(info.master_port_source, "MASTER_PORT");
@@ -196,11 +198,7 @@ TEST_F(LaunchEnv, OpenMpi) {
   set("SLURM_NTASKS", "1");
   set("MASTER_PORT", "40000");
   auto info = iris::detect_launch_info();
-  EXPECT_EQ(info.launcher, "openmpi");
-  EXPECT_EQ(info.rank, 3);
-  EXPECT_EQ(info.world_size, 4);
-  EXPECT_EQ(info.local_rank, 3);
-  EXPECT_EQ(info.local_world_size, 4);
+  expect_launch(info, "openmpi", 3, 4, 3, 4);
   EXPECT_EQ(info.master_addr, "127.0.0.1");
   EXPECT_EQ(info.master_port, 40000);
 }
@@ -230,11 +228,7 @@ TEST_F(LaunchEnv, HydraOfMpichAndIntelMpi) {
   set("SLURM_PROCID", "1");  // Hydra's proxy's, under Slurm: Hydra's own variables rule
   set("SLURM_STEP_NUM_TASKS", "2");
   iris::LaunchInfo info = iris::detect_launch_info();
-  EXPECT_EQ(info.launcher, "hydra");
-  EXPECT_EQ(info.rank, 5);
-  EXPECT_EQ(info.world_size, 8);
-  EXPECT_EQ(info.local_rank, 1);
-  EXPECT_EQ(info.local_world_size, 4);
+  expect_launch(info, "hydra", 5, 8, 1, 4);
   ::unsetenv("MPI_LOCALNRANKS");
   EXPECT_EQ(launch_error(), "iris bootstrap: MPI_LOCALRANKID is set but MPI_LOCALNRANKS is not set");
   // PMI_RANK alone (a PMI library of another launcher, srun --mpi=pmi2) says nothing of the node: not Hydra.
@@ -255,11 +249,7 @@ TEST_F(LaunchEnv, SlurmTasksPerNodeVariants) {
   set("MASTER_ADDR", "10.0.0.1");
   set("SLURM_TASKS_PER_NODE", "4(x2)");
   auto info = iris::detect_launch_info();
-  EXPECT_EQ(info.launcher, "slurm");
-  EXPECT_EQ(info.rank, 6);
-  EXPECT_EQ(info.world_size, 8);
-  EXPECT_EQ(info.local_rank, 2);
-  EXPECT_EQ(info.local_world_size, 4);
+  expect_launch(info, "slurm", 6, 8, 2, 4);
   EXPECT_EQ(info.master_addr, "10.0.0.1");
 
   // The layout the step got wins over the one requested (a job can carry --ntasks-per-node=4 with another
@@ -331,11 +321,7 @@ TEST_F(LaunchEnv, SlurmStepCountsRuleOverTheAllocations) {
   set("SLURM_STEP_TASKS_PER_NODE", "2");
   set("SLURM_STEP_NUM_NODES", "1");
   const iris::LaunchInfo info = iris::detect_launch_info();
-  EXPECT_EQ(info.launcher, "slurm");
-  EXPECT_EQ(info.rank, 1);
-  EXPECT_EQ(info.world_size, 2);
-  EXPECT_EQ(info.local_rank, 1);
-  EXPECT_EQ(info.local_world_size, 2);
+  expect_launch(info, "slurm", 1, 2, 1, 2);
   EXPECT_EQ(info.note, "");
   set("SLURM_PROCID", "2");
   EXPECT_EQ(launch_error(), "iris bootstrap: SLURM_PROCID=2 is outside [0, SLURM_STEP_NUM_TASKS=2)");
