@@ -478,6 +478,53 @@ TEST(CclWorkspace, ReleaseWaitsForEveryRanksDeviceBeforeFreeing) {
   for (auto& t : threads) t.join();
 }
 
+// A rank whose zeroing or allocation fails in a preamble or a reservation (a sticky CUDA error, a full heap)
+// says so in the step's last exchange: it raises its own error, its peer a RemoteError naming it, at once.
+// Before 2026-12-05 it left before that exchange, and its peer waited out the bootstrap timeout (300 s by
+// default) in a preamble, or went on with arrays the failed rank lacked after a reservation. The failed rank's
+// array is recorded before its zeroing, so release() frees it.
+TEST(CclWorkspace, ARankWhoseArraysCannotBeMadeRaisesWithItsPeerAtOnce) {
+  for (int mode = 0; mode < 3; ++mode) {  // prepare, reserve, reserve whose capture query fails
+    SCOPED_TRACE(mode == 0 ? "prepare" : mode == 1 ? "reserve" : "reserve, capture query");
+    std::vector<std::string> errors(2);
+    const auto start = std::chrono::steady_clock::now();
+    on_two_ranks([&](FakeHost& host, int r) {
+      Workspace ws;
+      auto sig = spinlock_sig(512, 512, 64, 64);
+      sig.world_size = 2;
+      WorkspaceNeeds needs = lock_needs(512, 512, 64, 64);
+      needs.block_state = 9;
+      if (r == 1) (mode == 2 ? host.capture_query_fails : host.zero_fails) = true;
+      try {
+        if (mode == 0)
+          ws.prepare(host, sig, needs);
+        else
+          ws.reserve(host, needs);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+      host.zero_fails = false;
+      ws.release(host);
+      EXPECT_EQ(host.live, 0) << "rank " << r << " lost an array";
+    });
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "a rank waited for the other";
+    if (mode < 2) {
+      EXPECT_EQ(errors[1], "fake device: a memset failed");
+      EXPECT_EQ(errors[0], std::string("rank 1 failed ") +
+                               (mode == 0 ? "to zero and allocate its workspace arrays"
+                                          : "to allocate its reserved workspace arrays") +
+                               ": fake device: a memset failed. This workspace holds arrays that rank's may not; "
+                               "release() it on every rank.");
+    } else {
+      EXPECT_EQ(errors[1], "reserve_workspace: fake device: cudaStreamIsCapturing failed");
+      EXPECT_EQ(errors[0].rfind("Collective parameters differ across ranks: rank 0 has reserve ", 0), 0u) << errors[0];
+      EXPECT_NE(errors[0].find("(its stream's capture state unknown: fake device: cudaStreamIsCapturing failed)"),
+                std::string::npos)
+          << errors[0];
+    }
+  }
+}
+
 // Ranks that reserve different needs, or one that reserves a workspace holding arrays, all raise together
 // (none allocates, none waits for the others).
 TEST(CclWorkspace, RanksThatReserveDifferentlyAllRaiseTogether) {

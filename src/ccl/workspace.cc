@@ -227,6 +227,33 @@ std::exception_ptr wait_for_every_device(WorkspaceHost& host, std::string* peer_
       *peer_failure = iris::detail::str_cat("rank ", r, "'s device failed: ", words[r]);
   return failed;
 }
+
+// Runs this rank's part of a step (allocating and zeroing arrays, which can fail on one rank: a heap
+// without room, a sticky CUDA error), then one exchange in which each rank says whether its part failed.
+// A rank whose part threw raises its own error after the exchange and its peers a RemoteError naming it:
+// none is left waiting in the exchange for a rank that left (it used to wait out the bootstrap timeout,
+// 300 s by default, or, where nothing followed, go on with arrays its peer did not have).
+template <typename Part>
+void finish_together(WorkspaceHost& host, const char* step, Part&& part) {
+  std::exception_ptr failed;
+  std::string what;
+  try {
+    part();
+  } catch (const std::exception& e) {
+    failed = std::current_exception();
+    what = e.what()[0] != '\0' ? e.what() : "an error without a message";
+  } catch (...) {
+    failed = std::current_exception();
+    what = "a non-standard exception";
+  }
+  const std::vector<std::string> words = host.allgather(failed ? "!" + what : std::string());
+  if (failed) std::rethrow_exception(failed);
+  for (int r = 0; r < static_cast<int>(words.size()); ++r)
+    if (!words[r].empty())
+      throw RemoteError(iris::detail::str_cat("rank ", r, " failed ", step, ": ", std::string_view(words[r]).substr(1),
+                                              ". This workspace holds arrays that rank's may not; release() it on "
+                                              "every rank."));
+}
 }  // namespace
 
 void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const WorkspaceNeeds& needs) {
@@ -276,7 +303,8 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   // 3a. After a device error on any rank, the kernels that gave up left flags, epochs and staging out
   //     of step between ranks (include/iris/device/timeout.cuh). Every rank waits until its device's
   //     kernels have ended (the peers' that write into this heap included: they all pass the exchange
-  //     below only after that), then zeroes every array, the epoch too: the calls start over in step.
+  //     below only after that), then zeroes every array, the epoch too (in step 5's part): the calls start
+  //     over in step.
   //     Zeroed staging holds no LL line (the tag of a zero word is that of epoch 0, never a call's).
   if (any_stale) {
     // A rank whose device failed here cannot reset its arrays: every rank raises, none resets.
@@ -287,10 +315,6 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
           op_name(sig.op), ": ", peer_failure,
           " while every rank waited for its kernels to reset this workspace after a device error, so no rank reset "
           "it. A sticky CUDA error ends that rank's context: restart the job."));
-    if (lock_capacity_ > 0) host.zero(locks_, lock_capacity_ * sizeof(uint32_t));
-    if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
-    if (staging_capacity_ > 0) host.zero(staging_, staging_capacity_);
-    if (block_state_capacity_ > 0) host.zero(block_state_, block_state_capacity_ * sizeof(uint64_t));
   }
   // 3b. A workspace that served another op: its block state holds that op's words (all_reduce's layout key
   //    and fence words), which start from zero but the epoch, which keeps running: every flag holds the
@@ -299,14 +323,22 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   //    zero too, so that no wait can pass on a word the old op wrote. The caller has let every call of
   //    the old op end (prepare_everywhere); peers write only after step 5.
   //    Not after 3a, which zeroed all of it.
-  else if (prepared_ && signature_.op != sig.op) {
-    if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
-    if (block_state_capacity_ > 1) host.zero(block_state_ + 1, (block_state_capacity_ - 1) * sizeof(uint64_t));
-  }
   // 4. Allocate and zero what is missing (collective, same order on every rank).
-  allocate_missing(host, needs);
-  // 5. Peers may write into our arrays as soon as they launch: they must all be zeroed first.
-  host.allgather("");
+  // 5. Peers may write into our arrays as soon as they launch: they must all be zeroed first. The zeroing of
+  //    3a and 3b happens here too, so that a rank whose zeroing or allocation fails says so in this exchange.
+  const bool moved = !any_stale && prepared_ && signature_.op != sig.op;
+  finish_together(host, "to zero and allocate its workspace arrays", [&] {
+    if (any_stale) {
+      if (lock_capacity_ > 0) host.zero(locks_, lock_capacity_ * sizeof(uint32_t));
+      if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
+      if (staging_capacity_ > 0) host.zero(staging_, staging_capacity_);
+      if (block_state_capacity_ > 0) host.zero(block_state_, block_state_capacity_ * sizeof(uint64_t));
+    } else if (moved) {
+      if (flag_capacity_ > 0) host.zero(flags_, flag_capacity_ * sizeof(uint64_t));
+      if (block_state_capacity_ > 1) host.zero(block_state_ + 1, (block_state_capacity_ - 1) * sizeof(uint64_t));
+    }
+    allocate_missing(host, needs);
+  });
   signature_ = sig;
   prepared_ = true;
   timeouts_ = host.device_timeouts();
@@ -316,9 +348,10 @@ void Workspace::allocate_missing(WorkspaceHost& host, const WorkspaceNeeds& need
   auto grow = [&](auto*& ptr, size_t& capacity, size_t need, size_t elem) {
     if (capacity > 0 || need == 0) return;
     void* p = host.alloc(need * elem);
-    host.zero(p, need * elem);
+    // Recorded before the zeroing, which can fail: the array is then released with the workspace, not lost.
     ptr = static_cast<std::remove_reference_t<decltype(ptr)>>(p);
     capacity = need;
+    host.zero(p, need * elem);
   };
   grow(locks_, lock_capacity_, needs.locks, sizeof(uint32_t));
   grow(flags_, flag_capacity_, needs.flags, sizeof(uint64_t));
@@ -375,10 +408,20 @@ void Workspace::reserve(WorkspaceHost& host, const WorkspaceNeeds& needs) {
   // refusing its workspace and the ranks that see its different word all raise.
   const bool holds_arrays =
       prepared_ || lock_capacity_ > 0 || flag_capacity_ > 0 || staging_capacity_ > 0 || block_state_capacity_ > 0;
-  const bool capturing = host.capturing();
+  // The capture query can fail on one rank (a sticky CUDA error): that rank says so in the exchange, whose
+  // words then differ, instead of leaving before it.
+  bool capturing = false;
+  std::string unknown;
+  try {
+    capturing = host.capturing();
+  } catch (const std::exception& e) {
+    unknown = e.what();
+  }
   const std::string mine = "reserve " + needs.describe() + (holds_arrays ? " on a workspace that holds arrays" : "") +
-                           (capturing ? " while its stream is being captured into a CUDA graph" : "");
+                           (capturing ? " while its stream is being captured into a CUDA graph" : "") +
+                           (unknown.empty() ? "" : " (its stream's capture state unknown: " + unknown + ")");
   const auto all = host.allgather(mine + heap_sequence(host));
+  if (!unknown.empty()) throw Error("reserve_workspace: " + unknown);
   IRIS_CHECK_ARG(!holds_arrays,
                  "reserve_workspace: this workspace already holds arrays (it was prepared or "
                  "reserved); reserve a fresh workspace, or release() this one first.");
@@ -400,7 +443,7 @@ void Workspace::reserve(WorkspaceHost& host, const WorkspaceNeeds& needs) {
                  needs.block_state, " block state words, fewer than the ", words, " every op needs on ",
                  host.world_size(), " ranks; size them with this context's world size (", host.world_size(),
                  ") as the *_needs functions' and plans' world_size.");
-  allocate_missing(host, needs);
+  finish_together(host, "to allocate its reserved workspace arrays", [&] { allocate_missing(host, needs); });
 }
 
 void Workspace::release(WorkspaceHost& host) { release_all(host, {this}); }

@@ -48,7 +48,10 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
     const auto it = offsets_.find(const_cast<void*>(p));
     return offsets && it != offsets_.end() ? it->second : -1;
   }
-  void zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
+  void zero(void* p, size_t bytes) override {
+    if (zero_fails) throw std::runtime_error("fake device: a memset failed");
+    std::memset(p, 0, bytes);
+  }
   std::vector<std::string> allgather(std::string_view mine) override {
     if (bs_) return bs_->allgather(mine);
     return {std::string(mine)};
@@ -59,7 +62,10 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
     if (device_failed) throw std::runtime_error("fake device: a sticky CUDA error");
   }
   uint64_t allocation_count() const override { return heap_calls; }
-  bool capturing() const override { return capture; }
+  bool capturing() const override {
+    if (capture_query_fails) throw std::runtime_error("fake device: cudaStreamIsCapturing failed");
+    return capture;
+  }
   uint64_t allocation_hash() const override { return heap_hash; }
 
   int allocs = 0;
@@ -68,6 +74,8 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
   int device_syncs = 0;
   bool capture = false;        // capturing() says so, as a context's stream being captured into a CUDA graph
   bool device_failed = false;  // synchronize_device() throws, as after a sticky CUDA error
+  bool zero_fails = false;     // zero() throws, as a memset after a sticky CUDA error
+  bool capture_query_fails = false;  // capturing() throws, as cudaStreamIsCapturing after one
   // As Context::allocation_count() / allocation_hash(): set by a test to stand for a rank's heap calls.
   uint64_t heap_calls = 0;
   uint64_t heap_hash = 0;
