@@ -754,6 +754,14 @@ TEST(OpsFusedPlan, DecodeBandsCountTheirRowsNotTheTilesTheyTouch) {
   EXPECT_FALSE(plan_matmul_all_reduce(operands(65, 8192, 512, 65), tiny, 2, kSms).unfused);  // 33 rows: 66
   // Whole tile rows count as before: bands of 64 rows at N = 16384 in 64x128 tiles, 128 tiles each.
   EXPECT_FALSE(plan_matmul_all_reduce(operands(128, 16384, 512, 128), blocks(64, 128), 2, kSms).unfused);
+  // The ops that cut bands of whole tile rows (matmul_all_gather, one_shot, atomic, spinlock) count each band
+  // by its rows too: 129 rows in 128x128 tiles would be a band of 128 rows and one of a single row.
+  const FusedConfig big = blocks(128, 128);
+  EXPECT_TRUE(plan_matmul_all_gather(operands(129, 16384, 512, 258), big, 2, kSms).unfused);
+  EXPECT_TRUE(
+      plan_matmul_all_reduce(operands(129, 16384, 512, 129), blocks(128, 128, AllReduceVariant::kOneShot), 2, kSms)
+          .unfused);
+  EXPECT_FALSE(plan_matmul_all_gather(operands(257, 16384, 512, 514), big, 2, kSms).unfused);  // 128 + 129 rows
   // A threshold of 1 (the GPU tests' band pipeline at any size) still bands a one-row band.
   EXPECT_FALSE(plan_matmul_all_reduce(operands(1, 64, 512, 1), banded(64, 64), 2, kSms).unfused);
   EXPECT_FALSE(plan_all_gather_matmul(operands(1, 64, 512, 2), banded(64, 64), 2, kSms).unfused);

@@ -16,6 +16,7 @@
 #include "iris/core/error.hpp"
 #include "ops/fused_kernels.hpp"
 #include "ops/gemm_check.hpp"
+#include "runtime/agree.hpp"
 
 namespace iris::ops {
 namespace {
@@ -97,16 +98,6 @@ bool band_pays(int64_t rows, int64_t cols, GemmTile tile, int min_band_tiles) {
   if (rows <= 0 || cols <= 0) return false;
   return ceil_div(rows * cols, static_cast<int64_t>(tile.m) * tile.n) >= min_band_tiles;
 }
-// How many bands the GEMM of `rows` rows is cut into when the op picks (one_shot, atomic, spinlock,
-// matmul_all_gather): bands of whole tile rows (tile_row_band), so that no band GEMM computes a partial
-// tile row that the next one computes again; the most bands, up to max_bands, whose smallest
-// (floor(tiles_m / bands) tile rows) still has min_band_tiles tiles; 1 when even two would have fewer.
-int pick_bands(int64_t rows, int64_t cols, int max_bands, GemmTile tile, int min_band_tiles) {
-  const int64_t tiles_m = ceil_div(rows, tile.m), tiles_n = ceil_div(cols, tile.n);
-  int bands = static_cast<int>(std::min<int64_t>(max_bands, tiles_m));
-  while (bands > 1 && (tiles_m / bands) * tiles_n < min_band_tiles) --bands;
-  return std::max(bands, 1);
-}
 // Band b of `bands` over `rows` rows in whole tile rows of tile_m: tile rows [T b / bands, T (b + 1) / bands)
 // of the T = ceil(rows / tile_m), as {first tile row, tile rows, first row, rows}.
 struct TileRowBand {
@@ -118,6 +109,23 @@ TileRowBand tile_row_band(int64_t rows, int tile_m, int bands, int b) {
   const int64_t t0 = tiles_m * b / bands, t1 = tiles_m * (b + 1) / bands;
   const int64_t r0 = t0 * tile_m;
   return {t0, t1 - t0, r0, std::min(rows, t1 * tile_m) - r0};
+}
+// How many bands the GEMM of `rows` rows is cut into when the op picks (one_shot, atomic, spinlock,
+// matmul_all_gather): bands of whole tile rows (tile_row_band), so that no band GEMM computes a partial
+// tile row that the next one computes again; the most bands, up to max_bands, of which every one pays
+// (band_pays, by its rows' work); 1 when no two would. A band that holds only the partial last tile row (129
+// rows in 128-row tiles cut in 2: 128 and 1) is a GEMM of a row that reads all of B again: before 2026-12-05
+// the bands were counted in whole tile rows, floor(tiles_m / bands) x tiles_n, which passed it.
+int pick_bands(int64_t rows, int64_t cols, int max_bands, GemmTile tile, int min_band_tiles) {
+  const int64_t tiles_m = ceil_div(rows, tile.m);
+  int bands = static_cast<int>(std::min<int64_t>(max_bands, tiles_m));
+  auto all_pay = [&](int count) {
+    for (int b = 0; b < count; ++b)
+      if (!band_pays(tile_row_band(rows, tile.m, count, b).rows, cols, tile, min_band_tiles)) return false;
+    return true;
+  };
+  while (bands > 1 && !all_pay(bands)) --bands;
+  return std::max(bands, 1);
 }
 
 // True when matmul_all_reduce adds tiles into peers' accumulators (atomic, spinlock): a copy engine
@@ -776,7 +784,10 @@ void run_matmul_all_reduce_two_shot(Pipeline& pl, const MatmulOperands& mm, cons
       const int t = (me + j) % w;
       char* to = c_symmetric ? static_cast<char*>(part.data)
                              : gather + static_cast<size_t>(me) * slot_bytes + sb.row0 * n * static_cast<int64_t>(esz);
-      pl.push(part, pl.on(to, t), c_symmetric ? mm.c.stride : n);
+      // A rank whose band is empty (M < W ceil(M / W)) pushes nothing: its part's data is one past C's end,
+      // which need not translate to a peer (offset_of refuses a C that ends the heap), and a push of no
+      // rows returns anyway. Its signal still counts.
+      if (part.rows > 0) pl.push(part, pl.on(to, t), c_symmetric ? mm.c.stride : n);
       pl.signal(pl.side(), gathered_flag(me, s), t);
     }
   });
@@ -1013,8 +1024,12 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
     else
       ccl::all_gather_preamble(ctx, v.out, v.in, auto_config, ws.collective());
   };
-  // The GEMM's split-K partials (this rank's memory: nothing to agree on).
-  ws.reserve_gemm_workspace(ops::workspace_size(unfused_gemm_split_k(p, mm, v, ctx.rank())), preamble_name(p.sig.op));
+  // The GEMM's split-K partials, this rank's memory, in an agreed step: cudaMalloc can fail on one rank only (a
+  // GPU fuller than its peers', a KV cache's), whose peers would otherwise wait in the collective's preamble
+  // below until the bootstrap timeout.
+  iris::detail::agree(ctx.bootstrap(), "to allocate its GEMM's split-K workspace", [&] {
+    ws.reserve_gemm_workspace(ops::workspace_size(unfused_gemm_split_k(p, mm, v, ctx.rank())), preamble_name(p.sig.op));
+  });
   if (!ws.collective().prepared()) {
     prepare();
     return;

@@ -1,5 +1,5 @@
 // Collective steps of the runtime's setup that every rank passes or fails together.
-// Not installed; src/runtime/context.cc and symmetric_heap.cc include it.
+// Not installed; src/runtime/context.cc, symmetric_heap.cc and src/ops/fused.cc include it.
 #pragma once
 
 #include <exception>

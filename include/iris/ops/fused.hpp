@@ -130,6 +130,10 @@
 //     most.include(iris::ops::plan_matmul_all_reduce(mm, config, ctx.world_size(), device_sms).needs);
 //   iris::ccl::reserve_workspace(ctx, ws, most);   // collective, on a fresh workspace
 //   for (const MatmulOperands& mm : shapes) iris::ops::matmul_all_reduce_preamble(ctx, mm, config, ws);
+//
+// Not for the calls whose peers write straight into C (a banded matmul_all_reduce two_shot or
+// matmul_all_gather with C contiguous on the symmetric heap): such a call runs only with the C its
+// workspace's last preamble saw, so give each such shape a workspace of its own, or keep its C off the heap.
 #pragma once
 
 #include <cuda_runtime_api.h>
