@@ -204,23 +204,30 @@ std::string describe_state(const WorkspaceHost& host, const Workspace& ws) {
   return out + (ws.prepared() ? ", last prepared for " + ws.signature().describe() : ", not prepared");
 }
 
+// Runs this rank's part of an exchanged step: its exception (null when none) and, in `what`, the words that
+// describe it to the peers ("" when none).
+template <typename Part>
+std::exception_ptr run_part(Part&& part, std::string& what) {
+  try {
+    part();
+  } catch (const std::exception& e) {
+    what = e.what()[0] != '\0' ? e.what() : "an error without a message";
+    return std::current_exception();
+  } catch (...) {
+    what = "a non-standard exception";
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
 // Waits until this rank's device has ended its kernels, then for every rank to have done the same: after
 // it, no kernel of any rank still reaches this rank's arrays. A rank whose device failed (a sticky CUDA
 // error) still takes part, so that its peers do not wait for it; its error is returned, for the caller to
 // raise once it has done what must not be skipped. With peer_failure, also says which other rank's device
 // failed ("rank 1's device failed: ...", "" when none did).
 std::exception_ptr wait_for_every_device(WorkspaceHost& host, std::string* peer_failure = nullptr) {
-  std::exception_ptr failed;
   std::string what;
-  try {
-    host.synchronize_device();
-  } catch (const std::exception& e) {
-    failed = std::current_exception();
-    what = e.what()[0] != '\0' ? e.what() : "an error without a message";
-  } catch (...) {
-    failed = std::current_exception();
-    what = "a non-standard exception";
-  }
+  const std::exception_ptr failed = run_part([&] { host.synchronize_device(); }, what);
   const std::vector<std::string> words = host.allgather(what);
   for (int r = 0; peer_failure != nullptr && r < static_cast<int>(words.size()); ++r)
     if (r != host.rank() && !words[r].empty() && peer_failure->empty())
@@ -235,17 +242,8 @@ std::exception_ptr wait_for_every_device(WorkspaceHost& host, std::string* peer_
 // 300 s by default, or, where nothing followed, go on with arrays its peer did not have).
 template <typename Part>
 void finish_together(WorkspaceHost& host, const char* step, Part&& part) {
-  std::exception_ptr failed;
   std::string what;
-  try {
-    part();
-  } catch (const std::exception& e) {
-    failed = std::current_exception();
-    what = e.what()[0] != '\0' ? e.what() : "an error without a message";
-  } catch (...) {
-    failed = std::current_exception();
-    what = "a non-standard exception";
-  }
+  const std::exception_ptr failed = run_part(part, what);
   const std::vector<std::string> words = host.allgather(failed ? "!" + what : std::string());
   if (failed) std::rethrow_exception(failed);
   for (int r = 0; r < static_cast<int>(words.size()); ++r)
