@@ -525,6 +525,42 @@ TEST(CclWorkspace, ARankWhoseArraysCannotBeMadeRaisesWithItsPeerAtOnce) {
   }
 }
 
+// release() while a peer makes another collective call (the ranks' calls out of step): its exchange reads the
+// peer's word, raises and frees nothing, since the peer's kernels may still reach the arrays; the peer hears
+// what this rank was doing. Before 2026-12-05 release() read no word and freed them.
+TEST(CclWorkspace, ReleaseWhileAPeerMakesAnotherCallFreesNothingAndBothRaise) {
+  std::vector<std::string> errors(2);
+  on_two_ranks([&](FakeHost& host, int r) {
+    Workspace ws;
+    WorkspaceNeeds needs = lock_needs(512, 512, 64, 64);
+    needs.block_state = 9;
+    ws.reserve(host, needs);
+    const int live = host.live;
+    try {
+      if (r == 0) {
+        ws.release(host);
+      } else {
+        const auto words = host.allgather("+");  // an agreed step's word, as barrier()'s
+        if (words[0].rfind("!waiting for every device before a workspace's arrays are released or reset", 0) == 0)
+          throw std::runtime_error("rank 0 is in another call: " + words[0].substr(1));
+      }
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+    EXPECT_EQ(host.live, live) << "rank " << r << " freed an array";
+    ws.release(host);  // in step again: both free
+    EXPECT_EQ(host.live, 0);
+  });
+  EXPECT_EQ(errors[0],
+            "Collective calls out of step across ranks: rank 0 waited for every device before releasing or resetting a "
+            "workspace, but rank 1 made another collective call at this point (a barrier, a preamble, an "
+            "allocation...), so no array was freed or reset. Every rank must make the same collective calls in the "
+            "same order.");
+  EXPECT_EQ(errors[1],
+            "rank 0 is in another call: waiting for every device before a workspace's arrays are released or reset (a "
+            "collective call)");
+}
+
 // Ranks that reserve different needs, or one that reserves a workspace holding arrays, all raise together
 // (none allocates, none waits for the others).
 TEST(CclWorkspace, RanksThatReserveDifferentlyAllRaiseTogether) {

@@ -225,13 +225,30 @@ std::exception_ptr run_part(Part&& part, std::string& what) {
 // error) still takes part, so that its peers do not wait for it; its error is returned, for the caller to
 // raise once it has done what must not be skipped. With peer_failure, also says which other rank's device
 // failed ("rank 1's device failed: ...", "" when none did).
+// Every rank's word says what the exchange is, so that a rank in another collective call (the ranks' calls
+// out of step) is told apart from a rank whose device failed: it starts with '!', which the runtime's agreed
+// steps (barrier() among them) read as a failure of that rank, so such a peer raises with the text too.
+constexpr std::string_view kDeviceWait =
+    "!waiting for every device before a workspace's arrays are released or reset (a collective call)";
+constexpr std::string_view kDeviceFailed = ": its device failed: ";
+
 std::exception_ptr wait_for_every_device(WorkspaceHost& host, std::string* peer_failure = nullptr) {
   std::string what;
   const std::exception_ptr failed = run_part([&] { host.synchronize_device(); }, what);
-  const std::vector<std::string> words = host.allgather(what);
-  for (int r = 0; peer_failure != nullptr && r < static_cast<int>(words.size()); ++r)
-    if (r != host.rank() && !words[r].empty() && peer_failure->empty())
-      *peer_failure = iris::detail::str_cat("rank ", r, "'s device failed: ", words[r]);
+  const std::vector<std::string> words =
+      host.allgather(std::string(kDeviceWait) + (failed ? std::string(kDeviceFailed) + what : std::string()));
+  // Another collective's word: nothing may be freed or reset, since that rank's kernels may still reach the
+  // arrays. Before 2026-12-05 the word went unread, and release() freed them.
+  for (int r = 0; r < static_cast<int>(words.size()); ++r)
+    IRIS_CHECK_ARG(words[r].starts_with(kDeviceWait), "Collective calls out of step across ranks: rank ", host.rank(),
+                   " waited for every device before releasing or resetting a workspace, but rank ", r,
+                   " made another collective call at this point (a barrier, a preamble, an allocation...), so no "
+                   "array was freed or reset. Every rank must make the same collective calls in the same order.");
+  for (int r = 0; peer_failure != nullptr && r < static_cast<int>(words.size()); ++r) {
+    const std::string_view rest = std::string_view(words[r]).substr(kDeviceWait.size());
+    if (r != host.rank() && !rest.empty() && peer_failure->empty())
+      *peer_failure = iris::detail::str_cat("rank ", r, "'s device failed: ", rest.substr(kDeviceFailed.size()));
+  }
   return failed;
 }
 
