@@ -9,6 +9,7 @@
 #include "iris/ccl/collectives.hpp"
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "runtime/agree.hpp"
 #include "runtime/heap_allocator.hpp"
 
 namespace iris::ccl {
@@ -204,22 +205,6 @@ std::string describe_state(const WorkspaceHost& host, const Workspace& ws) {
   return out + (ws.prepared() ? ", last prepared for " + ws.signature().describe() : ", not prepared");
 }
 
-// Runs this rank's part of an exchanged step: its exception (null when none) and, in `what`, the words that
-// describe it to the peers ("" when none).
-template <typename Part>
-std::exception_ptr run_part(Part&& part, std::string& what) {
-  try {
-    part();
-  } catch (const std::exception& e) {
-    what = e.what()[0] != '\0' ? e.what() : "an error without a message";
-    return std::current_exception();
-  } catch (...) {
-    what = "a non-standard exception";
-    return std::current_exception();
-  }
-  return nullptr;
-}
-
 // Waits until this rank's device has ended its kernels, then for every rank to have done the same: after
 // it, no kernel of any rank still reaches this rank's arrays. A rank whose device failed (a sticky CUDA
 // error) still takes part, so that its peers do not wait for it; its error is returned, for the caller to
@@ -233,8 +218,17 @@ constexpr std::string_view kDeviceWait =
 constexpr std::string_view kDeviceFailed = ": its device failed: ";
 
 std::exception_ptr wait_for_every_device(WorkspaceHost& host, std::string* peer_failure = nullptr) {
+  std::exception_ptr failed;
   std::string what;
-  const std::exception_ptr failed = run_part([&] { host.synchronize_device(); }, what);
+  try {
+    host.synchronize_device();
+  } catch (const std::exception& e) {
+    failed = std::current_exception();
+    what = e.what()[0] != '\0' ? e.what() : "an error without a message";
+  } catch (...) {
+    failed = std::current_exception();
+    what = "a non-standard exception";
+  }
   const std::vector<std::string> words =
       host.allgather(std::string(kDeviceWait) + (failed ? std::string(kDeviceFailed) + what : std::string()));
   // Another collective's word: nothing may be freed or reset, since that rank's kernels may still reach the
@@ -253,21 +247,18 @@ std::exception_ptr wait_for_every_device(WorkspaceHost& host, std::string* peer_
 }
 
 // Runs this rank's part of a step (allocating and zeroing arrays, which can fail on one rank: a heap
-// without room, a sticky CUDA error), then one exchange in which each rank says whether its part failed.
-// A rank whose part threw raises its own error after the exchange and its peers a RemoteError naming it:
-// none is left waiting in the exchange for a rank that left (it used to wait out the bootstrap timeout,
-// 300 s by default, or, where nothing followed, go on with arrays its peer did not have).
+// without room, a sticky CUDA error) as an agreed step (detail::agree): a rank whose part threw raises its
+// own error after the exchange and its peers a RemoteError naming it, so none is left waiting in the
+// exchange for a rank that left (it used to wait out the bootstrap timeout, 300 s by default, or, where
+// nothing followed, go on with arrays its peer did not have). The peers' error also says what to do.
 template <typename Part>
 void finish_together(WorkspaceHost& host, const char* step, Part&& part) {
-  std::string what;
-  const std::exception_ptr failed = run_part(part, what);
-  const std::vector<std::string> words = host.allgather(failed ? "!" + what : std::string());
-  if (failed) std::rethrow_exception(failed);
-  for (int r = 0; r < static_cast<int>(words.size()); ++r)
-    if (!words[r].empty())
-      throw RemoteError(iris::detail::str_cat("rank ", r, " failed ", step, ": ", std::string_view(words[r]).substr(1),
-                                              ". This workspace holds arrays that rank's may not; release() it on "
-                                              "every rank."));
+  try {
+    iris::detail::agree(host, step, part);
+  } catch (const RemoteError& e) {
+    throw RemoteError(std::string(e.what()) +
+                      ". This workspace holds arrays that rank's may not; release() it on every rank.");
+  }
 }
 }  // namespace
 

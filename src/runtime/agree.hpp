@@ -1,5 +1,5 @@
 // Collective steps of the runtime's setup that every rank passes or fails together.
-// Not installed; src/runtime/context.cc, symmetric_heap.cc and src/ops/fused.cc include it.
+// Not installed; src/runtime/context.cc, symmetric_heap.cc, src/ccl/workspace.cc and src/ops/fused.cc include it.
 #pragma once
 
 #include <exception>
@@ -20,8 +20,10 @@ namespace iris::detail {
 // or timed out) propagates as the bootstrap raised it, and leaves the flag unset.
 // agree_gather: the same for a step that returns a payload, and every rank's payloads, in rank order, in
 // the same exchange (one allgather: a failure or a payload per rank).
-template <typename Step>
-std::vector<std::string> agree_gather(Bootstrap& bootstrap, const char* what, Step&& step,
+// `bootstrap` is the exchange: a Bootstrap, or anything with its allgather (ccl::WorkspaceHost, whose
+// preambles and reservations end with such a step).
+template <typename Exchange, typename Step>
+std::vector<std::string> agree_gather(Exchange& bootstrap, const char* what, Step&& step,
                                       bool* failed_together = nullptr) {
   std::exception_ptr error;
   std::string mine;  // '+' and the payload, or '!' and the failure
@@ -47,8 +49,8 @@ std::vector<std::string> agree_gather(Bootstrap& bootstrap, const char* what, St
   return all;
 }
 
-template <typename Step>
-void agree(Bootstrap& bootstrap, const char* what, Step&& step, bool* failed_together = nullptr) {
+template <typename Exchange, typename Step>
+void agree(Exchange& bootstrap, const char* what, Step&& step, bool* failed_together = nullptr) {
   agree_gather(
       bootstrap, what,
       [&] {
