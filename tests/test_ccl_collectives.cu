@@ -921,6 +921,13 @@ TEST_P(Collective, ViewsOnTheHeapMustLieWithinOneLiveAllocationOfThisRank) {
                         std::to_string(ctx.rank()) +
                         "'s; pass this rank's own buffer (the kernels reach peers' memory themselves).");
         }
+        // A view that starts below the heap's window (rank 0's heap in this rank's address space) and runs
+        // into it: accepted before 2026-12-05, as a view off the heap.
+        const char* window = reinterpret_cast<const char*>(ctx.translate(in, 0)) - ctx.offset_of(in);
+        const Tensor straddling = Tensor::matrix(const_cast<char*>(window) - 256, DType::kFloat32, 1, 128);
+        EXPECT_EQ(error([&] { ccl::all_reduce_preamble(ctx, straddling, straddling, Config{}, ws); }),
+                  "all_reduce: input 1x128 float32 starts 256 bytes below the symmetric heap and runs into it; pass a "
+                  "view that lies within one allocation.");
         // The whole allocation, in place: accepted.
         const Tensor exact = Tensor::matrix(short_out, DType::kFloat32, w * m - 1, n);
         EXPECT_NO_THROW(ccl::all_reduce_preamble(ctx, exact, exact, Config{}, ws));

@@ -124,7 +124,7 @@ class Context {
   // with the argument's name, or "" when they may: they lie outside every rank's heap (device memory of the
   // caller's own), or within the bytes of one live allocation of this rank's heap. Otherwise they lie in a
   // peer's heap, in no live allocation, or run past the end of theirs (an output described larger than
-  // it was allocated, which would write into the next heap object).
+  // it was allocated, which would write into the next heap object), or start below the heap and run into it.
   std::string heap_span_problem(const void* ptr, size_t bytes) const;
   // Offset of ptr within this rank's heap (throws InvalidArgument when not in the heap).
   size_t offset_of(const void* ptr) const;

@@ -433,7 +433,15 @@ bool Context::is_symmetric(const void* ptr) const {
 std::string Context::heap_span_problem(const void* ptr, size_t bytes) const {
   const auto p = static_cast<const char*>(ptr);
   const char* window = heap_->slot(0);
-  if (bytes == 0 || p < window || p >= window + heap_size_ * static_cast<size_t>(world_size_)) return "";
+  if (bytes == 0) return "";
+  // Memory below the window is another allocation: a view reaching into the heap from there spans two.
+  if (p < window)
+    return bytes > static_cast<size_t>(window - p)
+               ? detail::str_cat("starts ", window - p,
+                                 " bytes below the symmetric heap and runs into it; pass a view that lies within "
+                                 "one allocation.")
+               : "";
+  if (p >= window + heap_size_ * static_cast<size_t>(world_size_)) return "";
   const int r = static_cast<int>(static_cast<size_t>(p - window) / heap_size_);
   if (r != rank_)
     return detail::str_cat("lies in rank ", r, "'s heap, not in rank ", rank_,
