@@ -1119,8 +1119,10 @@ TEST_P(AllReduce, RankAllocatingOutOfStepMakesThePreambleRaiseEverywhere) {
 // finds a peer's key other than its own, ends its kernel before touching its peers' data, and raises
 // InvalidArgument at synchronize() naming that peer; the workspace is then refused until prepared again,
 // and prepared again it is right. Before 2026-12-04 these calls ran: each rank read its peers' staging in
-// its own layout (a wrong result and no error) or waited for words that never came. Every variant but
-// one_shot LL, whose layout has no shape (ccl_common.cuh, layout_fence).
+// its own layout (a wrong result and no error) or waited for words that never came. one_shot LL, whose
+// layout has no shape (ccl_common.cuh, layout_fence), does not fence: each rank finds its peer's call
+// key in the peer's header line beside the data (ll_exchange.cu; since 2026-12-05) and raises the same
+// way, saying its output is not valid instead of that the kernel ended first.
 TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
@@ -1133,9 +1135,11 @@ TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) 
         uint64_t seed = 1300;
         for (const Config& cfg :
              {variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kSimple),
+              variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kLL),
               variant_config(AllReduceVariant::kTwoShot), variant_config(AllReduceVariant::kRing),
               variant_config(AllReduceVariant::kSpinlock), variant_config(AllReduceVariant::kAtomic)}) {
-          const std::string name = ccl::variant_name(cfg.all_reduce_variant);
+          const bool ll = cfg.all_reduce_one_shot_protocol == OneShotProtocol::kLL;
+          const std::string name = std::string(ccl::variant_name(cfg.all_reduce_variant)) + (ll ? " LL" : "");
           SCOPED_TRACE(name);
           Workspace ws;
           check_once(ctx, cfg, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++, "agreeing: " + name);
@@ -1147,16 +1151,31 @@ TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) 
           x.upload(ctx.stream(), input);
           ccl::all_reduce(ctx, view, view, cfg, ws);
           const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
-          EXPECT_TRUE(x.download(ctx.stream()) == input) << "the kernel that found the difference wrote its output";
           EXPECT_EQ(err.rfind(detail::str_cat("iris device error in all_reduce"), 0), 0u) << err;
-          EXPECT_NE(err.find(detail::str_cat(" on rank ", ctx.rank(), ": rank ", next,
-                                             " made another call on this workspace (its call lays out the data as ")),
-                    std::string::npos)
-              << err;
-          EXPECT_NE(err.find("so the ranks' calls differ in shape, dtype, variant or config. The kernel ended "
-                             "before it touched its peers' data."),
-                    std::string::npos)
-              << err;
+          if (ll) {
+            // Every peer's key differs; the first source checked is named: rank 0 names 1, the others 0.
+            const int named = ctx.rank() == 0 ? 1 : 0;
+            // ll_call_key: all_reduce (1), fp32 (0), sum (0), then the elements: 4000 per rank and index.
+            char theirs[32], ours[32];
+            std::snprintf(theirs, sizeof(theirs), "%llx", (1ull << 60) | (4000ull * (named + 1)));
+            std::snprintf(ours, sizeof(ours), "%llx", (1ull << 60) | (4000ull * (ctx.rank() + 1)));
+            EXPECT_NE(err.find(detail::str_cat(" on rank ", ctx.rank(), ": rank ", named,
+                                               " made another call on this workspace (its call key is ", theirs,
+                                               ", this rank's ", ours, "; ")),
+                      std::string::npos)
+                << err;
+            EXPECT_NE(err.find("This rank's output of that call is not valid"), std::string::npos) << err;
+          } else {
+            EXPECT_TRUE(x.download(ctx.stream()) == input) << "the kernel that found the difference wrote its output";
+            EXPECT_NE(err.find(detail::str_cat(" on rank ", ctx.rank(), ": rank ", next,
+                                               " made another call on this workspace (its call lays out the data as ")),
+                      std::string::npos)
+                << err;
+            EXPECT_NE(err.find("so the ranks' calls differ in shape, dtype, variant or config. The kernel ended "
+                               "before it touched its peers' data."),
+                      std::string::npos)
+                << err;
+          }
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);
           EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, view, view, cfg, ws); })
                         .rfind("all_reduce: a device error (an iris::TimeoutError, a kernel's misuse, or calls that "

@@ -1065,6 +1065,72 @@ TEST_P(Collective, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
   }, big_heap(GetParam().world));
 }
 
+// Without IRIS_CHECK_CALLS a call after its preamble is not compared on the host, and the LL exchanges
+// have no fence. Here each rank calls with blocks of its own size ((rank + 1) x 128 fp32, all LL, on a
+// workspace prepared for 8 x 128). Before 2026-12-05 the rank of the smaller call took the first lines of
+// its peer's larger call as its own and returned without an error, and the peer waited for lines that
+// never came until its device timeout. Now every rank finds its peer's call key in the peer's header line
+// and raises InvalidArgument at synchronize(), naming the peer and both keys and saying that its output
+// is not valid; the workspace is refused until prepared again, and prepared again it is right.
+TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        const int w = ctx.world_size(), me = ctx.rank();
+        auto key = [](int mode, int64_t numel) {  // ll_call_key of an fp32 exchange (dtype 0, reduction sum: 0)
+          char text[32];
+          std::snprintf(text, sizeof(text), "%llx", static_cast<unsigned long long>(uint64_t(mode) << 60 | numel));
+          return std::string(text);
+        };
+        uint64_t seed = 1400;
+        for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}) {
+          SCOPED_TRACE(op_name(op));
+          const int mode = op == Op::kReduceScatter ? 2 : op == Op::kAllGather ? 3 : 4;  // LLMode + 1
+          OpCall c = make_call(ctx, op, 8, 128);
+          Workspace ws;
+          preamble(ctx, op, c.out.view, c.in.view, ws);
+          const uint64_t errors = ctx.device_timeouts();
+          const int64_t m = me + 1;
+          Tensor in = c.in.view, out = c.out.view;
+          in.rows = op == Op::kAllGather ? m : w * m;
+          out.rows = op == Op::kReduceScatter ? m : w * m;
+          c.in.upload(ctx.stream(), test::make_input(DType::kFloat32, c.in.view.rows, 128, 128, seed++, me));
+          call(ctx, op, out, in, ws);
+          const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
+          const std::string head = detail::str_cat("iris device error in ", op_name(op), " on rank ", me, ": rank ");
+          EXPECT_EQ(err.rfind(head, 0), 0u) << err;
+          // The rank named is the first whose key differs (every peer's does): rank 0 names 1, the others 0.
+          const int named = me == 0 ? 1 : 0;
+          EXPECT_NE(err.find(detail::str_cat(" on rank ", me, ": rank ", named,
+                                             " made another call on this workspace (its call key is ",
+                                             key(mode, 128 * (named + 1)), ", this rank's ", key(mode, 128 * m),
+                                             "; hex digits from the top: exchange, dtype, reduction, 0, then 12 of "
+                                             "elements per block), so the ranks' calls differ in shape, dtype or "
+                                             "reduction. This rank's output of that call is not valid")),
+                    std::string::npos)
+              << err;
+          EXPECT_EQ(ctx.device_timeouts(), errors + 1);
+          EXPECT_EQ(test::error_text<std::invalid_argument>([&] {
+                      call(ctx, op, out, in, ws);
+                    }).rfind(detail::str_cat(op_name(op), ": a device error"), 0),
+                    0u);
+          ctx.barrier();
+          c.out.release();
+          c.in.release();
+          const Mode heap{0, true, false, "prepared again"};
+          if (op == Op::kAllGather) check_all_gather(ctx, Config{}, ws, DType::kFloat32, 8, 128, heap, seed++);
+          if (op == Op::kReduceScatter)
+            check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, 8, 128, heap, seed++);
+          if (op == Op::kAllToAll) check_all_to_all(ctx, Config{}, ws, DType::kFloat32, 8, 128, heap, seed++);
+          release(ctx, ws);
+        }
+      },
+      big_heap(GetParam().world));
+}
+
 // IRIS_CHECK_CALLS (ContextOptions::check_calls): each call compares itself across ranks before it launches.
 // On a workspace prepared for 4 x 128 blocks, the last rank calls with 96 columns (broadcast: from another
 // root), which the workspace holds: every rank raises, naming both calls, and nothing is launched. The

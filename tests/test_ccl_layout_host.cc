@@ -46,9 +46,37 @@ TEST(CclLayout, LLLinesCarryEightDataBytesInSixteen) {
   EXPECT_EQ(detail::ll_words(4, DType::kBFloat16), 2);
   EXPECT_EQ(detail::ll_words(5, DType::kBFloat16), 4);
   EXPECT_EQ(detail::ll_words(1000, DType::kFloat32), 1000);
-  // 2 parities x W slots x words x 8 bytes, rounded up to 256.
-  EXPECT_EQ(detail::ll_staging_bytes(1000, DType::kFloat32, 2), 32000u);
-  EXPECT_EQ(detail::ll_staging_bytes(1, DType::kInt32, 8), 256u);
+  // 2 parities x W slots x (a header line and the words) x 8 bytes, rounded up to 256.
+  EXPECT_EQ(detail::ll_staging_bytes(1000, DType::kFloat32, 2), 32256u) << "2 x 2 x 1002 x 8 = 32064";
+  EXPECT_EQ(detail::ll_staging_bytes(1, DType::kInt32, 8), 512u) << "2 x 8 x 4 x 8";
+}
+
+// The call key an LL slot's header line carries (ll_exchange.cu): every field of the call that changes
+// what the lines mean gives another key, the copying exchanges ignore the reduction they are not doing,
+// and the hex digits read as the error message says (exchange, dtype, reduction, 0, 12 of elements).
+TEST(CclLayout, LLCallKeysTellEveryDifferenceOfTheCallAndReadAsTheMessageSays) {
+  using detail::ll_call_key;
+  using detail::LLMode;
+  EXPECT_EQ(ll_call_key(LLMode::kAllGather, DType::kBFloat16, ReduceOp::kSum, 1000), 0x32000000000003e8ull);
+  EXPECT_EQ(ll_call_key(LLMode::kReduceScatter, DType::kFloat32, ReduceOp::kAvg, 4096), 0x2030000000001000ull);
+  EXPECT_EQ(ll_call_key(LLMode::kAllReduce, DType::kFloat8E5M2, ReduceOp::kProd, (int64_t{1} << 48) - 1),
+            0x1940ffffffffffffull);
+  EXPECT_EQ(ll_call_key(LLMode::kAllToAll, DType::kInt8, ReduceOp::kMax, 1),
+            ll_call_key(LLMode::kAllToAll, DType::kInt8, ReduceOp::kSum, 1))
+      << "a copy has no reduction";
+  std::vector<uint64_t> keys;
+  for (LLMode mode : {LLMode::kAllReduce, LLMode::kReduceScatter, LLMode::kAllGather, LLMode::kAllToAll})
+    for (DType dt : kAllDTypes)
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg, ReduceOp::kProd}) {
+        const bool copies = mode == LLMode::kAllGather || mode == LLMode::kAllToAll;
+        if (copies && op != ReduceOp::kSum) continue;
+        for (int64_t numel : {int64_t{1}, int64_t{2}, int64_t{1000}, int64_t{1} << 20, (int64_t{1} << 48) - 1})
+          keys.push_back(ll_call_key(mode, dt, op, numel));
+      }
+  EXPECT_EQ(std::count(keys.begin(), keys.end(), 0u), 0);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(std::adjacent_find(keys.begin(), keys.end()), keys.end()) << "two calls share a key";
+  EXPECT_EQ(keys.size(), size_t{(2 * 5 + 2) * 10 * 5});
 }
 
 // An LL word's tag is a bijection of the epoch's low 32 bits that leaves no epoch as it is, so a
@@ -327,8 +355,12 @@ TEST(CclLayout, ParityHalvesNeverOverlapForAnyShapeAWorkspaceServes) {
             const size_t esz = dtype_size(dt);
             if (p.ll) {
               const size_t parity_bytes = static_cast<size_t>(detail::ll_parity_words(ws)) * 8;
-              const size_t used = static_cast<size_t>(world) * static_cast<size_t>(p.ll_words) * 8;
+              // Slots sit at a stride of the workspace's, not the call's: each holds the header and the lines.
+              const int64_t slot = detail::ll_slot_words(detail::ll_parity_words(ws), world);
+              const size_t used = static_cast<size_t>(world) * static_cast<size_t>(slot) * 8;
               EXPECT_EQ(parity_bytes % 16, 0u);
+              EXPECT_EQ(slot % 2, 0) << "a slot starts on a 16-byte line";
+              EXPECT_GE(slot, detail::kLLHeaderWords + p.ll_words);
               EXPECT_LE(used, parity_bytes);
               EXPECT_LE(parity_bytes + used, ws.staging_capacity());
             } else {

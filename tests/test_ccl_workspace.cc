@@ -977,7 +977,8 @@ TEST(CclNeeds, OneShotProtocolBySizeAndItsNeeds) {
     EXPECT_EQ(n.staging_bytes, 2 * static_cast<size_t>(w) * 4 * mib);
     EXPECT_EQ(n.locks, 0u);
     const WorkspaceNeeds as_ll = all_reduce_needs(big, big, ll, w);
-    EXPECT_EQ(as_ll.staging_bytes, 2 * n.staging_bytes) << "LL carries 4 data bytes in 8";
+    EXPECT_EQ(as_ll.staging_bytes, (2 * n.staging_bytes + 2 * static_cast<size_t>(w) * 16 + 255) / 256 * 256)
+        << "LL carries 4 data bytes in 8, and each of the 2 x W slots a 16-byte header line (in 256-byte units)";
     EXPECT_EQ(as_ll.flags, 0u);
   }
   // 1 x 7 float32: one segment of the 8 KiB floor; 100 MiB of float32: 64 KiB segments.

@@ -112,9 +112,11 @@ struct LLArgs {
   int64_t out_stride;
   int64_t block_rows;    // rows of one block
   int64_t numel;         // elements of one block
-  int64_t words;         // LL words per source slot per parity: two per 16-byte line of 8 data bytes
+  int64_t words;         // LL words of the call's data per source: two per 16-byte line of 8 data bytes
   int64_t parity_words;  // words from parity 0 to parity 1: half the staging capacity (even)
-  uint64_t* staging;     // this rank's: [2][W][words], slot s written by rank s
+  int64_t slot_words;    // words from slot s to slot s + 1: ll_slot_words, the same for every call
+  uint64_t* staging;     // this rank's: [2][W][slot_words], slot s written by rank s: header line, then data
+  uint64_t call_key;     // ll_call_key of this rank's call: the header line carries it to every peer
   uint64_t* state;       // epoch state (2 words)
   bool in_vec8;          // every block of in / out is contiguous and 8-byte aligned: a line is one access
   bool out_vec8;
@@ -147,9 +149,17 @@ constexpr uint32_t ll_epoch_of(uint32_t tag) {
   h ^= h >> 16;
   return h;
 }
-// LL words of one slot for a block of `numel` elements, and the staging bytes of a W-rank exchange.
+// LL words of the data of a block of `numel` elements, and the staging bytes of a W-rank exchange: 2
+// parities x W slots of one header line and the data (kLLHeaderWords + ll_words each).
 int64_t ll_words(int64_t numel, DType dtype);
 size_t ll_staging_bytes(int64_t numel, DType dtype, int world);
+inline constexpr int64_t kLLHeaderWords = 2;
+// What the header line of an LL slot carries: the writer's call, so that a reader whose call differs
+// (another exchange, dtype, reduction or block size: ranks that disagree on a batch size) learns it
+// instead of taking the other call's lines as its own. Hex digits from the top: the exchange (LLMode + 1),
+// the dtype, the reduction (0 for the copying exchanges), a zero, then 12 digits of elements per block
+// (numel < 2^48: check_needs_fit refuses larger). Never 0.
+uint64_t ll_call_key(LLMode mode, DType dtype, ReduceOp op, int64_t numel);
 // The grid of an LL launch over `words` LL words per slot between `world` ranks, at most `limit` blocks:
 // each block pushes about `block_bytes` (ll_block_bytes()) of lines in all, summed over the W - 1 peers
 // it sends to, and each thread one line, until the limit; then blocks of kThreads threads loop.

@@ -92,6 +92,11 @@ size_t ll_block_bytes();
 size_t ll_block_bytes_from(const char* env);
 // Words from parity 0 to parity 1 of an LL staging: half the capacity, in whole 16-byte lines.
 inline int64_t ll_parity_words(const Workspace& ws) { return static_cast<int64_t>(ws.staging_capacity() / 2 / 16 * 2); }
+// Words from one source's LL slot to the next within a parity: the parity's words over W, in whole lines. It
+// depends on the workspace alone, not on the call, so that a rank finds a peer's header line where the peer
+// wrote it even when their calls differ (which the header then says). The capacity check keeps it at least
+// kLLHeaderWords + ll_words of every call the workspace serves (ll_staging_bytes).
+inline int64_t ll_slot_words(int64_t parity_words, int world) { return parity_words / world / 2 * 2; }
 
 // One rank: every collective's result is its input (a sum, min, max or avg over one rank is the value itself,
 // exactly, also for 16-bit types; all_gather, reduce_scatter, all_to_all and broadcast move the one

@@ -260,6 +260,7 @@ inline LLArgs ll_args(const Context& ctx, const Tensor& in, const Tensor& out, i
   fill_block_views(a, ctx, in, out, block_rows);
   a.words = words;
   a.parity_words = ll_parity_words(ws);
+  a.slot_words = ll_slot_words(a.parity_words, ctx.world_size());
   a.staging = static_cast<uint64_t*>(ws.staging());
   a.state = ws.block_state();
   a.in_vec8 = ll_vec8(in, block_rows);

@@ -10,15 +10,30 @@
 // tests in tests/test_ccl_all_reduce.cu and tests/test_ccl_collectives.cu, which replay many calls
 // with fresh data and would catch a torn or stale word). The reader checks both words' tags.
 //
-// Staging on every rank: 2 parities x W sources x `words` LL words (slot s is written by rank s; our
-// own slot is unused). Call e writes parity e & 1, which starts at half the staging's capacity for
-// parity 1 whatever the shape (collective_kernels.hpp says why). A peer can only start call e + 1 after receiving
-// our data of call e, which we send before reading our staging of call e ... so the buffer it
-// overwrites in call e + 2 (same parity as e) is one we finished reading in call e: before sending
-// our data of call e + 1, which it needed. Two parities are therefore enough, and stale LL words never
-// match: they carry the tag of epoch e - 2 or older (ll_tag is a bijection); stale bytes of other
-// protocols match only by chance, two pseudo-random 32-bit values at once (ll_tag says why). Every thread pushes all
-// its lines before it waits for any, so no wait depends on how the peer's grid maps lines to threads.
+// Staging on every rank: 2 parities x W source slots (slot s is written by rank s; our own slot is
+// unused), each a header line and then the call's `words` LL words. Call e writes parity e & 1, which
+// starts at half the staging's capacity for parity 1 whatever the shape (collective_kernels.hpp says
+// why), and slot s starts s x ll_slot_words into its parity, also whatever the shape.
+//
+// The header line carries the writer's call key (ll_call_key: exchange, dtype, reduction, elements per
+// block), tagged like the data. Nothing else tells the ranks that their calls differ: LL calls of
+// different sizes never fence (all_reduce's layout key has no shape, so that a decode loop of changing
+// batch sizes does not pay a round trip per call; the other exchanges have no fence). Without the key,
+// a rank whose call is smaller took the first lines of its peers' larger call as its own and returned a
+// wrong result without an error, and its peers waited for lines that never came until their device
+// timeout. The grid's first thread pushes the headers with its first lines and, before it checks any
+// line of its own, reads every source's header; on a key other than its own it records
+// kDeviceErrorCallMismatchLate naming that source, which ends the waits of every thread of this rank's
+// kernels (timeout.cuh), and the host raises InvalidArgument saying the call's output is not valid. The
+// data may already have been combined by then: the check runs beside the exchange, not before it, so it
+// costs one line per peer and one compare instead of a round trip. Slots sit at a stride that does not
+// depend on the call, so a peer's header is where this rank looks for it even when their sizes differ. A peer can only
+// start call e + 1 after receiving our data of call e, which we send before reading our staging of call e ... so the
+// buffer it overwrites in call e + 2 (same parity as e) is one we finished reading in call e: before sending our data
+// of call e + 1, which it needed. Two parities are therefore enough, and stale LL words never match: they carry the tag
+// of epoch e - 2 or older (ll_tag is a bijection); stale bytes of other protocols match only by chance, two
+// pseudo-random 32-bit values at once (ll_tag says why). Every thread pushes all its lines before it waits for any, so
+// no wait depends on how the peer's grid maps lines to threads.
 //
 // Latency is what this path is for, so every thread keeps kLines lines in flight: all its input loads
 // are issued before the first store, and all its loads of up to kSources sources before the first tag
@@ -120,6 +135,40 @@ __device__ __noinline__ LLWait wait_ll(const DeviceContext& ctx, const uint64_t*
   }
 }
 
+// The grid's first thread: the header lines of sources s0 .. s0 + kSources - 1 (but this rank) carry this
+// call's key, or a mismatch is recorded (kDeviceErrorCallMismatchLate, naming the first such source).
+// The loads go out together. False only when a header's wait gave up (a timeout, or an error recorded
+// by another thread): the kernel must end. After a mismatch it returns true and the thread goes on: its
+// waits for lines then give up on the recorded error, and its output is void anyway.
+__device__ __noinline__ bool check_keys(const DeviceContext& ctx, const LLArgs& a, int s0, const uint64_t* stage,
+                                        uint64_t epoch, const char* op) {
+  const uint64_t tag = uint64_t{ll_tag(epoch)} << 32;
+  uint64_t h[kSources][2];
+#pragma unroll
+  for (int j = 0; j < kSources; ++j) {
+    const int s = s0 + j;
+    if (s < ctx.world_size && s != ctx.rank) load_ll(stage + s * a.slot_words, h[j][0], h[j][1]);
+  }
+#pragma unroll
+  for (int j = 0; j < kSources; ++j) {
+    const int s = s0 + j;
+    if (s >= ctx.world_size || s == ctx.rank) continue;
+    const uint64_t* header = stage + s * a.slot_words;
+    if (!tagged(h[j][0], h[j][1], tag)) {
+      const LLWait r = wait_ll(ctx, header, epoch, op);
+      if (!r.ok) return false;
+      h[j][0] = r.a;
+      h[j][1] = r.b;
+    }
+    const uint64_t theirs = (h[j][0] & 0xffffffffull) | (h[j][1] << 32);
+    if (theirs != a.call_key) {
+      dev::record_device_error(ctx, dev::kDeviceErrorCallMismatchLate, op, header, theirs, a.call_key, 0, s);
+      return true;
+    }
+  }
+  return true;
+}
+
 constexpr bool reduces(LLMode m) { return m == LLMode::kAllReduce || m == LLMode::kReduceScatter; }
 // Peer p receives input block p (otherwise every peer receives the whole input).
 constexpr bool per_peer(LLMode m) { return m == LLMode::kReduceScatter || m == LLMode::kAllToAll; }
@@ -162,6 +211,10 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
   const int64_t words = a.words, lines = words / 2, numel = a.numel;
   uint64_t* stage = a.staging + (epoch & 1) * a.parity_words;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, step = int64_t{gridDim.x} * blockDim.x;
+  // Slot s: stage + s * a.slot_words, its header line first; line l of its data at data(s) + 2 * l.
+  auto data = [&](int s) { return stage + s * a.slot_words + kLLHeaderWords; };
+  // The grid's first thread exchanges the call keys (top of the file); it has line 0, which every call has.
+  const bool keyed = first == 0;
 
   // 1. Push: line l of the block for peer p into slot [me][l] of p's staging. The first lines are
   //    loaded before all_reduce's layout check: they are reads of our own input, and the check's load
@@ -184,7 +237,9 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
     for (int k = 1; k < world; ++k) {
       const int peer = me + k < world ? me + k : me + k - world;
       if ((k == 1 && l0 != first) || (k > 1 && per_peer(kMode))) load_batch(l0, peer);
-      uint64_t* slot = dev::translate(ctx, stage + me * words, peer);
+      uint64_t* slot = dev::translate(ctx, data(me), peer);
+      if (keyed && l0 == first)
+        store_ll(slot - kLLHeaderWords, tag | (a.call_key & 0xffffffffull), tag | (a.call_key >> 32));
 #pragma unroll
       for (int u = 0; u < kLines; ++u) {
         const int64_t l = l0 + u * step;
@@ -214,9 +269,15 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
             w[j][u][0] = tag | d.x;
             w[j][u][1] = tag | d.y;
           } else {
-            load_ll(stage + s * words + 2 * l, w[j][u][0], w[j][u][1]);
+            load_ll(data(s) + 2 * l, w[j][u][0], w[j][u][1]);
           }
         }
+      }
+      // The sources' headers, while their first lines' loads are in flight: before any line is checked,
+      // so that a line a differing peer never sends is not waited for first.
+      if (keyed && l0 == first && !check_keys(ctx, a, s0, stage, epoch, mode_name(kMode))) {
+        end_call(a.state, epoch);
+        return;
       }
 #pragma unroll
       for (int j = 0; j < kSources; ++j) {
@@ -227,7 +288,7 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
           if (s >= world || l >= lines) continue;
           if (!kReduce && s == me && a.in_place) continue;
           if (!tagged(w[j][u][0], w[j][u][1], tag)) {
-            const LLWait r = wait_ll(ctx, stage + s * words + 2 * l, epoch, mode_name(kMode));
+            const LLWait r = wait_ll(ctx, data(s) + 2 * l, epoch, mode_name(kMode));
             if (!r.ok) {
               end_call(a.state, epoch);
               return;
@@ -281,7 +342,14 @@ int64_t ll_words(int64_t numel, DType dtype) {
 }
 
 size_t ll_staging_bytes(int64_t numel, DType dtype, int world) {
-  return align256(2 * static_cast<size_t>(world) * static_cast<size_t>(ll_words(numel, dtype)) * sizeof(uint64_t));
+  return align256(2 * static_cast<size_t>(world) * static_cast<size_t>(kLLHeaderWords + ll_words(numel, dtype)) *
+                  sizeof(uint64_t));
+}
+
+uint64_t ll_call_key(LLMode mode, DType dtype, ReduceOp op, int64_t numel) {
+  const uint64_t reduction = reduces(mode) ? static_cast<uint64_t>(op) : 0;
+  return (static_cast<uint64_t>(mode) + 1) << 60 | (static_cast<uint64_t>(dtype) & 0xf) << 56 |
+         (reduction & 0xf) << 52 | (static_cast<uint64_t>(numel) & ((uint64_t{1} << 48) - 1));
 }
 
 LLLaunch ll_launch(int64_t words, int world, int limit, size_t block_bytes) {
@@ -304,7 +372,9 @@ bool ll_vec8(const Tensor& t, int64_t block_rows) {
   return t.contiguous() && base % 8 == 0 && (static_cast<uint64_t>(block_rows * t.stride) * t.element_size()) % 8 == 0;
 }
 
-void launch_ll(const LLArgs& args, LLMode mode, DType dtype, ReduceOp op, LLLaunch grid, cudaStream_t stream) {
+void launch_ll(const LLArgs& keyless, LLMode mode, DType dtype, ReduceOp op, LLLaunch grid, cudaStream_t stream) {
+  LLArgs args = keyless;
+  args.call_key = ll_call_key(mode, dtype, op, args.numel);
   switch (mode) {
     case LLMode::kAllReduce:
       return dispatch_typed(dtype, op, [&](auto t, auto o) {

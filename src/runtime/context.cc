@@ -575,6 +575,19 @@ void Context::check_device_error() {
         "peers' data. Every rank must make the same calls on a workspace, in the same order; IRIS_CHECK_CALLS=1 "
         "names the difference before launch. Call the preamble again on every rank before using the workspace."));
   }
+  if (copy.code == device::kDeviceErrorCallMismatchLate) {
+    char theirs[32], ours[32];
+    std::snprintf(theirs, sizeof(theirs), "%llx", static_cast<unsigned long long>(copy.observed));
+    std::snprintf(ours, sizeof(ours), "%llx", static_cast<unsigned long long>(copy.expected));
+    throw InvalidArgument(detail::str_cat(
+        "iris device error in ", copy.op, " on rank ", copy.rank, ": rank ", copy.peer,
+        " made another call on this workspace (its call key is ", theirs, ", this rank's ", ours,
+        "; hex digits from the top: exchange, dtype, reduction, 0, then 12 of elements per block), so the ranks' "
+        "calls differ in shape, dtype or reduction. This rank's output of that call is not valid: the exchange "
+        "found the difference beside the data, which it may have combined already. Every rank must make the same "
+        "calls on a workspace, in the same order; IRIS_CHECK_CALLS=1 names the difference before launch. Call the "
+        "preamble again on every rank before using the workspace."));
+  }
   if (copy.code == device::kDeviceErrorMisuse)
     throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, " (block ",
                                           copy.block, "): got ", static_cast<int64_t>(copy.observed),

@@ -46,6 +46,11 @@ inline constexpr int32_t kDeviceErrorMisuse = 2;
 // record's `observed` holds the peer's value, `expected` this rank's and `peer` the peer. The host raises
 // InvalidArgument.
 inline constexpr int32_t kDeviceErrorCallMismatch = 3;
+// A peer's call differs from this rank's, found by an exchange that checks the peers' calls beside its
+// data instead of before it (the LL exchanges' header lines, ll_exchange.cu): as kDeviceErrorCallMismatch,
+// `observed` the peer's call key, `expected` this rank's, `peer` the peer; but this rank's output of the
+// call may already hold the peer's data. The host raises InvalidArgument saying so.
+inline constexpr int32_t kDeviceErrorCallMismatchLate = 4;
 
 }  // namespace iris::device
 

@@ -88,7 +88,7 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
   // Why: a host thread may read the record while other blocks of this kernel still run (code is
   // already non-zero); push the fields out to host memory now rather than at kernel end.
   __threadfence_system();
-  if (code == kDeviceErrorCallMismatch) {
+  if (code == kDeviceErrorCallMismatch || code == kDeviceErrorCallMismatchLate) {
     printf("iris: device error in %s on rank %d (block %d): rank %d's call differs (%llx, this rank's %llx)\n",
            op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), peer,
            static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected));
