@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -1066,8 +1067,10 @@ TEST_P(Collective, ShapeThatDiffersOnOneRankMakesEveryRankRaise) {
 }
 
 // Without IRIS_CHECK_CALLS a call after its preamble is not compared on the host, and the LL exchanges
-// have no fence. Here each rank calls with blocks of its own size ((rank + 1) x 128 fp32, all LL, on a
-// workspace prepared for 8 x 128). Before 2026-12-05 the rank of the smaller call took the first lines of
+// have no fence. Here each rank calls with blocks of its own size ((rank + 1) x 100 fp32, all LL, on a
+// workspace prepared for 8 x 100; 50 lines a row, so that the lines a larger call waits for in vain start
+// inside a warp whose other lanes finish, and one warp reaches end_call's barrier from two places:
+// sync_block_divergent). Before 2026-12-05 the rank of the smaller call took the first lines of
 // its peer's larger call as its own and returned without an error, and the peer waited for lines that
 // never came until its device timeout. Now every rank finds its peer's call key in the peer's header line
 // and raises InvalidArgument at synchronize(), naming the peer and both keys and saying that its output
@@ -1079,7 +1082,9 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
       GetParam(),
       [](Context& ctx) {
         if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        if (std::getenv("IRIS_LL_MAX_BYTES") != nullptr) GTEST_SKIP() << "IRIS_LL_MAX_BYTES may make them chunked";
         const int w = ctx.world_size(), me = ctx.rank();
+        const int64_t n = 100;
         auto key = [](int mode, int64_t numel) {  // ll_call_key of an fp32 exchange (dtype 0, reduction sum: 0)
           char text[32];
           std::snprintf(text, sizeof(text), "%llx", static_cast<unsigned long long>(uint64_t(mode) << 60 | numel));
@@ -1089,7 +1094,7 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
         for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}) {
           SCOPED_TRACE(op_name(op));
           const int mode = op == Op::kReduceScatter ? 2 : op == Op::kAllGather ? 3 : 4;  // LLMode + 1
-          OpCall c = make_call(ctx, op, 8, 128);
+          OpCall c = make_call(ctx, op, 8, n);
           Workspace ws;
           preamble(ctx, op, c.out.view, c.in.view, ws);
           const uint64_t errors = ctx.device_timeouts();
@@ -1097,7 +1102,7 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
           Tensor in = c.in.view, out = c.out.view;
           in.rows = op == Op::kAllGather ? m : w * m;
           out.rows = op == Op::kReduceScatter ? m : w * m;
-          c.in.upload(ctx.stream(), test::make_input(DType::kFloat32, c.in.view.rows, 128, 128, seed++, me));
+          c.in.upload(ctx.stream(), test::make_input(DType::kFloat32, c.in.view.rows, n, n, seed++, me));
           call(ctx, op, out, in, ws);
           const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
           const std::string head = detail::str_cat("iris device error in ", op_name(op), " on rank ", me, ": rank ");
@@ -1106,7 +1111,7 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
           const int named = me == 0 ? 1 : 0;
           EXPECT_NE(err.find(detail::str_cat(" on rank ", me, ": rank ", named,
                                              " made another call on this workspace (its call key is ",
-                                             key(mode, 128 * (named + 1)), ", this rank's ", key(mode, 128 * m),
+                                             key(mode, n * (named + 1)), ", this rank's ", key(mode, n * m),
                                              "; hex digits from the top: exchange, dtype, reduction, 0, then 12 of "
                                              "elements per block), so the ranks' calls differ in shape, dtype or "
                                              "reduction. This rank's output of that call is not valid")),
@@ -1121,10 +1126,10 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
           c.out.release();
           c.in.release();
           const Mode heap{0, true, false, "prepared again"};
-          if (op == Op::kAllGather) check_all_gather(ctx, Config{}, ws, DType::kFloat32, 8, 128, heap, seed++);
+          if (op == Op::kAllGather) check_all_gather(ctx, Config{}, ws, DType::kFloat32, 8, n, heap, seed++);
           if (op == Op::kReduceScatter)
-            check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, 8, 128, heap, seed++);
-          if (op == Op::kAllToAll) check_all_to_all(ctx, Config{}, ws, DType::kFloat32, 8, 128, heap, seed++);
+            check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, 8, n, heap, seed++);
+          if (op == Op::kAllToAll) check_all_to_all(ctx, Config{}, ws, DType::kFloat32, 8, n, heap, seed++);
           release(ctx, ws);
         }
       },

@@ -212,6 +212,16 @@ void launch_collective(void (*kernel)(Params...), int blocks, int threads, cudaS
 
 // ---- per-call epoch ---------------------------------------------------------------------------------
 
+// A barrier of the block that the threads of one warp may reach at different places: barrier.sync
+// without .aligned (sm_70+), with the memory ordering of __syncthreads(). __syncthreads() is the aligned
+// form, which PTX leaves undefined when lanes of a warp reach different instances of it, and ptxas puts
+// a WARPSYNC.ALL before each instance: a warp whose lanes end at two of them hangs there. That is how
+// kernels whose threads wait one by one end: a thread whose wait gives up leaves through end_call at
+// once, while its neighbours in the warp finish their lines and reach the end_call at the kernel's end
+// (2026-12-05: an LL all_reduce whose peer's call was smaller, so that lines 2000 and up never came,
+// hung in that barrier on one GPU, found by a reviewer; 2000 is lane 16 of its warp).
+__device__ __forceinline__ void sync_block_divergent() { asm volatile("barrier.sync 0;" ::: "memory"); }
+
 __device__ __forceinline__ uint64_t begin_call(const uint64_t* state) {
   return dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state) + 1;
 }
@@ -223,8 +233,10 @@ __device__ __forceinline__ uint64_t begin_call(const uint64_t* state) {
 // `layout_key` (all_reduce only; every op's block state has its word and the fence's, block_state_words in
 // ccl_host.hpp): when non-zero, stored as the last call's layout next to the epoch (layout_fence below
 // reads it).
+// Threads may call it from different places (a wait that gave up, the kernel's end): its barrier is
+// sync_block_divergent.
 __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64_t layout_key = 0) {
-  __syncthreads();
+  sync_block_divergent();
   if (gridDim.x == 1) {  // one block: it has read the epoch (bar.sync above); no count needed
     if (threadIdx.x == 0) {
       if (layout_key != 0) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2, layout_key);

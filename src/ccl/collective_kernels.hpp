@@ -6,12 +6,12 @@
 // holds, in its workspace:
 //   staging  [2 parities][W-1 sources][slot]   data pushed by peers; source slot k-1 holds rank me-k's
 //   flags    [2 parities][W-1 sources][nchunks] one epoch-valued word per pushed chunk
-// or, for small blocks, the LL layout of ll_exchange.cu (staging [2 parities][W sources][words], no
-// flags). Call e uses parity e & 1; the reuse argument is in each kernel's header comment. Parity p
-// starts at p x half the array's capacity, not at an offset computed from the call's shape, so a call
-// never touches the other parity's bytes whatever the shapes on one workspace (or the mix of LL and
-// chunked calls): the argument "a peer is at most one call ahead" then covers every mix of calls.
-// broadcast uses one slot and one flag per chunk (see broadcast.cu).
+// or, for small blocks, the LL layout of ll_exchange.cu (staging [2 parities][W sources][ll_slot_words]:
+// a header line, then the block's lines; no flags). Call e uses parity e & 1; the reuse argument is in each kernel's
+// header comment. Parity p starts at p x half the array's capacity, not at an offset computed from the call's shape, so
+// a call never touches the other parity's bytes whatever the shapes on one workspace (or the mix of LL and chunked
+// calls): the argument "a peer is at most one call ahead" then covers every mix of calls. broadcast uses one slot and
+// one flag per chunk (see broadcast.cu).
 //
 // Host helpers of these four ops: row_block, vec_ok, dispatch_bits (Tensor has overlaps and same_view); on the device
 // side block_fanout, pipelined_chunks and end_call_published (block_signal_each and block_wait_each are
@@ -192,7 +192,7 @@ struct ExchangePlan {
   int blocks = 1;
   int threads = kThreads;  // the LL exchange: ll_launch's; kThreads otherwise
   bool ll = false;       // small blocks: the LL exchange (ll_exchange.cu), no flags
-  int64_t ll_words = 0;  // LL words per staging slot
+  int64_t ll_words = 0;  // LL words of one block's lines (a staging slot adds the header line)
 };
 
 // The staging layout and workspace needs of an exchange of `block_rows` x `cols` blocks between
@@ -334,7 +334,7 @@ __device__ __forceinline__ void block_copy_to(Dst dst_at, Src src_at, int64_t le
 // last block's acq_rel count reads every other block's, and its release store is cumulative. (Unlike
 // end_call's relaxed count, the acq_rel here is the point: it is what broadcast's root relies on.)
 __device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epoch) {
-  __syncthreads();
+  sync_block_divergent();  // as end_call's: threads may arrive from different places
   if (threadIdx.x == 0) {
     const uint64_t done = dev::atomic_add<dev::Order::kAcqRel, dev::Scope::kGpu>(state + 1, uint64_t{1});
     if (done == gridDim.x - 1) {

@@ -18,7 +18,8 @@
 // State afterwards (what the host sees):
 //  * ctx.synchronize() / check_device_error() throws iris::TimeoutError with the op, rank, word and
 //    values (InvalidArgument naming the value and its range for a misuse, kDeviceErrorMisuse, and the
-//    peer for a call that differs from a peer's, kDeviceErrorCallMismatch), and
+//    peer for a call that differs from a peer's, kDeviceErrorCallMismatch, or kDeviceErrorCallMismatchLate
+//    when the exchange found it beside the data, whose output is then not valid), and
 //    clears the record. Until it is cleared, every bounded wait launched with this
 //    context (in this or later kernels) gives up at its first error poll (within ~100 us), so work
 //    queued behind a failed kernel drains quickly instead of each waiting out its own bound.
