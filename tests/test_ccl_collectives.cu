@@ -752,12 +752,12 @@ TEST_P(Collective, WorkspaceTooSmallForStagingIsRejected) {
   test::run_ranks(GetParam(), [](Context& ctx) {
     const size_t world = ctx.world_size();
     // 1x1000 fp32, 4000 bytes. broadcast: one chunk, a 4096-byte slot (1x1: 256); the flags fit (one
-    // chunk). The exchanges take the LL path for blocks this small: 2 parities x W sources x 500 lines
-    // of 16 bytes, rounded up to 256 bytes (1x1: one line each, 256 bytes).
+    // chunk). The exchanges take the LL path for blocks this small: 2 parities x W sources x (a header
+    // line and 500 lines) of 16 bytes, rounded up to 256 bytes (1x1: a header and one line each).
     auto round256 = [](size_t b) { return (b + 255) / 256 * 256; };
     for (Op op : kOps) {
-      const size_t have = op == Op::kBroadcast ? 256 : round256(2 * world * 16);
-      const size_t need = op == Op::kBroadcast ? 4096 : round256(2 * world * 500 * 16);
+      const size_t have = op == Op::kBroadcast ? 256 : round256(2 * world * (1 + 1) * 16);
+      const size_t need = op == Op::kBroadcast ? 4096 : round256(2 * world * (1 + 500) * 16);
       expect_too_small(ctx, op, 1, 1000,
                        "Staging buffer too small: have " + std::to_string(have) + " bytes but need " +
                            std::to_string(need) +
