@@ -218,8 +218,9 @@ void launch_collective(void (*kernel)(Params...), int blocks, int threads, cudaS
 // a WARPSYNC.ALL before each instance: a warp whose lanes end at two of them hangs there. That is how
 // kernels whose threads wait one by one end: a thread whose wait gives up leaves through end_call at
 // once, while its neighbours in the warp finish their lines and reach the end_call at the kernel's end
-// (2026-12-05: an LL all_reduce whose peer's call was smaller, so that lines 2000 and up never came,
-// hung in that barrier on one GPU, found by a reviewer; 2000 is lane 16 of its warp).
+// (2026-12-05, one GPU: an LL all_reduce whose peer's call was smaller, so that lines 2000 and up never
+// came, hung past 100 s while every wait is bounded at 20 s, so in a barrier; 2000 is lane 16 of its warp.
+// A reviewer's run; with this barrier the same test passed on an H200).
 __device__ __forceinline__ void sync_block_divergent() { asm volatile("barrier.sync 0;" ::: "memory"); }
 
 __device__ __forceinline__ uint64_t begin_call(const uint64_t* state) {
