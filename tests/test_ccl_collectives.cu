@@ -666,6 +666,135 @@ TEST_P(Collective, BackToBackCallsWithSkewedRanksStayCorrect) {
   }, big_heap(GetParam().world));
 }
 
+// Calls with one workspace run in the order they were made, whatever streams they are made on
+// (ccl::CallOrder). Rank 0 holds its first call's stream back for 20 ms: without the order its second call,
+// on a second stream with the same shape and other data, would run first and meet its peers' first call,
+// and both would return the other call's data with no error. Eagerly, and captured into one graph whose
+// second stream forks off the first before the hold (the order is then an edge of the graph). Every op, on
+// few elements (the LL exchanges, one_shot LL) and on many (chunked exchanges, all_reduce two_shot).
+TEST_P(Collective, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int world = ctx.world_size(), me = ctx.rank(), root = world - 1;
+        cudaStream_t second = nullptr;
+        IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking));
+        cudaEvent_t fork = nullptr, join = nullptr;
+        IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+        IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+        const Config c;
+        for (const int64_t n : {int64_t{1000}, int64_t{100003}}) {
+          __nv_bfloat16* in[2] = {ctx.empty<__nv_bfloat16>(world * n), ctx.empty<__nv_bfloat16>(world * n)};
+          __nv_bfloat16* out[2] = {ctx.empty<__nv_bfloat16>(world * n), ctx.empty<__nv_bfloat16>(world * n)};
+          auto view = [&](__nv_bfloat16* p, int64_t rows) { return Tensor::matrix(p, DType::kBFloat16, rows, n); };
+          auto rank_sum = [&](int k, int64_t i) {
+            float sum = 0;
+            for (int s = 0; s < world; ++s) sum += replay_value(s, k, i);
+            return sum;
+          };
+          struct OpCase {
+            const char* name;
+            int64_t in_rows, out_rows;  // of n elements each
+            std::function<void(Workspace&)> prepare;
+            std::function<void(int, cudaStream_t, Workspace&)> call;  // call k on its buffers
+            std::function<float(int, int64_t)> want;                  // element i of call k's output
+          };
+          const OpCase cases[] = {
+              {"all_reduce", 1, 1,
+               [&](Workspace& ws) { ccl::all_reduce_preamble(ctx, view(out[0], 1), view(in[0], 1), c, ws); },
+               [&](int k, cudaStream_t s, Workspace& ws) {
+                 ccl::all_reduce(ctx, view(out[k], 1), view(in[k], 1), c, ws, s);
+               },
+               rank_sum},
+              {"all_gather", 1, world,
+               [&](Workspace& ws) { ccl::all_gather_preamble(ctx, view(out[0], world), view(in[0], 1), c, ws); },
+               [&](int k, cudaStream_t s, Workspace& ws) {
+                 ccl::all_gather(ctx, view(out[k], world), view(in[k], 1), c, ws, s);
+               },
+               [&](int k, int64_t i) { return replay_value(static_cast<int>(i / n), k, i % n); }},
+              {"reduce_scatter", world, 1,
+               [&](Workspace& ws) { ccl::reduce_scatter_preamble(ctx, view(out[0], 1), view(in[0], world), c, ws); },
+               [&](int k, cudaStream_t s, Workspace& ws) {
+                 ccl::reduce_scatter(ctx, view(out[k], 1), view(in[k], world), c, ws, s);
+               },
+               [&](int k, int64_t i) { return rank_sum(k, me * n + i); }},
+              {"all_to_all", world, world,
+               [&](Workspace& ws) { ccl::all_to_all_preamble(ctx, view(out[0], world), view(in[0], world), c, ws); },
+               [&](int k, cudaStream_t s, Workspace& ws) {
+                 ccl::all_to_all(ctx, view(out[k], world), view(in[k], world), c, ws, s);
+               },
+               [&](int k, int64_t i) { return replay_value(static_cast<int>(i / n), k, me * n + i % n); }},
+              {"broadcast", 1, 1,
+               [&](Workspace& ws) { ccl::broadcast_preamble(ctx, view(out[0], 1), view(in[0], 1), root, c, ws); },
+               [&](int k, cudaStream_t s, Workspace& ws) {
+                 ccl::broadcast(ctx, view(out[k], 1), view(in[k], 1), root, c, ws, s);
+               },
+               [&](int k, int64_t i) { return replay_value(root, k, i); }},
+          };
+          for (const OpCase& op : cases) {
+            Workspace ws;
+            op.prepare(ws);
+            for (const bool graph : {false, true}) {
+              SCOPED_TRACE(std::string(op.name) + ", " + std::to_string(n) + " elements per block, " +
+                           (graph ? "one graph" : "eager"));
+              for (int k = 0; k < 2; ++k) {
+                fill_call_input<<<64, 256, 0, ctx.stream()>>>(in[k], op.in_rows * n, me, k);
+                IRIS_CUDA_CHECK(cudaMemsetAsync(out[k], 0xFF, op.out_rows * n * 2, ctx.stream()));
+              }
+              ctx.synchronize();
+              auto both_calls = [&] {
+                IRIS_CUDA_CHECK(cudaEventRecord(fork, ctx.stream()));
+                IRIS_CUDA_CHECK(cudaStreamWaitEvent(second, fork, 0));
+                if (me == 0) delay_us<<<1, 1, 0, ctx.stream()>>>(20000);
+                op.call(0, ctx.stream(), ws);
+                op.call(1, second, ws);
+                IRIS_CUDA_CHECK(cudaEventRecord(join, second));
+                IRIS_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream(), join, 0));
+              };
+              if (graph) {
+                cudaGraph_t g;
+                cudaGraphExec_t exec;
+                IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+                both_calls();
+                IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &g));
+                IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+                IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+                ctx.synchronize();
+                IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+                IRIS_CUDA_CHECK(cudaGraphDestroy(g));
+              } else {
+                both_calls();
+                ctx.synchronize();
+              }
+              for (int k = 0; k < 2; ++k) {
+                std::vector<__nv_bfloat16> host(op.out_rows * n);
+                IRIS_CUDA_CHECK(cudaMemcpy(host.data(), out[k], host.size() * 2, cudaMemcpyDeviceToHost));
+                int64_t wrong = 0, first = -1;
+                for (int64_t i = 0; i < static_cast<int64_t>(host.size()); ++i)
+                  if (__bfloat162float(host[i]) != op.want(k, i) && wrong++ == 0) first = i;
+                EXPECT_EQ(wrong, 0) << "call " << k << " (on the " << (k == 0 ? "held" : "second")
+                                    << " stream): " << wrong << " wrong elements, first " << first << ": got "
+                                    << (wrong ? __bfloat162float(host[first]) : 0.f) << ", want "
+                                    << (wrong ? op.want(k, first) : 0.f);
+              }
+              ctx.barrier();
+            }
+            EXPECT_EQ(ws.calls(), 4u) << op.name << ": two calls eagerly, two captured";
+            release(ctx, ws);
+          }
+          for (int k = 0; k < 2; ++k) {
+            ctx.free(out[k]);
+            ctx.free(in[k]);
+          }
+        }
+        IRIS_CUDA_CHECK(cudaEventDestroy(join));
+        IRIS_CUDA_CHECK(cudaEventDestroy(fork));
+        IRIS_CUDA_CHECK(cudaStreamDestroy(second));
+      },
+      big_heap(GetParam().world));
+}
+
 // ---- workspace capacity, mismatches, misuse ----------------------------------------------------------------
 
 // The input and output of one call of an op whose per-rank block is m x n fp32, on the heap.

@@ -64,21 +64,22 @@ void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       ctx, ws, [&] { return ready_plan(ctx, out, in, config, ws); },
       [](const Plan& plan) -> const OpSignature& { return plan.x.sig; });
   if (in.numel() == 0) return;
-  if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
+  stream = detail::pick_stream(ctx, stream);
+  if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
+  ws.begin_call(stream);
   if (p.x.ll) {
     detail::launch_ll(detail::ll_args(ctx, in, out, p.x.block_rows, p.x.ll_words, ws, p.in_place),
-                      detail::LLMode::kAllGather, in.dtype, ReduceOp::kSum, {p.x.blocks, p.x.threads},
-                      detail::pick_stream(ctx, stream));
+                      detail::LLMode::kAllGather, in.dtype, ReduceOp::kSum, {p.x.blocks, p.x.threads}, stream);
     IRIS_CUDA_CHECK_LAUNCH();
-    ws.count_call();
+    ws.end_call(stream);
     return;
   }
   detail::ExchangeArgs a = detail::exchange_args(ctx, p.x, in, out, ws);
   a.vec = detail::vec_ok(in, 0) && detail::vec_ok(out, in.rows);
   a.in_place = p.in_place;
-  detail::launch_all_gather(a, in.dtype, p.x.blocks, detail::pick_stream(ctx, stream));
+  detail::launch_all_gather(a, in.dtype, p.x.blocks, stream);
   IRIS_CUDA_CHECK_LAUNCH();
-  ws.count_call();
+  ws.end_call(stream);
 }
 
 }  // namespace iris::ccl

@@ -261,6 +261,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   const DeviceContext dctx = ctx.device_context();
   const uint64_t key = layout_key(p, in.element_size());
+  ws.begin_call(stream);
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
       if (p.protocol == OneShotProtocol::kLL) {
@@ -334,7 +335,7 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       IRIS_ASSERT(false, "auto must have been resolved");
   }
   IRIS_CUDA_CHECK_LAUNCH();
-  ws.count_call();
+  ws.end_call(stream);
 }
 
 }  // namespace iris::ccl

@@ -48,19 +48,21 @@ void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config&
       },
       [](const detail::ExchangePlan& plan) -> const OpSignature& { return plan.sig; });
   if (in.numel() == 0) return;
-  if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
+  stream = detail::pick_stream(ctx, stream);
+  if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
+  ws.begin_call(stream);
   if (p.ll) {
     detail::launch_ll(detail::ll_args(ctx, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kAllToAll, in.dtype,
-                      ReduceOp::kSum, {p.blocks, p.threads}, detail::pick_stream(ctx, stream));
+                      ReduceOp::kSum, {p.blocks, p.threads}, stream);
     IRIS_CUDA_CHECK_LAUNCH();
-    ws.count_call();
+    ws.end_call(stream);
     return;
   }
   detail::ExchangeArgs a = detail::exchange_args(ctx, p, in, out, ws);
   a.vec = detail::vec_ok(in, p.block_rows) && detail::vec_ok(out, p.block_rows);
-  detail::launch_all_to_all(a, in.dtype, p.blocks, detail::pick_stream(ctx, stream));
+  detail::launch_all_to_all(a, in.dtype, p.blocks, stream);
   IRIS_CUDA_CHECK_LAUNCH();
-  ws.count_call();
+  ws.end_call(stream);
 }
 
 }  // namespace iris::ccl

@@ -75,7 +75,8 @@ void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, cons
       },
       [](const Plan& plan) -> const OpSignature& { return plan.sig; });
   if (out.numel() == 0) return;
-  if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
+  stream = detail::pick_stream(ctx, stream);
+  if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   const bool is_root = ctx.rank() == root;
   detail::BroadcastArgs a{};
   a.ctx = ctx.device_context();
@@ -94,9 +95,10 @@ void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, cons
   a.state = ws.block_state();
   a.vec = detail::vec_ok(out, 0) && (!is_root || detail::vec_ok(in, 0));
   a.in_place = p.in_place;
-  detail::launch_broadcast(a, out.dtype, p.blocks, detail::pick_stream(ctx, stream));
+  ws.begin_call(stream);
+  detail::launch_broadcast(a, out.dtype, p.blocks, stream);
   IRIS_CUDA_CHECK_LAUNCH();
-  ws.count_call();
+  ws.end_call(stream);
 }
 
 }  // namespace iris::ccl

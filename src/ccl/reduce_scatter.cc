@@ -63,19 +63,21 @@ void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Con
       ctx, ws, [&] { return ready_plan(ctx, out, in, config, ws, op); },
       [](const detail::ExchangePlan& plan) -> const OpSignature& { return plan.sig; });
   if (out.numel() == 0) return;
-  if (detail::single_rank_copy(ctx, out, in, ws, detail::pick_stream(ctx, stream))) return;
+  stream = detail::pick_stream(ctx, stream);
+  if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
+  ws.begin_call(stream);
   if (p.ll) {
     detail::launch_ll(detail::ll_args(ctx, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kReduceScatter,
-                      in.dtype, op, {p.blocks, p.threads}, detail::pick_stream(ctx, stream));
+                      in.dtype, op, {p.blocks, p.threads}, stream);
     IRIS_CUDA_CHECK_LAUNCH();
-    ws.count_call();
+    ws.end_call(stream);
     return;
   }
   detail::ExchangeArgs a = detail::exchange_args(ctx, p, in, out, ws);
   a.vec = detail::vec_ok(in, out.rows) && detail::vec_ok(out, 0);
-  detail::launch_reduce_scatter(a, in.dtype, op, p.blocks, detail::pick_stream(ctx, stream));
+  detail::launch_reduce_scatter(a, in.dtype, op, p.blocks, stream);
   IRIS_CUDA_CHECK_LAUNCH();
-  ws.count_call();
+  ws.end_call(stream);
 }
 
 }  // namespace iris::ccl

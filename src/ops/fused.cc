@@ -1177,14 +1177,18 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
   }
   const cudaStream_t on = ccl::detail::pick_stream(ctx, stream);
   if (iris::detail::capturing(on)) ws.mark_captured();
+  // The GEMM's split-K buffer, the flags and the staging serve one call at a time: a call on another stream
+  // than the last waits for it (ccl::CallOrder). The pipeline's side stream forks off `on` after this wait
+  // and joins it before end_call.
+  ws.begin_call(on);
   if (single) {
     run_gemm_in(p.sig.op, *single, ws, on);
-    ws.count_call();
+    ws.end_call(on);
     return;
   }
   if (unfused) {
     run_unfused(ctx, *unfused, p.sig.op, ws, on);
-    ws.count_call();
+    ws.end_call(on);
     return;
   }
   Pipeline pl(ctx, p, config.copy_engine, ws, on);
@@ -1216,7 +1220,7 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
     default:
       IRIS_ASSERT(false, "not a fused op");
   }
-  ws.count_call();
+  ws.end_call(on);
 }
 
 }  // namespace
