@@ -4,6 +4,7 @@
 # 13.0 tested) in /usr/local/cuda or on PATH; everything else comes from Debian/Ubuntu packages.
 set -euo pipefail
 
+GTEST_DEB_VERSION=1.12.1-0.2
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
@@ -31,6 +32,17 @@ if [ ${#need[@]} -gt 0 ]; then
     SUDO=sudo
   fi
   $SUDO apt-get update -qq
+  # GoogleTest is pinned to the version CI's Debian 12 (bookworm) ships, where the archive offers it; a
+  # distribution without that version (an Ubuntu GPU host) gets its own, and says so.
+  for i in "${!need[@]}"; do
+    if [ "${need[$i]}" = libgtest-dev ]; then
+      if apt-cache madison libgtest-dev | awk -F'|' '{gsub(/ /, "", $2); print $2}' | grep -qx "$GTEST_DEB_VERSION"; then
+        need[$i]="libgtest-dev=$GTEST_DEB_VERSION"
+      else
+        echo "setup: libgtest-dev $GTEST_DEB_VERSION (the pinned version, Debian 12's) is not offered here; installing this distribution's: $(apt-cache policy libgtest-dev | awk '/Candidate/ {print $2}')" >&2
+      fi
+    fi
+  done
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
