@@ -667,7 +667,7 @@ TEST_P(Collective, BackToBackCallsWithSkewedRanksStayCorrect) {
 }
 
 // Calls with one workspace run in the order they were made, whatever streams they are made on
-// (ccl::CallOrder). Rank 0 holds its first call's stream back for 20 ms: without the order its second call,
+// (iris::CallOrder). Rank 0 holds its first call's stream back for 20 ms: without the order its second call,
 // on a second stream with the same shape and other data, would run first and meet its peers' first call,
 // and both would return the other call's data with no error. Eagerly, and captured into one graph whose
 // second stream forks off the first before the hold (the order is then an edge of the graph). Every op, on

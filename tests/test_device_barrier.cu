@@ -1,7 +1,8 @@
 // GPU tests of the device barrier (iris/device/barrier.cuh, iris/device_barrier.hpp): as a stream
 // operation captured in a CUDA graph and replayed 1,000 times, with data written to every peer before
 // each barrier checked after it; inside a kernel with one slot per block; epochs that count every
-// crossing on every rank. 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and processes.
+// crossing on every rank; crossings made on two streams, which run in the order made. 1 and 2 ranks (more with
+// IRIS_TEST_MAX_RANKS), threads and processes.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -160,6 +161,54 @@ TEST_P(DeviceBarrierTest, MovedBarrierKeepsWorkingAndZeroSlotsIsRejected) {
         ctx.synchronize();
         ctx.barrier();
         for (uint64_t e : test::copy_to_host(ctx.stream(), second.handle().epochs, ctx.world_size())) EXPECT_EQ(e, 2u);
+      },
+      test::device_test_options());
+}
+
+// Holds the stream for about `us` microseconds.
+__global__ void hold_stream(int us) {
+  for (int t = 0; t < us; ++t) __nanosleep(1000);
+}
+
+// Rank r writes `value` into word r of every rank's inbox.
+__global__ void write_word(DeviceContext ctx, uint32_t* inbox, uint32_t value) {
+  for (int to = 0; to < ctx.world_size; ++to) dev::store(ctx, inbox + ctx.rank, value, to);
+}
+
+__global__ void copy_words(const uint32_t* from, uint32_t* to, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) to[i] = from[i];
+}
+
+// arrive_and_wait orders its crossings as they were made, on any streams (iris::CallOrder). Every rank
+// writes its word into every inbox and crosses on its stream, then crosses again on a second stream and
+// reads its inbox there; rank 0 holds its first stream 20 ms before its write. Without the order rank 0's
+// second crossing would run first and pass on its peers' first arrivals (with one rank, on nothing), and
+// its read would miss its own word.
+TEST_P(DeviceBarrierTest, CrossingsOnTwoStreamsRunInTheOrderMade) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int world = ctx.world_size();
+        auto* inbox = ctx.zeros<uint32_t>(static_cast<size_t>(world));
+        DeviceBarrier barrier(ctx);  // collective; also a host barrier, so every inbox is zeroed first
+        cudaStream_t second = nullptr;
+        IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking));
+        test::DeviceBuffer<uint32_t> seen(static_cast<size_t>(world));
+        if (ctx.rank() == 0) hold_stream<<<1, 1, 0, ctx.stream()>>>(20000);
+        write_word<<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), inbox, 1u);
+        barrier.arrive_and_wait(ctx.stream());
+        barrier.arrive_and_wait(second);
+        copy_words<<<1, 32, 0, second>>>(inbox, seen.get(), world);
+        IRIS_CUDA_CHECK(cudaStreamSynchronize(second));
+        ctx.synchronize();  // TimeoutError if a rank was left waiting
+        const std::vector<uint32_t> got = test::copy_to_host(ctx.stream(), seen.get(), static_cast<size_t>(world));
+        for (int s = 0; s < world; ++s)
+          EXPECT_EQ(got[s], 1u) << "rank " << ctx.rank() << " read rank " << s
+                                << "'s word on the second stream before that rank's first crossing";
+        IRIS_CUDA_CHECK(cudaStreamDestroy(second));
+        ctx.barrier();
+        ctx.free(inbox);
       },
       test::device_test_options());
 }

@@ -1081,7 +1081,7 @@ __global__ void hold_stream(int us) {
 }
 
 // Calls with one workspace run in the order they were made, whatever streams they are made on
-// (ccl::CallOrder): rank 0 holds its first call's stream back for 20 ms, so without the order its second
+// (iris::CallOrder): rank 0 holds its first call's stream back for 20 ms, so without the order its second
 // call (on a second stream, other operands of the same shape) would run first, use the flags, staging and
 // split-K buffer the first call is about to use, and meet its peers' first call. Eagerly, and captured into
 // one graph whose second stream forks off the first before the hold; banded and unfused.

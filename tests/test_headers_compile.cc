@@ -3,6 +3,7 @@
 // name the POD handles and enums that kernels receive. tests/test_headers_compile_cu.cu does the same
 // from CUDA and instantiates the device API.
 #include "iris/context.hpp"
+#include "iris/core/call_order.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/element.hpp"
 #include "iris/core/error.hpp"

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "iris/context.hpp"
+#include "iris/core/call_order.hpp"
 #include "iris/device/barrier.cuh"
 
 namespace iris {
@@ -43,8 +44,10 @@ class DeviceBarrier {
   // starts once every rank has reached its own arrive_and_wait, and sees everything every rank's
   // stream did before its arrival. Capturable in a CUDA graph. Does not block the host. A crossing that
   // times out is reported by ctx.synchronize()/check_device_error() as iris::TimeoutError naming
-  // "barrier_block". Crossings of one slot must not overlap in time on a rank: issue them on one
-  // stream (or order the streams), including in-kernel barrier_block calls on slot 0.
+  // "barrier_block". Crossings of one slot must not overlap in time on a rank: arrive_and_wait orders its
+  // own crossings, on any streams, as they were made (iris::CallOrder; since 2026-12-05, before which two
+  // streams' crossings could overlap); in-kernel barrier_block calls on slot 0 are the caller's to order
+  // against them.
   // A crossing that gave up leaves the epochs out of step between ranks (the rank that arrived alone is
   // one ahead, and a peer's next crossing would pass on its abandoned arrival), so after a device error
   // on this rank (a TimeoutError, or a misuse: Context::device_timeouts()) it throws InvalidArgument
@@ -63,6 +66,7 @@ class DeviceBarrier {
   uint64_t* epochs_ = nullptr;
   int num_slots_ = 0;
   uint64_t timeouts_ = 0;  // ctx_->device_timeouts() when created
+  CallOrder order_;
 };
 
 }  // namespace iris

@@ -29,7 +29,8 @@ DeviceBarrier::DeviceBarrier(DeviceBarrier&& other) noexcept
     : ctx_(other.ctx_),
       epochs_(std::exchange(other.epochs_, nullptr)),
       num_slots_(other.num_slots_),
-      timeouts_(other.timeouts_) {}
+      timeouts_(other.timeouts_),
+      order_(std::move(other.order_)) {}
 
 DeviceBarrier::~DeviceBarrier() {
   if (epochs_ == nullptr) return;
@@ -52,8 +53,10 @@ void DeviceBarrier::arrive_and_wait(cudaStream_t stream) {
   int world = ctx_->world_size();
   int threads = ((world + 31) / 32) * 32;
   if (threads > 1024) threads = 1024;
+  order_.before(stream);
   device_barrier_kernel<<<1, threads, 0, stream>>>(ctx_->device_context(), handle());
   IRIS_CUDA_CHECK_LAUNCH();
+  order_.after(stream);
 }
 
 }  // namespace iris

@@ -1178,7 +1178,7 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
   const cudaStream_t on = ccl::detail::pick_stream(ctx, stream);
   if (iris::detail::capturing(on)) ws.mark_captured();
   // The GEMM's split-K buffer, the flags and the staging serve one call at a time: a call on another stream
-  // than the last waits for it (ccl::CallOrder). The pipeline's side stream forks off `on` after this wait
+  // than the last waits for it (iris::CallOrder). The pipeline's side stream forks off `on` after this wait
   // and joins it before end_call.
   ws.begin_call(on);
   if (single) {

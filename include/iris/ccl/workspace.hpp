@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "iris/ccl/config.hpp"
+#include "iris/core/call_order.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/tensor.hpp"
 
@@ -167,43 +168,6 @@ struct OpSignature {
   std::string describe() const;
 };
 
-// The order of the calls made with one workspace (Workspace::begin_call, end_call): on the GPU they run one
-// after another as they were made on the host, whatever streams they are made on. Each op's reuse of its
-// staging, flags and epochs between calls holds for calls that run in turn; two calls of one workspace
-// running at once on two streams would read each other's words or pair with the other call of a peer
-// (a rank whose first stream is busy runs its second call first and meets its peers' first: their data,
-// silently, when the shapes agree). NCCL leaves ordering calls on different streams to the caller
-// (NCCL_LAUNCH_ORDER_IMPLICIT asks for it); here it costs an event record per call, so it is always on.
-//
-// A call whose stream differs from the last call's waits for the last call's event when both were made
-// outside any CUDA graph capture, or both within one capture (the wait then is an edge of the graph, so
-// the graph's replays keep the order). Across the edge of a capture there is nothing to wait for at the
-// time of the call: a call made eagerly after calls captured into a graph is ordered after that graph's
-// replays by the stream the graph is launched on, and the first captured call after eager ones by the
-// stream the capture began on, as for any kernel.
-class CallOrder {
- public:
-  CallOrder() = default;
-  CallOrder(const CallOrder&) = delete;
-  CallOrder& operator=(const CallOrder&) = delete;
-  CallOrder(CallOrder&& other) noexcept;
-  CallOrder& operator=(CallOrder&& other) noexcept;
-  ~CallOrder();
-
-  // Before a call's first launch on `stream`: makes the stream wait for the last call (see above).
-  void before(cudaStream_t stream);
-  // After a call's last launch on `stream`: records where the call ends (creating the event, on the
-  // current device, at the first call).
-  void after(cudaStream_t stream);
-
- private:
-  void destroy() noexcept;
-  cudaEvent_t event_ = nullptr;
-  cudaStream_t stream_ = nullptr;   // the last call's stream (compared only, never used: it may be gone)
-  unsigned long long capture_ = 0;  // the capture sequence the last call was made in; 0: none
-  bool recorded_ = false;
-};
-
 class Workspace {
  public:
   Workspace() = default;
@@ -262,7 +226,11 @@ class Workspace {
   void count_call() { ++calls_; }
   // Every call that launches kernels reaching this workspace's arrays: begin_call(s) before its first
   // launch on its stream s, end_call(s) after its last, which also counts it. Calls then run in the
-  // order they were made, on any streams (CallOrder).
+  // order they were made, on any streams (iris::CallOrder, include/iris/core/call_order.hpp): each op's
+  // reuse of its staging, flags and epochs between calls holds for calls that run in turn, and two calls
+  // of one workspace running at once on two streams would read each other's words or pair with the other
+  // call of a peer (a rank whose first stream is busy runs its second call first and meets its peers'
+  // first: their data, silently, when the shapes agree).
   void begin_call(cudaStream_t stream) { order_.before(stream); }
   void end_call(cudaStream_t stream) {
     order_.after(stream);

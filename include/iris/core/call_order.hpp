@@ -1,0 +1,48 @@
+// iris::CallOrder: calls that share device state (a workspace's arrays, a device barrier's epochs) run on
+// the GPU one after another in the order they were made on the host, whatever streams they are made on.
+//
+//   order.before(stream);   // before the call's first launch on `stream`
+//   kernel<<<..., stream>>>(...);
+//   order.after(stream);    // after its last
+//
+// Without it two calls on two streams may run at once, or in the other order on one rank only, where
+// their peers run them in turn: a rank then pairs its second call with its peers' first. NCCL leaves
+// ordering calls on different streams to the caller (NCCL_LAUNCH_ORDER_IMPLICIT asks for it); here it
+// costs an event record per call, so the objects that hold state between calls always keep it.
+//
+// A call whose stream differs from the last call's waits for the last call's event when both were made
+// outside any CUDA graph capture, or both within one capture (the wait is then an edge of the graph, so the
+// graph's replays keep the order; an event recorded during capture adds no node). Across the edge of a
+// capture there is nothing to wait for at the time of the call: a call made eagerly after calls captured
+// into a graph is ordered after that graph's replays by the stream the graph is launched on, and the first
+// captured call after eager ones by the stream the capture began on, as for any kernel.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace iris {
+
+class CallOrder {
+ public:
+  CallOrder() = default;
+  CallOrder(const CallOrder&) = delete;
+  CallOrder& operator=(const CallOrder&) = delete;
+  CallOrder(CallOrder&& other) noexcept;
+  CallOrder& operator=(CallOrder&& other) noexcept;
+  ~CallOrder();
+
+  // Before a call's first launch on `stream`: makes the stream wait for the last call (see above).
+  void before(cudaStream_t stream);
+  // After a call's last launch on `stream`: records where the call ends (creating the event, on the
+  // current device, at the first call).
+  void after(cudaStream_t stream);
+
+ private:
+  void destroy() noexcept;
+  cudaEvent_t event_ = nullptr;
+  cudaStream_t stream_ = nullptr;   // the last call's stream (compared only, never used: it may be gone)
+  unsigned long long capture_ = 0;  // the capture sequence the last call was made in; 0: none
+  bool recorded_ = false;
+};
+
+}  // namespace iris
