@@ -548,11 +548,6 @@ __global__ void fill_call_input(__nv_bfloat16* p, int64_t n, int rank, int k) {
     p[i] = __float2bfloat16_rn(replay_value(rank, k, i));
 }
 
-// Holds the stream for about `us` microseconds.
-__global__ void delay_us(int us) {
-  for (int t = 0; t < us; ++t) __nanosleep(1000);
-}
-
 // `calls` calls queued back to back with no host synchronization, each with a fresh input and its
 // output copied aside (with `delays`, one rank in turn is held back before its call): peers run ahead
 // into the next call as far as the op lets them, so a buffer reused too early (staging, flags) shows.
@@ -564,7 +559,8 @@ void back_to_back(Context& ctx, const char* name, int calls, bool delays, __nv_b
   IRIS_CUDA_CHECK(cudaMalloc(&history, calls * out_n * 2));
   for (int k = 0; k < calls; ++k) {
     fill_call_input<<<64, 256, 0, ctx.stream()>>>(in, in_n, ctx.rank(), k);
-    if (delays && k % ctx.world_size() == ctx.rank() && k % 3 == 0) delay_us<<<1, 1, 0, ctx.stream()>>>(20 + k % 50);
+    if (delays && k % ctx.world_size() == ctx.rank() && k % 3 == 0)
+      test::hold_stream_us<<<1, 1, 0, ctx.stream()>>>(20 + k % 50);
     op();
     IRIS_CUDA_CHECK(
         cudaMemcpyAsync(history + k * out_n, out, out_n * 2, cudaMemcpyDeviceToDevice, ctx.stream()));
@@ -680,9 +676,6 @@ TEST_P(Collective, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
         const int world = ctx.world_size(), me = ctx.rank(), root = world - 1;
         cudaStream_t second = nullptr;
         IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking));
-        cudaEvent_t fork = nullptr, join = nullptr;
-        IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-        IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
         const Config c;
         for (const int64_t n : {int64_t{1000}, int64_t{100003}}) {
           __nv_bfloat16* in[2] = {ctx.empty<__nv_bfloat16>(world * n), ctx.empty<__nv_bfloat16>(world * n)};
@@ -743,30 +736,9 @@ TEST_P(Collective, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
                 IRIS_CUDA_CHECK(cudaMemsetAsync(out[k], 0xFF, op.out_rows * n * 2, ctx.stream()));
               }
               ctx.synchronize();
-              auto both_calls = [&] {
-                IRIS_CUDA_CHECK(cudaEventRecord(fork, ctx.stream()));
-                IRIS_CUDA_CHECK(cudaStreamWaitEvent(second, fork, 0));
-                if (me == 0) delay_us<<<1, 1, 0, ctx.stream()>>>(20000);
-                op.call(0, ctx.stream(), ws);
-                op.call(1, second, ws);
-                IRIS_CUDA_CHECK(cudaEventRecord(join, second));
-                IRIS_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream(), join, 0));
-              };
-              if (graph) {
-                cudaGraph_t g;
-                cudaGraphExec_t exec;
-                IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-                both_calls();
-                IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &g));
-                IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-                IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-                ctx.synchronize();
-                IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-                IRIS_CUDA_CHECK(cudaGraphDestroy(g));
-              } else {
-                both_calls();
-                ctx.synchronize();
-              }
+              test::calls_on_two_streams(
+                  ctx, second, graph, 20000, [&](cudaStream_t s) { op.call(0, s, ws); },
+                  [&](cudaStream_t s) { op.call(1, s, ws); });
               for (int k = 0; k < 2; ++k) {
                 std::vector<__nv_bfloat16> host(op.out_rows * n);
                 IRIS_CUDA_CHECK(cudaMemcpy(host.data(), out[k], host.size() * 2, cudaMemcpyDeviceToHost));
@@ -788,8 +760,6 @@ TEST_P(Collective, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
             ctx.free(in[k]);
           }
         }
-        IRIS_CUDA_CHECK(cudaEventDestroy(join));
-        IRIS_CUDA_CHECK(cudaEventDestroy(fork));
         IRIS_CUDA_CHECK(cudaStreamDestroy(second));
       },
       big_heap(GetParam().world));

@@ -165,11 +165,6 @@ TEST_P(DeviceBarrierTest, MovedBarrierKeepsWorkingAndZeroSlotsIsRejected) {
       test::device_test_options());
 }
 
-// Holds the stream for about `us` microseconds.
-__global__ void hold_stream(int us) {
-  for (int t = 0; t < us; ++t) __nanosleep(1000);
-}
-
 // Rank r writes `value` into word r of every rank's inbox.
 __global__ void write_word(DeviceContext ctx, uint32_t* inbox, uint32_t value) {
   for (int to = 0; to < ctx.world_size; ++to) dev::store(ctx, inbox + ctx.rank, value, to);
@@ -195,7 +190,7 @@ TEST_P(DeviceBarrierTest, CrossingsOnTwoStreamsRunInTheOrderMade) {
         cudaStream_t second = nullptr;
         IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking));
         test::DeviceBuffer<uint32_t> seen(static_cast<size_t>(world));
-        if (ctx.rank() == 0) hold_stream<<<1, 1, 0, ctx.stream()>>>(20000);
+        if (ctx.rank() == 0) test::hold_stream_us<<<1, 1, 0, ctx.stream()>>>(20000);
         write_word<<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), inbox, 1u);
         barrier.arrive_and_wait(ctx.stream());
         barrier.arrive_and_wait(second);

@@ -91,4 +91,9 @@ __host__ __device__ inline uint64_t mix64(uint64_t a, uint64_t b, uint64_t c = 0
   return mix64(mix64(mix64(mix64(a) ^ b) ^ c) ^ d);
 }
 
+// Holds the stream for about `us` microseconds (one thread: launch <<<1, 1>>>).
+__global__ inline void hold_stream_us(int us) {
+  for (int t = 0; t < us; ++t) __nanosleep(1000);
+}
+
 }  // namespace iris::test

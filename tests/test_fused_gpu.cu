@@ -1075,11 +1075,6 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
       options());
 }
 
-// Holds the stream for about `us` microseconds.
-__global__ void hold_stream(int us) {
-  for (int t = 0; t < us; ++t) __nanosleep(1000);
-}
-
 // Calls with one workspace run in the order they were made, whatever streams they are made on
 // (iris::CallOrder): rank 0 holds its first call's stream back for 20 ms, so without the order its second
 // call (on a second stream, other operands of the same shape) would run first, use the flags, staging and
@@ -1091,9 +1086,6 @@ TEST_P(FusedGpu, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
       GetParam(),
       [](Context& ctx) {
         Stream second;
-        cudaEvent_t fork = nullptr, join = nullptr;
-        IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-        IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
         uint64_t seed = 1300;
         for (const Flavor& flavor : kFlavors)
           for (bool pipelined : {false, true}) {
@@ -1109,38 +1101,16 @@ TEST_P(FusedGpu, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
               const uint64_t s0 = seed++, s1 = seed++;
               first.upload(s0, ctx.stream());
               other.upload(s1, ctx.stream());
-              auto both_calls = [&] {
-                IRIS_CUDA_CHECK(cudaEventRecord(fork, ctx.stream()));
-                IRIS_CUDA_CHECK(cudaStreamWaitEvent(second.get(), fork, 0));
-                if (ctx.rank() == 0) hold_stream<<<1, 1, 0, ctx.stream()>>>(20000);
-                op.run(ctx, first.operands(), config, ws, ctx.stream());
-                op.run(ctx, other.operands(), config, ws, second.get());
-                IRIS_CUDA_CHECK(cudaEventRecord(join, second.get()));
-                IRIS_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream(), join, 0));
-              };
-              if (graph) {
-                cudaGraph_t g;
-                cudaGraphExec_t exec;
-                IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-                both_calls();
-                IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &g));
-                IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-                IRIS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-                finish(ctx, nullptr);
-                IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-                IRIS_CUDA_CHECK(cudaGraphDestroy(g));
-              } else {
-                both_calls();
-                finish(ctx, nullptr);
-              }
+              test::calls_on_two_streams(
+                  ctx, second.get(), graph, 20000,
+                  [&](cudaStream_t s) { op.run(ctx, first.operands(), config, ws, s); },
+                  [&](cudaStream_t s) { op.run(ctx, other.operands(), config, ws, s); });
               first.expect_matches(first.reference(s0), ctx.stream(), name + ", the held stream's call");
               other.expect_matches(other.reference(s1), ctx.stream(), name + ", the second stream's call");
               ctx.barrier();
             }
             release_workspace(ctx, ws);
           }
-        IRIS_CUDA_CHECK(cudaEventDestroy(join));
-        IRIS_CUDA_CHECK(cudaEventDestroy(fork));
       },
       options());
 }
