@@ -16,7 +16,7 @@ CallOrder& CallOrder::operator=(CallOrder&& other) noexcept {
     event_ = std::exchange(other.event_, nullptr);
     stream_ = std::exchange(other.stream_, nullptr);
     capture_ = std::exchange(other.capture_, 0);
-    recorded_ = std::exchange(other.recorded_, false);
+    called_ = std::exchange(other.called_, false);
   }
   return *this;
 }
@@ -26,7 +26,7 @@ CallOrder::~CallOrder() { destroy(); }
 void CallOrder::destroy() noexcept {
   if (event_ != nullptr) (void)cudaEventDestroy(event_);  // a device reset since leaves nothing to free
   event_ = nullptr;
-  recorded_ = false;
+  called_ = false;
 }
 
 namespace {
@@ -40,18 +40,34 @@ unsigned long long capture_of(cudaStream_t stream) {
 }  // namespace
 
 void CallOrder::before(cudaStream_t stream) {
-  if (!recorded_ || stream == stream_) return;  // one stream orders its calls itself
-  if (capture_of(stream) != capture_) return;   // across a capture's edge (see the class)
+  if (!called_ || stream == stream_) return;  // one stream orders its calls itself
+  const unsigned long long capture = capture_of(stream);
+  if (capture != capture_) return;  // across a capture's edge (see the class)
+  if (capture != 0) {
+    // Both calls in one capture sequence, which is still active, so the last call's stream still takes part
+    // in it: what it has captured so far ends with the last call (and whatever the caller captured on it
+    // since, which only adds an edge). Recorded now rather than after every captured call, so that a graph
+    // whose calls keep to one stream is the same graph as without the order.
+    create_event();
+    IRIS_CUDA_CHECK(cudaEventRecord(event_, stream_));
+  }
   IRIS_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
 }
 
 void CallOrder::after(cudaStream_t stream) {
-  if (event_ == nullptr) IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
   const unsigned long long capture = capture_of(stream);
-  IRIS_CUDA_CHECK(cudaEventRecord(event_, stream));
+  // Outside capture the record must be made now: by the next call on another stream this one may be gone.
+  if (capture == 0) {
+    create_event();
+    IRIS_CUDA_CHECK(cudaEventRecord(event_, stream));
+  }
   stream_ = stream;
   capture_ = capture;
-  recorded_ = true;
+  called_ = true;
+}
+
+void CallOrder::create_event() {
+  if (event_ == nullptr) IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
 }
 
 }  // namespace iris

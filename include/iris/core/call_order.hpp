@@ -10,12 +10,19 @@
 // ordering calls on different streams to the caller (NCCL_LAUNCH_ORDER_IMPLICIT asks for it); here it
 // costs an event record per call, so the objects that hold state between calls always keep it.
 //
-// A call whose stream differs from the last call's waits for the last call's event when both were made
-// outside any CUDA graph capture, or both within one capture (the wait is then an edge of the graph, so the
-// graph's replays keep the order; an event recorded during capture adds no node). Across the edge of a
-// capture there is nothing to wait for at the time of the call: a call made eagerly after calls captured
-// into a graph is ordered after that graph's replays by the stream the graph is launched on, and the first
-// captured call after eager ones by the stream the capture began on, as for any kernel.
+// A call whose stream differs from the last call's waits for the last call when both were made outside any
+// CUDA graph capture (an event recorded after every such call: by the next call its stream may be gone), or
+// both within one capture (an event recorded on the last call's stream at the switch, which that capture
+// keeps alive: the wait is then an edge of the graph, so the graph's replays keep the order, and a graph
+// whose calls keep to one stream gets nothing added). Across the edge of a capture there is nothing to wait
+// for at the time of the call: a call made eagerly after calls captured into a graph is ordered after that
+// graph's replays by the stream the graph is launched on, and the first captured call after eager ones by
+// the stream the capture began on, as for any kernel.
+//
+// Cost outside capture: a capture-status query and an event record per call. The record sits between a
+// call's kernel and the next kernel of its stream, so a next collective launched with programmatic
+// dependent launch (src/ccl/ccl_common.cuh) can no longer be scheduled before this one ends: eager calls
+// back to back may lose that launch-latency overlap (not measured yet); captured calls keep it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,16 +40,17 @@ class CallOrder {
 
   // Before a call's first launch on `stream`: makes the stream wait for the last call (see above).
   void before(cudaStream_t stream);
-  // After a call's last launch on `stream`: records where the call ends (creating the event, on the
-  // current device, at the first call).
+  // After a call's last launch on `stream`: records where the call ends (outside capture: creating the
+  // event, on the current device, at the first call).
   void after(cudaStream_t stream);
 
  private:
+  void create_event();
   void destroy() noexcept;
   cudaEvent_t event_ = nullptr;
   cudaStream_t stream_ = nullptr;   // the last call's stream (compared only, never used: it may be gone)
   unsigned long long capture_ = 0;  // the capture sequence the last call was made in; 0: none
-  bool recorded_ = false;
+  bool called_ = false;             // a call was made (stream_ and capture_ say where)
 };
 
 }  // namespace iris
