@@ -1,5 +1,6 @@
-// iris::CallOrder (include/iris/core/call_order.hpp): an event per object, recorded after each call and
-// waited on by a call on another stream.
+// iris::CallOrder (include/iris/core/call_order.hpp): one event per object, recorded after each call made
+// outside capture (within a capture: on the last call's stream at a switch), waited on by a call on another
+// stream.
 #include "iris/core/call_order.hpp"
 
 #include <utility>

@@ -226,11 +226,9 @@ class Workspace {
   void count_call() { ++calls_; }
   // Every call that launches kernels reaching this workspace's arrays: begin_call(s) before its first
   // launch on its stream s, end_call(s) after its last, which also counts it. Calls then run in the
-  // order they were made, on any streams (iris::CallOrder, include/iris/core/call_order.hpp): each op's
-  // reuse of its staging, flags and epochs between calls holds for calls that run in turn, and two calls
-  // of one workspace running at once on two streams would read each other's words or pair with the other
-  // call of a peer (a rank whose first stream is busy runs its second call first and meets its peers'
-  // first: their data, silently, when the shapes agree).
+  // order they were made, on any streams (iris::CallOrder, include/iris/core/call_order.hpp, says why and
+  // what it costs): each op's reuse of its staging, flags and epochs between calls holds for calls that
+  // run in turn.
   void begin_call(cudaStream_t stream) { order_.before(stream); }
   void end_call(cudaStream_t stream) {
     order_.after(stream);
