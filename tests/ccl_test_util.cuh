@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -240,45 +239,6 @@ inline const char* short_name(DType dt) {
       return "fp8e5m2";
   }
   return "?";
-}
-
-// Two calls that share state, for the call-order tests: first(ctx.stream()), then then(second) on
-// `second`, forked off ctx.stream() before and joined back after, with rank 0's ctx.stream() held for
-// `hold_us` before the first call. Eagerly, or captured into one graph (thread-local mode) launched once.
-// Complete on return (ctx.synchronize(): a device timeout raises).
-inline void calls_on_two_streams(Context& ctx, cudaStream_t second, bool graph, int hold_us,
-                                 const std::function<void(cudaStream_t)>& first,
-                                 const std::function<void(cudaStream_t)>& then) {
-  cudaEvent_t fork = nullptr, join = nullptr;
-  IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-  IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-  const cudaStream_t s = ctx.stream();
-  auto both = [&] {
-    IRIS_CUDA_CHECK(cudaEventRecord(fork, s));
-    IRIS_CUDA_CHECK(cudaStreamWaitEvent(second, fork, 0));
-    if (ctx.rank() == 0) hold_stream_us<<<1, 1, 0, s>>>(hold_us);
-    first(s);
-    then(second);
-    IRIS_CUDA_CHECK(cudaEventRecord(join, second));
-    IRIS_CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
-  };
-  if (graph) {
-    cudaGraph_t g = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    IRIS_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    both();
-    IRIS_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-    IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-    IRIS_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    ctx.synchronize();
-    IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    IRIS_CUDA_CHECK(cudaGraphDestroy(g));
-  } else {
-    both();
-    ctx.synchronize();
-  }
-  IRIS_CUDA_CHECK(cudaEventDestroy(join));
-  IRIS_CUDA_CHECK(cudaEventDestroy(fork));
 }
 
 }  // namespace iris::test

@@ -176,9 +176,9 @@ __global__ void copy_words(const uint32_t* from, uint32_t* to, int n) {
 
 // arrive_and_wait orders its crossings as they were made, on any streams (iris::CallOrder). Every rank
 // writes its word into every inbox and crosses on its stream, then crosses again on a second stream and
-// reads its inbox there; rank 0 holds its first stream 20 ms before its write. Without the order rank 0's
-// second crossing would run first and pass on its peers' first arrivals (with one rank, on nothing), and
-// its read would miss its own word.
+// reads its inbox there; rank 0 holds its first stream before its write until that read is done (at most
+// 500 ms). Without the order rank 0's second crossing would run first and pass on its peers' first
+// arrivals (with one rank, on nothing), and its read would miss its own word. Eagerly and in one graph.
 TEST_P(DeviceBarrierTest, CrossingsOnTwoStreamsRunInTheOrderMade) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
@@ -186,21 +186,30 @@ TEST_P(DeviceBarrierTest, CrossingsOnTwoStreamsRunInTheOrderMade) {
       [](Context& ctx) {
         const int world = ctx.world_size();
         auto* inbox = ctx.zeros<uint32_t>(static_cast<size_t>(world));
-        DeviceBarrier barrier(ctx);  // collective; also a host barrier, so every inbox is zeroed first
+        DeviceBarrier barrier(ctx);
         cudaStream_t second = nullptr;
         IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking));
         test::DeviceBuffer<uint32_t> seen(static_cast<size_t>(world));
-        if (ctx.rank() == 0) test::hold_stream_us<<<1, 1, 0, ctx.stream()>>>(20000);
-        write_word<<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), inbox, 1u);
-        barrier.arrive_and_wait(ctx.stream());
-        barrier.arrive_and_wait(second);
-        copy_words<<<1, 32, 0, second>>>(inbox, seen.get(), world);
-        IRIS_CUDA_CHECK(cudaStreamSynchronize(second));
-        ctx.synchronize();  // TimeoutError if a rank was left waiting
-        const std::vector<uint32_t> got = test::copy_to_host(ctx.stream(), seen.get(), static_cast<size_t>(world));
-        for (int s = 0; s < world; ++s)
-          EXPECT_EQ(got[s], 1u) << "rank " << ctx.rank() << " read rank " << s
-                                << "'s word on the second stream before that rank's first crossing";
+        for (const bool graph : {false, true}) {
+          SCOPED_TRACE(graph ? "one graph" : "eager");
+          test::fill_bytes(ctx.stream(), inbox, 0, static_cast<size_t>(world));
+          test::fill_bytes(ctx.stream(), seen.get(), 0xAB, static_cast<size_t>(world));
+          ctx.barrier();  // every inbox is zeroed before a peer writes into it, and the ranks start together
+          test::calls_on_two_streams(
+              ctx, second, graph, 500000,
+              [&](cudaStream_t s) {
+                write_word<<<1, 1, 0, s>>>(ctx.device_context(), inbox, 1u);
+                barrier.arrive_and_wait(s);
+              },
+              [&](cudaStream_t s) {
+                barrier.arrive_and_wait(s);
+                copy_words<<<1, 32, 0, s>>>(inbox, seen.get(), world);
+              });
+          const std::vector<uint32_t> got = test::copy_to_host(ctx.stream(), seen.get(), static_cast<size_t>(world));
+          for (int r = 0; r < world; ++r)
+            EXPECT_EQ(got[r], 1u) << "rank " << ctx.rank() << " read rank " << r
+                                  << "'s word on the second stream before that rank's first crossing";
+        }
         IRIS_CUDA_CHECK(cudaStreamDestroy(second));
         ctx.barrier();
         ctx.free(inbox);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,9 +92,71 @@ __host__ __device__ inline uint64_t mix64(uint64_t a, uint64_t b, uint64_t c = 0
   return mix64(mix64(mix64(mix64(a) ^ b) ^ c) ^ d);
 }
 
-// Holds the stream for about `us` microseconds (one thread: launch <<<1, 1>>>).
+// %globaltimer, in nanoseconds (shared by every SM; __nanosleep alone may sleep far less than asked).
+__device__ inline uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Holds the stream for `us` microseconds of the GPU's clock (one thread: launch <<<1, 1>>>).
 __global__ inline void hold_stream_us(int us) {
-  for (int t = 0; t < us; ++t) __nanosleep(1000);
+  const uint64_t end = global_timer_ns() + static_cast<uint64_t>(us) * 1000u;
+  while (global_timer_ns() < end) __nanosleep(1000);
+}
+
+// Holds the stream until *flag is nonzero or `max_us` microseconds have passed (one thread: <<<1, 1>>>);
+// raise_flag, on another stream, ends it. Atomics, so the kernels see each other while both run.
+__global__ inline void hold_stream_until(uint32_t* flag, int max_us) {
+  const uint64_t end = global_timer_ns() + static_cast<uint64_t>(max_us) * 1000u;
+  while (atomicAdd(flag, 0u) == 0u && global_timer_ns() < end) __nanosleep(1000);
+}
+
+__global__ inline void raise_flag(uint32_t* flag) { atomicExch(flag, 1u); }
+
+// Two calls that share state, for the call-order tests: first(ctx.stream()), then then(second) on
+// `second`, forked off ctx.stream() before and joined back after. Rank 0's ctx.stream() is held before the
+// first call until the second stream's calls are done, or `max_hold_us` have passed: the calls run in the
+// order made only if `then` waited for `first`, in which case the hold lasts max_hold_us; otherwise rank
+// 0's second call runs, and meets its peers' calls, while its first one has not started, however late
+// its peers come (within max_hold_us). Eagerly, or captured into one graph (thread-local mode) launched
+// once. Complete on return (ctx.synchronize(): a device timeout raises).
+inline void calls_on_two_streams(Context& ctx, cudaStream_t second, bool graph, int max_hold_us,
+                                 const std::function<void(cudaStream_t)>& first,
+                                 const std::function<void(cudaStream_t)>& then) {
+  DeviceBuffer<uint32_t> done(1);
+  cudaEvent_t fork = nullptr, join = nullptr;
+  IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  const cudaStream_t s = ctx.stream();
+  auto both = [&] {
+    IRIS_CUDA_CHECK(cudaMemsetAsync(done.get(), 0, sizeof(uint32_t), s));
+    IRIS_CUDA_CHECK(cudaEventRecord(fork, s));
+    IRIS_CUDA_CHECK(cudaStreamWaitEvent(second, fork, 0));
+    if (ctx.rank() == 0) hold_stream_until<<<1, 1, 0, s>>>(done.get(), max_hold_us);
+    first(s);
+    then(second);
+    raise_flag<<<1, 1, 0, second>>>(done.get());
+    IRIS_CUDA_CHECK(cudaEventRecord(join, second));
+    IRIS_CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
+  };
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    IRIS_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    both();
+    IRIS_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    IRIS_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    ctx.synchronize();
+    IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    IRIS_CUDA_CHECK(cudaGraphDestroy(g));
+  } else {
+    both();
+    ctx.synchronize();
+  }
+  IRIS_CUDA_CHECK(cudaEventDestroy(join));
+  IRIS_CUDA_CHECK(cudaEventDestroy(fork));
 }
 
 }  // namespace iris::test
