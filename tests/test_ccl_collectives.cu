@@ -663,9 +663,10 @@ TEST_P(Collective, BackToBackCallsWithSkewedRanksStayCorrect) {
 }
 
 // Calls with one workspace run in the order they were made, whatever streams they are made on
-// (iris::CallOrder). Rank 0 holds its first call's stream back for 20 ms: without the order its second call,
-// on a second stream with the same shape and other data, would run first and meet its peers' first call,
-// and both would return the other call's data with no error. Eagerly, and captured into one graph whose
+// (iris::CallOrder). Rank 0 holds its first call's stream back until its second call is done, at most 20 ms
+// (test::calls_on_two_streams): without the order its second call, on a second stream with the same shape
+// and other data, would run first and meet its peers' first call, and both would return the other call's
+// data with no error. After one call that loads the op's kernels; eagerly, and captured into one graph whose
 // second stream forks off the first before the hold (the order is then an edge of the graph). Every op, on
 // few elements (the LL exchanges, one_shot LL) and on many (chunked exchanges, all_reduce two_shot).
 TEST_P(Collective, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
@@ -728,6 +729,8 @@ TEST_P(Collective, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
           for (const OpCase& op : cases) {
             Workspace ws;
             op.prepare(ws);
+            op.call(0, ctx.stream(), ws);  // loads its kernels (test::calls_on_two_streams)
+            ctx.synchronize();
             for (const bool graph : {false, true}) {
               SCOPED_TRACE(std::string(op.name) + ", " + std::to_string(n) + " elements per block, " +
                            (graph ? "one graph" : "eager"));
@@ -752,7 +755,7 @@ TEST_P(Collective, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
               }
               ctx.barrier();
             }
-            EXPECT_EQ(ws.calls(), 4u) << op.name << ": two calls eagerly, two captured";
+            EXPECT_EQ(ws.calls(), 5u) << op.name << ": one to load its kernels, two calls eagerly, two captured";
             release(ctx, ws);
           }
           for (int k = 0; k < 2; ++k) {

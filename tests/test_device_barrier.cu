@@ -178,7 +178,8 @@ __global__ void copy_words(const uint32_t* from, uint32_t* to, int n) {
 // writes its word into every inbox and crosses on its stream, then crosses again on a second stream and
 // reads its inbox there; rank 0 holds its first stream before its write until that read is done (at most
 // 500 ms). Without the order rank 0's second crossing would run first and pass on its peers' first
-// arrivals (with one rank, on nothing), and its read would miss its own word. Eagerly and in one graph.
+// arrivals (with one rank, on nothing), and its read would miss its own word. Eagerly and in one graph,
+// after one crossing and load_kernels (a kernel's first launch would wait for the hold to end).
 TEST_P(DeviceBarrierTest, CrossingsOnTwoStreamsRunInTheOrderMade) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
@@ -190,6 +191,9 @@ TEST_P(DeviceBarrierTest, CrossingsOnTwoStreamsRunInTheOrderMade) {
         cudaStream_t second = nullptr;
         IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking));
         test::DeviceBuffer<uint32_t> seen(static_cast<size_t>(world));
+        test::load_kernels(write_word, copy_words);
+        barrier.arrive_and_wait(ctx.stream());
+        ctx.synchronize();
         for (const bool graph : {false, true}) {
           SCOPED_TRACE(graph ? "one graph" : "eager");
           test::fill_bytes(ctx.stream(), inbox, 0, static_cast<size_t>(world));

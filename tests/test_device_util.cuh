@@ -114,16 +114,31 @@ __global__ inline void hold_stream_until(uint32_t* flag, int max_us) {
 
 __global__ inline void raise_flag(uint32_t* flag) { atomicExch(flag, 1u); }
 
+// Loads kernels now (cudaFuncGetAttributes). CUDA loads a kernel at its first launch by default
+// (CUDA_MODULE_LOADING=LAZY), and that launch waits until the kernels already running on the device have
+// finished: a test that needs two of its kernels to run at the same time loads them first, or its
+// first launches run one after the other.
+template <typename... Kernels>
+void load_kernels(Kernels... kernels) {
+  auto load = [](auto kernel) {
+    cudaFuncAttributes attributes{};
+    IRIS_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  };
+  (load(kernels), ...);
+}
+
 // Two calls that share state, for the call-order tests: first(ctx.stream()), then then(second) on
 // `second`, forked off ctx.stream() before and joined back after. Rank 0's ctx.stream() is held before the
 // first call until the second stream's calls are done, or `max_hold_us` have passed: the calls run in the
 // order made only if `then` waited for `first`, in which case the hold lasts max_hold_us; otherwise rank
 // 0's second call runs, and meets its peers' calls, while its first one has not started, however late
 // its peers come (within max_hold_us). Eagerly, or captured into one graph (thread-local mode) launched
-// once. Complete on return (ctx.synchronize(): a device timeout raises).
+// once. Complete on return (ctx.synchronize(): a device timeout raises). The kernels of `first` and `then`
+// must have run before (load_kernels): a first launch would wait for the hold to end.
 inline void calls_on_two_streams(Context& ctx, cudaStream_t second, bool graph, int max_hold_us,
                                  const std::function<void(cudaStream_t)>& first,
                                  const std::function<void(cudaStream_t)>& then) {
+  load_kernels(hold_stream_until, raise_flag);
   DeviceBuffer<uint32_t> done(1);
   cudaEvent_t fork = nullptr, join = nullptr;
   IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));

@@ -1076,10 +1076,11 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
 }
 
 // Calls with one workspace run in the order they were made, whatever streams they are made on
-// (iris::CallOrder): rank 0 holds its first call's stream back for 20 ms, so without the order its second
-// call (on a second stream, other operands of the same shape) would run first, use the flags, staging and
-// split-K buffer the first call is about to use, and meet its peers' first call. Eagerly, and captured into
-// one graph whose second stream forks off the first before the hold; banded and unfused.
+// (iris::CallOrder): rank 0 holds its first call's stream back until its second call is done, at most 20 ms
+// (test::calls_on_two_streams), so without the order its second call (on a second stream, other operands of
+// the same shape) would run first, use the flags, staging and split-K buffer the first call is about to
+// use, and meet its peers' first call. After one call that loads the op's kernels; eagerly, and captured
+// into one graph whose second stream forks off the first before the hold; banded and unfused.
 TEST_P(FusedGpu, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
@@ -1095,6 +1096,9 @@ TEST_P(FusedGpu, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
             const OpFns op = fns(flavor.op);
             FusedWorkspace ws;
             op.preamble(ctx, first.operands(), config, ws);
+            first.upload(seed++, ctx.stream());
+            op.run(ctx, first.operands(), config, ws, ctx.stream());  // loads its kernels (calls_on_two_streams)
+            ctx.synchronize();
             for (const bool graph : {false, true}) {
               const std::string name =
                   flavor_name(flavor) + (pipelined ? " pipelined" : " unfused") + (graph ? ", one graph" : ", eager");
