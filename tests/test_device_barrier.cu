@@ -5,6 +5,7 @@
 // IRIS_TEST_MAX_RANKS), threads and processes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -217,6 +218,38 @@ TEST_P(DeviceBarrierTest, CrossingsOnTwoStreamsRunInTheOrderMade) {
         IRIS_CUDA_CHECK(cudaStreamDestroy(second));
         ctx.barrier();
         ctx.free(inbox);
+      },
+      test::device_test_options());
+}
+
+// A Context loads iris's kernels when it is created (ContextOptions::load_kernels): a process's first
+// crossing launches while another of its kernels runs. Loaded at that launch instead (CUDA's lazy loading,
+// IRIS_LOAD_KERNELS=0), the launch waited until the other kernel ended, here after 3 s (H200, 2026-12-05).
+// In a process of its own (processes_N) the barrier's kernel has surely not run before. Only the launch is
+// checked: on an H100 the crossing then still ran after the other kernel ended (README, kernel loading).
+TEST_P(DeviceBarrierTest, FirstCrossingLaunchesBesideARunningKernel) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        DeviceBarrier barrier(ctx);
+        cudaStream_t other = nullptr;
+        IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+        test::DeviceBuffer<uint32_t> done(1);
+        test::fill_bytes(ctx.stream(), done.get(), 0, 1);
+        test::load_kernels(test::hold_stream_until, test::raise_flag);
+        test::hold_stream_until<<<1, 1, 0, other>>>(done.get(), 3'000'000);
+        const auto start = std::chrono::steady_clock::now();
+        barrier.arrive_and_wait(ctx.stream());
+        const auto launch = std::chrono::steady_clock::now() - start;
+        test::raise_flag<<<1, 1, 0, ctx.stream()>>>(done.get());
+        ctx.synchronize();
+        IRIS_CUDA_CHECK(cudaStreamSynchronize(other));
+        IRIS_CUDA_CHECK(cudaStreamDestroy(other));
+        EXPECT_LT(launch, std::chrono::seconds(1))
+            << "rank " << ctx.rank() << ": the first crossing's launch took "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(launch).count()
+            << " ms, waiting for the kernel running on another stream: its kernel was not loaded ahead";
       },
       test::device_test_options());
 }

@@ -11,8 +11,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/kernel_modules.hpp"
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "iris/core/error.hpp"
 
 namespace iris::test {
 
@@ -114,15 +116,16 @@ __global__ inline void hold_stream_until(uint32_t* flag, int max_us) {
 
 __global__ inline void raise_flag(uint32_t* flag) { atomicExch(flag, 1u); }
 
-// Loads kernels now (cudaFuncGetAttributes). CUDA loads a kernel at its first launch by default
+// Loads kernels now, with every kernel of their libraries (the driver's library API, as a Context loads
+// iris's: core/kernel_modules.hpp). CUDA loads a kernel at its first launch by default
 // (CUDA_MODULE_LOADING=LAZY), and that launch waits until the kernels already running on the device have
-// finished: a test that needs two of its kernels to run at the same time loads them first, or its
-// first launches run one after the other.
+// ended: a test that needs two of its kernels to run at the same time loads them first, or its first
+// launches run one after the other.
 template <typename... Kernels>
 void load_kernels(Kernels... kernels) {
   auto load = [](auto kernel) {
-    cudaFuncAttributes attributes{};
-    IRIS_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    const detail::KernelLoadReport loaded = detail::load_kernel_library(reinterpret_cast<const void*>(kernel));
+    if (!loaded.failure.empty()) throw Error("test::load_kernels: " + loaded.failure);
   };
   (load(kernels), ...);
 }

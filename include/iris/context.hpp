@@ -58,6 +58,13 @@ struct ContextOptions {
   // layouts. Costs a host round trip per call; a CUDA graph replays calls checked when it was captured.
   // Must be the same on every rank.
   bool check_calls = false;
+  // Loads every iris kernel into the device's context while the Context is created (IRIS_LOAD_KERNELS=0
+  // turns it off), as NCCL does when a communicator is created. Otherwise CUDA loads each kernel at its
+  // first launch (CUDA_MODULE_LOADING=LAZY, the default), and that launch waits until every kernel the
+  // process has running on the device has ended: the first call of each op then overlaps nothing, and a
+  // kernel that waits on the GPU for an iris call made after it keeps that call from returning. Takes
+  // tens of milliseconds; a driver older than CUDA 12.5 cannot, which is logged as a warning.
+  bool load_kernels = true;
 };
 
 // Heap size from IRIS_HEAP_SIZE ("1073741824", "512M", "2G", "64K"), or 1 GiB when unset.

@@ -32,6 +32,7 @@
 
 #include "ccl/all_reduce_kernels.hpp"
 #include "ccl/ccl_common.cuh"
+#include "core/kernel_modules.hpp"
 
 namespace iris::ccl::detail {
 namespace {
@@ -185,6 +186,9 @@ __global__ void __launch_bounds__(kThreads) one_shot_simple_kernel(const __grid_
 }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(one_shot_simple_kernel<float, ReduceOp::kSum, true>)
 
 SegmentPlan plan_segments(int64_t numel, DType dtype) {
   // About 2 x 128 segments (two per block of a full launch, so a block's second segment's stores

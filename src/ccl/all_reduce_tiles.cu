@@ -52,6 +52,7 @@
 
 #include "ccl/all_reduce_kernels.hpp"
 #include "ccl/ccl_common.cuh"
+#include "core/kernel_modules.hpp"
 
 namespace iris::ccl::detail {
 namespace {
@@ -527,6 +528,9 @@ bool tile_vec(const TileArgs& a, DType dtype) {
 }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(atomic_kernel<float, ReduceOp::kSum, true>)
 
 void launch_atomic(const TileArgs& a, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
   if (op != ReduceOp::kSum && op != ReduceOp::kAvg) throw InvalidArgument("all_reduce(atomic): only sum and avg");

@@ -27,6 +27,7 @@
 
 #include "ccl/all_reduce_kernels.hpp"
 #include "ccl/ccl_common.cuh"
+#include "core/kernel_modules.hpp"
 
 namespace iris::ccl::detail {
 namespace {
@@ -182,6 +183,9 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
 }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(two_shot_kernel<float, ReduceOp::kSum, true>)
 
 ChunkPlan plan_chunks(int64_t numel, DType dtype, int world, int distribution, int blocks) {
   ChunkPlan p;

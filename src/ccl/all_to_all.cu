@@ -21,6 +21,7 @@
 // being received.
 #include "ccl/ccl_common.cuh"
 #include "ccl/collective_kernels.hpp"
+#include "core/kernel_modules.hpp"
 
 namespace iris::ccl::detail {
 namespace {
@@ -65,6 +66,9 @@ __global__ void __launch_bounds__(kThreads) all_to_all_kernel(const __grid_const
 }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(all_to_all_kernel<uint16_t, true>)
 
 void launch_all_to_all(const ExchangeArgs& args, DType dtype, int blocks, cudaStream_t stream) {
   dispatch_bits(dtype, args.vec, [&](auto u, auto v) {

@@ -25,6 +25,7 @@
 // In place on the root (out == in): the root only reads in.
 #include "ccl/ccl_common.cuh"
 #include "ccl/collective_kernels.hpp"
+#include "core/kernel_modules.hpp"
 
 namespace iris::ccl::detail {
 namespace {
@@ -100,6 +101,9 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_consta
 }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(broadcast_kernel<uint16_t, true>)
 
 void launch_broadcast(const BroadcastArgs& args, DType dtype, int blocks, cudaStream_t stream) {
   dispatch_bits(dtype, args.vec, [&](auto u, auto v) {

@@ -57,6 +57,7 @@
 
 #include "ccl/ccl_common.cuh"
 #include "ccl/collective_kernels.hpp"
+#include "core/kernel_modules.hpp"
 
 namespace iris::ccl::detail {
 namespace {
@@ -335,6 +336,9 @@ void launch_typed(const LLArgs& args, LLLaunch grid, cudaStream_t stream) {
 }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(ll_kernel<float, LLMode::kAllReduce, ReduceOp::kSum, true>)
 
 int64_t ll_words(int64_t numel, DType dtype) {
   const int64_t lines = (numel * static_cast<int64_t>(dtype_size(dtype)) + 7) / 8;

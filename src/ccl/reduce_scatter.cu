@@ -22,6 +22,7 @@
 // same thread; pushes read only the other blocks.
 #include "ccl/ccl_common.cuh"
 #include "ccl/collective_kernels.hpp"
+#include "core/kernel_modules.hpp"
 
 namespace iris::ccl::detail {
 namespace {
@@ -89,6 +90,9 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(const __grid_c
 }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(reduce_scatter_kernel<float, ReduceOp::kSum, true>)
 
 void launch_reduce_scatter(const ExchangeArgs& args, DType dtype, ReduceOp op, int blocks, cudaStream_t stream) {
   dispatch_reduction(dtype, op, args.vec, [&](auto t, auto o, auto v) {

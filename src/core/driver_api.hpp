@@ -26,6 +26,20 @@ struct Api {
 // Resolved once; throws iris::CudaError naming the symbol when the driver lacks one.
 const Api& api();
 
+// The functions that load a library's kernels ahead of their first launch (CUDA 12.5 drivers and newer).
+struct KernelApi {
+  PFN_cuKernelGetLibrary_v12050 cuKernelGetLibrary = nullptr;
+  PFN_cuLibraryGetKernelCount_v12040 cuLibraryGetKernelCount = nullptr;
+  PFN_cuLibraryEnumerateKernels_v12040 cuLibraryEnumerateKernels = nullptr;
+  PFN_cuKernelGetFunction_v12000 cuKernelGetFunction = nullptr;
+  PFN_cuFuncIsLoaded_v12040 cuFuncIsLoaded = nullptr;
+  PFN_cuFuncLoad_v12040 cuFuncLoad = nullptr;
+  PFN_cuFuncGetAttribute_v2020 cuFuncGetAttribute = nullptr;
+};
+
+// Resolved once; throws iris::CudaError naming the symbol when the driver lacks one.
+const KernelApi& kernel_api();
+
 // Host tests of the code above the driver (the symmetric heap's setup and teardown, without a GPU): while
 // `fake` is set, api() returns it instead of the driver's functions; nullptr returns to the driver. Set it
 // before, and reset it after, every thread that calls api().

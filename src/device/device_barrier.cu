@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "core/kernel_modules.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/log.hpp"
 #include "iris/device/barrier.cuh"
@@ -16,6 +17,9 @@ __global__ void device_barrier_kernel(const __grid_constant__ DeviceContext ctx,
 }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(device_barrier_kernel)
 
 DeviceBarrier::DeviceBarrier(Context& ctx, int num_slots)
     : ctx_(&ctx), num_slots_(num_slots), timeouts_(ctx.device_timeouts()) {

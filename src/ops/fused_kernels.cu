@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "ccl/ccl_common.cuh"
+#include "core/kernel_modules.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/error.hpp"
 #include "iris/device.cuh"
@@ -371,6 +372,9 @@ struct FinishLaunch {
 };
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(fused_begin_kernel)
 
 void launch_fused_begin(const FusedSync& s, int ready_base, cudaStream_t stream) {
   fused_begin_kernel<<<1, 32, 0, stream>>>(s, ready_base);

@@ -29,6 +29,7 @@
 
 #include <type_traits>
 
+#include "core/kernel_modules.hpp"
 #include "iris/core/error.hpp"
 #include "ops/gemm_sm90_kernel.hpp"
 
@@ -202,6 +203,11 @@ inline void check_cutlass(cutlass::Status status, const char* step) {
                             : std::string()));
   }
 }
+
+template <DType kIn, DType kOut, bool kBIsNK, int kTile, bool kSource>
+const bool Sm90Gemm<kIn, kOut, kBIsNK, kTile, kSource>::kernel_registered =
+    iris::detail::register_kernel_module(reinterpret_cast<const void*>(
+        &cutlass::device_kernel<typename Sm90GemmTypes<kIn, kOut, kBIsNK, kTile, kSource>::Kernel>));
 
 template <DType kIn, DType kOut, bool kBIsNK, int kTile, bool kSource>
 size_t Sm90Gemm<kIn, kOut, kBIsNK, kTile, kSource>::workspace_size(const GemmProblem& p) {

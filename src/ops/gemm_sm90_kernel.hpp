@@ -70,6 +70,8 @@ struct Sm90Gemm {
   static size_t workspace_size(const GemmProblem& p);
   // Runs CUTLASS's can_implement, initialize and run; throws iris::Error with CUTLASS's status on failure.
   static void run(const GemmProblem& p, void* workspace, cudaStream_t stream);
+  // Registers the instantiation's kernel for loading when a Context is created (core/kernel_modules.hpp).
+  static const bool kernel_registered;
 };
 
 }  // namespace iris::ops::detail

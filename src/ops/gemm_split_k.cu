@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "ccl/ccl_common.cuh"
+#include "core/kernel_modules.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/error.hpp"
 
@@ -88,6 +89,9 @@ void launch(const SplitKReduce& r, int sm_count, cudaStream_t stream) {
 }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(split_k_reduce_kernel<float>)
 
 void launch_split_k_reduce(const SplitKReduce& r, int sm_count, cudaStream_t stream) {
   switch (r.c_type) {

@@ -3,6 +3,7 @@
 #include <nvtx3/nvToolsExtMem.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/kernel_modules.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/log.hpp"
 #include "iris/device/common.cuh"
@@ -32,6 +34,14 @@ bool switch_from_env(const char* name) {
   if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
   IRIS_CHECK_ARG(std::strcmp(env, "1") == 0, "Invalid ", name, "='", env, "': expected 0 or 1.");
   return true;
+}
+
+// IRIS_LOAD_KERNELS: unset, empty or 1 on, 0 off.
+bool load_kernels_from_env() {
+  const char* env = std::getenv("IRIS_LOAD_KERNELS");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return true;
+  IRIS_CHECK_ARG(std::strcmp(env, "0") == 0, "Invalid IRIS_LOAD_KERNELS='", env, "': expected 0 or 1.");
+  return false;
 }
 
 std::string hex_byte(unsigned v) {
@@ -205,8 +215,10 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
 
   size_t requested = 0;
   bool guards = false;
+  bool load_kernels = false;
   detail::agree(*bootstrap_, "to set up its device", [&] {
     guards = options.heap_guards || switch_from_env("IRIS_HEAP_GUARDS");
+    load_kernels = options.load_kernels && load_kernels_from_env();
     check_calls_ = options.check_calls || switch_from_env("IRIS_CHECK_CALLS");
     device_timeout_ = options.device_timeout.count() > 0 ? options.device_timeout : device_timeout_from_env();
     IRIS_CHECK_ARG(device_timeout_ <= kMaxDeviceTimeout, "ContextOptions::device_timeout of ", device_timeout_.count(),
@@ -290,8 +302,29 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     throw;
   }
+  std::string kernels = ", kernels load at their first launch";
+  if (load_kernels) {
+    const detail::DeviceGuard device(device_);
+    const auto start = std::chrono::steady_clock::now();
+    const detail::KernelLoadReport loaded = detail::load_kernel_modules();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    // Logged, not acted on: on an H100 a process's first DeviceBarrier crossing, loaded ahead, launched at
+    // once but ran only after a kernel spinning on another stream had ended. A kernel needing more stack than
+    // the device's limit grows it at its first launch, which waits for the GPU to idle; NCCL raises the limit
+    // to its largest kernel's need at init. Whether that is the cause here is not yet measured.
+    size_t stack = 0;
+    if (cudaDeviceGetLimit(&stack, cudaLimitStackSize) != cudaSuccess) cudaGetLastError();
+    if (loaded.failure.empty())
+      kernels = detail::str_cat(", ", loaded.kernels, " kernels of ", loaded.libraries, " libraries loaded in ",
+                                ms.count(), " ms; largest kernel stack ", loaded.max_local_bytes,
+                                " bytes per thread, device limit ", stack);
+    else
+      IRIS_LOG_WARN("rank ", rank_, " could not load iris's kernels ahead (", loaded.failure,
+                    "): the rest load at their first launch, which waits for the kernels running on device ", device_,
+                    ".");
+  }
   IRIS_LOG_INFO("context ready: device ", device_, ", heap ", heap_size_, " bytes, window ",
-                static_cast<void*>(heap_->base()), guards_ != nullptr ? ", heap guards on" : "");
+                static_cast<void*>(heap_->base()), guards_ != nullptr ? ", heap guards on" : "", kernels);
 }
 
 Context::~Context() {

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "core/kernel_modules.hpp"
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
 
@@ -54,6 +55,9 @@ int grid_for(size_t count) {
 }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(fill_pattern_kernel<uint32_t>)
 
 void Context::fill_bytes(void* dst, int value, size_t bytes) {
   const detail::DeviceGuard device(device_);

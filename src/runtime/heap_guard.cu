@@ -1,6 +1,7 @@
 // Heap guard kernels: fill and check the guard regions of one rank's heap (runtime/heap_guard.hpp).
 #include <algorithm>
 
+#include "core/kernel_modules.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "runtime/heap_guard.hpp"
 
@@ -39,6 +40,9 @@ __global__ void check_guards(const char* heap, const uint64_t* spans, int region
 unsigned grid_for(size_t regions) { return static_cast<unsigned>(std::clamp<size_t>(regions, 1, 1024)); }
 
 }  // namespace
+
+// Loaded with every kernel of this file when a Context is created (core/kernel_modules.hpp).
+IRIS_KERNEL_MODULE(fill_guards)
 
 HeapGuards::~HeapGuards() {
   if (spans_ != nullptr) cudaFree(spans_);
