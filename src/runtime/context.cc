@@ -28,20 +28,14 @@ namespace {
 
 constexpr size_t kDefaultHeapSize = size_t{1} << 30;
 
-// A debug switch (IRIS_HEAP_GUARDS, IRIS_CHECK_CALLS): unset, empty or 0 off, 1 on.
-bool switch_from_env(const char* name) {
+// A switch in the environment (IRIS_HEAP_GUARDS, IRIS_CHECK_CALLS, IRIS_LOAD_KERNELS): 0 off, 1 on,
+// unset or empty `otherwise`.
+bool switch_from_env(const char* name, bool otherwise = false) {
   const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
-  IRIS_CHECK_ARG(std::strcmp(env, "1") == 0, "Invalid ", name, "='", env, "': expected 0 or 1.");
-  return true;
-}
-
-// IRIS_LOAD_KERNELS: unset, empty or 1 on, 0 off.
-bool load_kernels_from_env() {
-  const char* env = std::getenv("IRIS_LOAD_KERNELS");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return true;
-  IRIS_CHECK_ARG(std::strcmp(env, "0") == 0, "Invalid IRIS_LOAD_KERNELS='", env, "': expected 0 or 1.");
-  return false;
+  if (env == nullptr || *env == '\0') return otherwise;
+  IRIS_CHECK_ARG(std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0, "Invalid ", name, "='", env,
+                 "': expected 0 or 1.");
+  return env[0] == '1';
 }
 
 std::string hex_byte(unsigned v) {
@@ -218,7 +212,7 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   bool load_kernels = false;
   detail::agree(*bootstrap_, "to set up its device", [&] {
     guards = options.heap_guards || switch_from_env("IRIS_HEAP_GUARDS");
-    load_kernels = options.load_kernels && load_kernels_from_env();
+    load_kernels = options.load_kernels && switch_from_env("IRIS_LOAD_KERNELS", true);
     check_calls_ = options.check_calls || switch_from_env("IRIS_CHECK_CALLS");
     device_timeout_ = options.device_timeout.count() > 0 ? options.device_timeout : device_timeout_from_env();
     IRIS_CHECK_ARG(device_timeout_ <= kMaxDeviceTimeout, "ContextOptions::device_timeout of ", device_timeout_.count(),
@@ -313,7 +307,7 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
     // the device's limit grows it at its first launch, which waits for the GPU to idle; NCCL raises the limit
     // to its largest kernel's need at init. Whether that is the cause here is not yet measured.
     size_t stack = 0;
-    if (cudaDeviceGetLimit(&stack, cudaLimitStackSize) != cudaSuccess) cudaGetLastError();
+    if (loaded.failure.empty() && cudaDeviceGetLimit(&stack, cudaLimitStackSize) != cudaSuccess) cudaGetLastError();
     if (loaded.failure.empty())
       kernels = detail::str_cat(", ", loaded.kernels, " kernels of ", loaded.libraries, " libraries loaded in ",
                                 ms.count(), " ms; largest kernel stack ", loaded.max_local_bytes,
