@@ -227,7 +227,13 @@ TEST_P(DeviceBarrierTest, CrossingsOnTwoStreamsRunInTheOrderMade) {
 // IRIS_LOAD_KERNELS=0), the launch waited until the other kernel ended, here after 3 s (H200, 2026-12-05).
 // In a process of its own (processes_N) the barrier's kernel has surely not run before. Only the launch is
 // checked: on an H100 the crossing then still ran after the other kernel ended (README, kernel loading).
-TEST_P(DeviceBarrierTest, FirstCrossingLaunchesBesideARunningKernel) {
+// A process's first crossing, made while a kernel of the process spins on another stream until the crossing
+// is done: without the Context's preparation its launch waited 3 s for the spinning kernel to end (the
+// kernel loads at its first launch), and once loaded it still ran only after it (the first launch of a
+// kernel naming printf sets up the printf buffer, which waits for the device to idle). Needs a process whose
+// Context has made no iris call before: the first test of a process, or each in its own (processes_N, or
+// --gtest_filter=*FirstCrossing*).
+TEST_P(DeviceBarrierTest, FirstCrossingRunsBesideARunningKernel) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
@@ -237,19 +243,25 @@ TEST_P(DeviceBarrierTest, FirstCrossingLaunchesBesideARunningKernel) {
         IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
         test::DeviceBuffer<uint32_t> done(1);
         test::fill_bytes(ctx.stream(), done.get(), 0, 1);
+        ctx.synchronize();
         test::load_kernels(test::hold_stream_until, test::raise_flag);
         test::hold_stream_until<<<1, 1, 0, other>>>(done.get(), 3'000'000);
         const auto start = std::chrono::steady_clock::now();
         barrier.arrive_and_wait(ctx.stream());
         const auto launch = std::chrono::steady_clock::now() - start;
         test::raise_flag<<<1, 1, 0, ctx.stream()>>>(done.get());
-        ctx.synchronize();
+        ctx.synchronize();  // the crossing, then the flag that ends the spinning kernel
+        const auto ran = std::chrono::steady_clock::now() - start;
         IRIS_CUDA_CHECK(cudaStreamSynchronize(other));
         IRIS_CUDA_CHECK(cudaStreamDestroy(other));
+        auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
         EXPECT_LT(launch, std::chrono::seconds(1))
-            << "rank " << ctx.rank() << ": the first crossing's launch took "
-            << std::chrono::duration_cast<std::chrono::milliseconds>(launch).count()
+            << "rank " << ctx.rank() << ": the first crossing's launch took " << ms(launch)
             << " ms, waiting for the kernel running on another stream: its kernel was not loaded ahead";
+        EXPECT_LT(ran, std::chrono::seconds(1))
+            << "rank " << ctx.rank() << ": the first crossing ran only after " << ms(ran)
+            << " ms, when the kernel spinning on another stream had given up: its first launch waited for the "
+               "device to idle";
       },
       test::device_test_options());
 }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/first_launch.hpp"
 #include "core/kernel_modules.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/log.hpp"
@@ -301,21 +302,22 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
     const detail::DeviceGuard device(device_);
     const auto start = std::chrono::steady_clock::now();
     const detail::KernelLoadReport loaded = detail::load_kernel_modules();
+    // Loaded is not yet ready: a first launch also waits for the device to idle where it needs more stack
+    // than the device's limit or names printf (core/first_launch.hpp).
+    const detail::FirstLaunchReport prepared = detail::prepare_first_launches(stream_, loaded.max_local_bytes);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    // Logged, not acted on: on an H100 a process's first DeviceBarrier crossing, loaded ahead, launched at
-    // once but ran only after a kernel spinning on another stream had ended. A kernel needing more stack than
-    // the device's limit grows it at its first launch, which waits for the GPU to idle; NCCL raises the limit
-    // to its largest kernel's need at init. Whether that is the cause here is not yet measured.
-    size_t stack = 0;
-    if (loaded.failure.empty() && cudaDeviceGetLimit(&stack, cudaLimitStackSize) != cudaSuccess) cudaGetLastError();
     if (loaded.failure.empty())
       kernels = detail::str_cat(", ", loaded.kernels, " kernels of ", loaded.libraries, " libraries loaded in ",
-                                ms.count(), " ms; largest kernel stack ", loaded.max_local_bytes,
-                                " bytes per thread, device limit ", stack);
+                                ms.count(), " ms, stack limit ", prepared.stack_after, " bytes per thread (was ",
+                                prepared.stack_before, "; the deepest kernel needs ", loaded.max_local_bytes, ")");
     else
       IRIS_LOG_WARN("rank ", rank_, " could not load iris's kernels ahead (", loaded.failure,
                     "): the rest load at their first launch, which waits for the kernels running on device ", device_,
                     ".");
+    if (!prepared.failure.empty())
+      IRIS_LOG_WARN("rank ", rank_, " could not prepare the first launches of iris's kernels (", prepared.failure,
+                    "): a process's first iris kernel, and the first needing more than ", prepared.stack_after,
+                    " bytes of stack, wait for the kernels running on device ", device_, ".");
   }
   IRIS_LOG_INFO("context ready: device ", device_, ", heap ", heap_size_, " bytes, window ",
                 static_cast<void*>(heap_->base()), guards_ != nullptr ? ", heap guards on" : "", kernels);
