@@ -71,6 +71,7 @@ void check_never_signalled(Context& ctx, uint64_t* local_word, int owner) {
   EXPECT_NE(message.find("on rank " + std::to_string(me)), std::string::npos) << message;
   EXPECT_NE(message.find("owned by rank " + std::to_string(owner)), std::string::npos) << message;
   EXPECT_NE(message.find("last value 0, waiting for 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("IRIS_CHECK_CALLS=1"), std::string::npos) << message;
   for (int r : test::copy_to_host(ctx.stream(), results.get(), 256)) EXPECT_EQ(r, 0) << "a thread did not give up";
   EXPECT_NO_THROW(ctx.check_device_error()) << "the record is cleared after it was reported";
 }

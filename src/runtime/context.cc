@@ -623,11 +623,14 @@ void Context::check_device_error() {
   std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
   std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));
   std::snprintf(want, sizeof(want), "%llu", static_cast<unsigned long long>(copy.expected));
-  throw TimeoutError(detail::str_cat("iris device timeout in ", copy.op, " on rank ", copy.rank, " (block ", copy.block,
-                                     "): waited ", copy.elapsed_ns / 1000000, " ms for the word at ", addr,
-                                     copy.peer >= 0 ? detail::str_cat(" owned by rank ", copy.peer) : std::string(),
-                                     "; last value ", seen, ", waiting for ", want,
-                                     ". A peer never signalled: check that every rank launched the same ops."));
+  throw TimeoutError(
+      detail::str_cat("iris device timeout in ", copy.op, " on rank ", copy.rank, " (block ", copy.block, "): waited ",
+                      copy.elapsed_ns / 1000000, " ms for the word at ", addr,
+                      copy.peer >= 0 ? detail::str_cat(" owned by rank ", copy.peer) : std::string(), "; last value ",
+                      seen, ", waiting for ", want,
+                      ". A peer never signalled: check that every rank launched the same ops, in the same order on "
+                      "each workspace (IRIS_CHECK_CALLS=1 compares every iris call across ranks before "
+                      "its launch and names the first that differs)."));
 }
 
 void run_threads(int world_size, const std::function<void(Context&)>& fn, const ContextOptions& options) {
