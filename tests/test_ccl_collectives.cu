@@ -1238,6 +1238,123 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
       big_heap(GetParam().world));
 }
 
+// Calls whose difference no kernel sees: rank 0's blocks are small enough for the LL exchange (1 x 100 fp32)
+// while its peers' are not (200 x 100, chunked), on a workspace prepared for the larger. The LL rank waits for
+// header lines its peers never write, they for flags it never sets. Before 2026-12-05 every rank raised a
+// TimeoutError that said only that a peer never signalled; now each wait that gives up (500 ms here) reads its
+// peers' call words, finds a peer in the same call (by count) with another call key, and raises
+// InvalidArgument naming that peer and saying that the call's output is not valid. Rank 0 names rank 1, the
+// others rank 0 (the first peer whose key differs). The workspace is refused until prepared again.
+TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaitsGiveUp) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  ContextOptions options = big_heap(GetParam().world);
+  options.device_timeout = std::chrono::milliseconds(500);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        if (std::getenv("IRIS_LL_MAX_BYTES") != nullptr) GTEST_SKIP() << "IRIS_LL_MAX_BYTES may change the protocols";
+        const int w = ctx.world_size(), me = ctx.rank();
+        const int64_t n = 100, big = 200;
+        uint64_t seed = 1500;
+        for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}) {
+          SCOPED_TRACE(op_name(op));
+          OpCall c = make_call(ctx, op, big, n);
+          Workspace ws;
+          preamble(ctx, op, c.out.view, c.in.view, ws);
+          const Mode heap{0, true, false, "before the calls that differ"};
+          if (op == Op::kAllGather) check_all_gather(ctx, Config{}, ws, DType::kFloat32, big, n, heap, seed++);
+          if (op == Op::kReduceScatter)
+            check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, big, n, heap, seed++);
+          if (op == Op::kAllToAll) check_all_to_all(ctx, Config{}, ws, DType::kFloat32, big, n, heap, seed++);
+          const uint64_t errors = ctx.device_timeouts();
+          const int64_t m = me == 0 ? 1 : big;
+          Tensor in = c.in.view, out = c.out.view;
+          in.rows = op == Op::kAllGather ? m : w * m;
+          out.rows = op == Op::kReduceScatter ? m : w * m;
+          c.in.upload(ctx.stream(), test::make_input(DType::kFloat32, c.in.view.rows, n, n, seed++, me));
+          call(ctx, op, out, in, ws);
+          const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
+          EXPECT_EQ(err.rfind("iris device error in ", 0), 0u) << err;
+          const int named = me == 0 ? 1 : 0;
+          EXPECT_NE(err.find(detail::str_cat(" on rank ", me, ": rank ", named,
+                                             " is in another call on this workspace: the same call by count, but "
+                                             "its call key is ")),
+                    std::string::npos)
+              << err;
+          EXPECT_NE(err.find("This rank's output of that call is not valid."), std::string::npos) << err;
+          EXPECT_EQ(ctx.device_timeouts(), errors + 1);
+          EXPECT_EQ(test::error_text<std::invalid_argument>([&] {
+                      call(ctx, op, out, in, ws);
+                    }).rfind(detail::str_cat(op_name(op), ": a device error"), 0),
+                    0u);
+          ctx.barrier();
+          c.out.release();
+          c.in.release();
+          const Mode again{0, true, false, "prepared again"};
+          if (op == Op::kAllGather) check_all_gather(ctx, Config{}, ws, DType::kFloat32, big, n, again, seed++);
+          if (op == Op::kReduceScatter)
+            check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, big, n, again, seed++);
+          if (op == Op::kAllToAll) check_all_to_all(ctx, Config{}, ws, DType::kFloat32, big, n, again, seed++);
+          release(ctx, ws);
+        }
+      },
+      options);
+}
+
+// A call one rank did not make: rank 1's second call has no elements, which launches nothing (an empty
+// call is a no-op, as in NCCL, and must be empty on every rank). Its peers' second call waits for rank 1
+// until the device timeout (500 ms here); the wait that gives up reads rank 1's call words and raises a
+// TimeoutError saying that rank 1 has not started this call, with the call counts (before 2026-12-05: only
+// that a peer never signalled). Rank 1 raises nothing. The exchanges, LL and chunked; not broadcast, whose
+// root waits only for its peers' previous call, and at two ranks has nobody else to wait for.
+TEST_P(Collective, ACallThatOneRankDidNotMakeTimesOutNamingThatRank) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  ContextOptions options = big_heap(GetParam().world);
+  options.device_timeout = std::chrono::milliseconds(500);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        const int me = ctx.rank();
+        uint64_t seed = 1600;
+        for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}) {
+          for (const int64_t m : {int64_t{1}, int64_t{200}}) {  // LL and chunked
+            SCOPED_TRACE(detail::str_cat(op_name(op), " ", m, " rows"));
+            OpCall c = make_call(ctx, op, m, 100);
+            Workspace ws;
+            preamble(ctx, op, c.out.view, c.in.view, ws);
+            c.in.upload(ctx.stream(), test::make_input(DType::kFloat32, c.in.view.rows, 100, 100, seed++, me));
+            call(ctx, op, c.out.view, c.in.view, ws);  // call 1 on every rank
+            ctx.synchronize();
+            Tensor in = c.in.view, out = c.out.view;
+            if (me == 1) in.rows = out.rows = 0;
+            call(ctx, op, out, in, ws);  // call 2: nothing launched on rank 1
+            if (me == 1) {
+              EXPECT_NO_THROW(ctx.synchronize());
+            } else {
+              const std::string err = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+              EXPECT_EQ(err.rfind("iris device timeout in ", 0), 0u) << err;
+              EXPECT_NE(err.find(detail::str_cat(" on rank ", me, " (block ")), std::string::npos) << err;
+              EXPECT_NE(err.find(", and rank 1 has not started this call: this rank is in call 2 on this workspace, "
+                                 "and the latest call rank 1 started there is call 1 (counted since the workspace's "
+                                 "arrays were zeroed). Rank 1 made fewer calls on this workspace (a call without "
+                                 "elements launches nothing: it must be so on every rank)"),
+                        std::string::npos)
+                  << err;
+            }
+            ctx.barrier();
+            release(ctx, ws);
+            c.out.release();
+            c.in.release();
+          }
+        }
+      },
+      options);
+}
+
 // IRIS_CHECK_CALLS (ContextOptions::check_calls): each call compares itself across ranks before it launches.
 // On a workspace prepared for 4 x 128 blocks, the last rank calls with 96 columns (broadcast: from another
 // root), which the workspace holds: every rank raises, naming both calls, and nothing is launched. The

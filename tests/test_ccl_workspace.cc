@@ -197,6 +197,50 @@ TEST(CclWorkspace, MatchesComparesEveryFieldIncludingBlockSizes) {
   EXPECT_EQ(host.live, 0);
 }
 
+// OpSignature::key, which a collective's kernels store in the workspace's call words and a wait that gives up
+// compares with its peers': equal for equal signatures (a copy), different when any one field differs.
+TEST(OpSignatureKey, EqualSignaturesShareAKeyAndEachFieldChangesIt) {
+  OpSignature sig = spinlock_sig(512, 384, 64, 32);
+  sig.world_size = 2;
+  const OpSignature copy = sig;
+  EXPECT_EQ(copy.key(), sig.key());
+  std::vector<OpSignature> variants;
+  auto with = [&](auto change) {
+    OpSignature o = sig;
+    change(o);
+    ASSERT_FALSE(o == sig);
+    variants.push_back(o);
+  };
+  with([](OpSignature& o) { o.op = OpKind::kAllGather; });
+  with([](OpSignature& o) { o.rows += 1; });
+  with([](OpSignature& o) { o.cols += 1; });
+  with([](OpSignature& o) { o.dtype = DType::kBFloat16; });
+  with([](OpSignature& o) { o.world_size = 4; });
+  with([](OpSignature& o) { o.variant = AllReduceVariant::kRing; });
+  with([](OpSignature& o) { o.protocol = OneShotProtocol::kLL; });
+  with([](OpSignature& o) { o.block_size_m = 128; });
+  with([](OpSignature& o) { o.block_size_n = 128; });
+  with([](OpSignature& o) { o.root = 1; });
+  with([](OpSignature& o) { o.reduce_op = ReduceOp::kMax; });
+  with([](OpSignature& o) { o.depth = 7; });
+  with([](OpSignature& o) { o.bias = true; });
+  with([](OpSignature& o) { o.symmetric_output = true; });
+  with([](OpSignature& o) { o.output_offset = 4096; });
+  with([](OpSignature& o) { o.ll_max_bytes = 4096; });
+  with([](OpSignature& o) { o.swizzle = 4; });
+  with([](OpSignature& o) { o.distribution = 1; });
+  with([](OpSignature& o) { o.rings = 2; });
+  with([](OpSignature& o) { o.slice_n = 64; });
+  with([](OpSignature& o) { o.grid = 132; });
+  with([](OpSignature& o) { o.min_band_tiles = 3; });
+  // Swapped values of two fields of one type hash apart too.
+  with([](OpSignature& o) { std::swap(o.rows, o.cols); });
+  std::vector<uint64_t> keys{sig.key()};
+  for (const OpSignature& o : variants) keys.push_back(o.key());
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(std::adjacent_find(keys.begin(), keys.end()), keys.end()) << "two of the signatures share a key";
+}
+
 // The founding bug on the host side: a workspace prepared with 128x128 blocks (16 tiles of a
 // 512x512 tensor) cannot serve 64x64 blocks (64 tiles), neither in the preamble nor at launch.
 TEST(CclWorkspace, TooSmallLockArrayIsRejectedByPreambleAndLaunchCheck) {
@@ -493,7 +537,7 @@ TEST(CclWorkspace, ARankWhoseArraysCannotBeMadeRaisesWithItsPeerAtOnce) {
       auto sig = spinlock_sig(512, 512, 64, 64);
       sig.world_size = 2;
       WorkspaceNeeds needs = lock_needs(512, 512, 64, 64);
-      needs.block_state = 9;
+      needs.block_state = 11;
       if (r == 1) (mode == 2 ? host.capture_query_fails : host.zero_fails) = true;
       try {
         if (mode == 0)
@@ -533,7 +577,7 @@ TEST(CclWorkspace, ReleaseWhileAPeerMakesAnotherCallFreesNothingAndBothRaise) {
   on_two_ranks([&](FakeHost& host, int r) {
     Workspace ws;
     WorkspaceNeeds needs = lock_needs(512, 512, 64, 64);
-    needs.block_state = 9;
+    needs.block_state = 11;
     ws.reserve(host, needs);
     const int live = host.live;
     try {
@@ -746,13 +790,13 @@ TEST(CclWorkspace, ANeedSizedForFewerRanksIsRefusedByTheReservation) {
   const auto errors = raise_on_two_ranks([&](FakeHost& host, Workspace& ws, int) { ws.reserve(host, one_rank); });
   for (int r = 0; r < 2; ++r)
     EXPECT_EQ(errors[r],
-              "reserve_workspace: these needs hold 6 block state words, fewer than the 9 every op needs on 2 ranks; "
+              "reserve_workspace: these needs hold 8 block state words, fewer than the 11 every op needs on 2 ranks; "
               "size them with this context's world size (2) as the *_needs functions' and plans' world_size.")
         << "rank " << r;
   on_two_ranks([&](FakeHost& host, int) {
     Workspace ws;
     ws.reserve(host, all_reduce_needs(t, t, Config{}, 2));  // sized for the context: reserved
-    EXPECT_EQ(ws.block_state_capacity(), 9u);
+    EXPECT_EQ(ws.block_state_capacity(), 11u);
     ws.release(host);
   });
 }
@@ -1029,8 +1073,8 @@ TEST(CclNeeds, EveryOpSizesFromShapesAlone) {
   }
 }
 
-// Every op sizes the block state by the world size alone (3 + W words: the epoch, then all_reduce's layout
-// fence), so a workspace prepared for one op serves the next whatever the order. Before 2026-12-03
+// Every op sizes the block state by the world size alone (5 + 3W words: the epoch words, all_reduce's layout
+// fence, then the call words), so a workspace prepared for one op serves the next whatever the order. Before 2026-12-03
 // all_gather, reduce_scatter, all_to_all and broadcast sized 2 words and all_reduce 3 + W: a workspace
 // prepared for all_gather first was refused by all_reduce's preamble ("Block state array too small").
 TEST(CclNeeds, EveryOpSizesTheSameBlockStateSoOneWorkspaceServesThemAll) {
@@ -1038,7 +1082,7 @@ TEST(CclNeeds, EveryOpSizesTheSameBlockStateSoOneWorkspaceServesThemAll) {
   const DType dt = DType::kFloat32;
   for (int w : {1, 2, 4, 8}) {
     SCOPED_TRACE("world " + std::to_string(w));
-    const size_t want = 3 + 3 * static_cast<size_t>(w);
+    const size_t want = 5 + 3 * static_cast<size_t>(w);
     EXPECT_EQ(all_gather_needs(shape(dt, w * 4, 100), shape(dt, 4, 100), cfg, w).block_state, want);
     EXPECT_EQ(reduce_scatter_needs(shape(dt, 4, 100), shape(dt, w * 4, 100), cfg, w).block_state, want);
     EXPECT_EQ(all_to_all_needs(shape(dt, w * 4, 100), shape(dt, w * 4, 100), cfg, w).block_state, want);

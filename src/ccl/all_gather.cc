@@ -68,7 +68,7 @@ void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   ws.begin_call(stream);
   if (p.x.ll) {
-    detail::launch_ll(detail::ll_args(ctx, in, out, p.x.block_rows, p.x.ll_words, ws, p.in_place),
+    detail::launch_ll(detail::ll_args(ctx, p.x.sig, in, out, p.x.block_rows, p.x.ll_words, ws, p.in_place),
                       detail::LLMode::kAllGather, in.dtype, ReduceOp::kSum, {p.x.blocks, p.x.threads}, stream);
     IRIS_CUDA_CHECK_LAUNCH();
     ws.end_call(stream);

@@ -259,13 +259,13 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   if (in.numel() == 0) return;
   stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
-  const DeviceContext dctx = ctx.device_context();
+  const DeviceContext dctx = detail::call_context(ctx, ws, p.sig);
   const uint64_t key = layout_key(p, in.element_size());
   ws.begin_call(stream);
   switch (p.variant) {
     case AllReduceVariant::kOneShot: {
       if (p.protocol == OneShotProtocol::kLL) {
-        detail::LLArgs a = detail::ll_args(ctx, in, out, in.rows, p.words, ws);
+        detail::LLArgs a = detail::ll_args(ctx, p.sig, in, out, in.rows, p.words, ws);
         a.layout_key = key;
         detail::launch_ll(a, detail::LLMode::kAllReduce, in.dtype, op, {p.blocks, p.threads}, stream);
       } else {

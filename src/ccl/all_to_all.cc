@@ -52,8 +52,8 @@ void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   ws.begin_call(stream);
   if (p.ll) {
-    detail::launch_ll(detail::ll_args(ctx, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kAllToAll, in.dtype,
-                      ReduceOp::kSum, {p.blocks, p.threads}, stream);
+    detail::launch_ll(detail::ll_args(ctx, p.sig, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kAllToAll,
+                      in.dtype, ReduceOp::kSum, {p.blocks, p.threads}, stream);
     IRIS_CUDA_CHECK_LAUNCH();
     ws.end_call(stream);
     return;

@@ -79,7 +79,7 @@ void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, cons
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   const bool is_root = ctx.rank() == root;
   detail::BroadcastArgs a{};
-  a.ctx = ctx.device_context();
+  a.ctx = detail::call_context(ctx, ws, p.sig);
   a.in = is_root ? in.data : nullptr;
   a.out = out.data;
   a.numel = out.numel();

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_consta
   pdl_launch_dependents();
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, root = a.root;
-  const uint64_t epoch = begin_call(a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state);
   U* const stage = static_cast<U*>(a.staging);
   const View<U> out{static_cast<U*>(a.out), a.cols, a.out_stride};
   auto length = [&](int64_t c) { return min(a.chunk, a.numel - c * a.chunk); };

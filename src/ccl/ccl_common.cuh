@@ -223,8 +223,19 @@ void launch_collective(void (*kernel)(Params...), int blocks, int threads, cudaS
 // A reviewer's run; with this barrier the same test passed on an H200).
 __device__ __forceinline__ void sync_block_divergent() { asm volatile("barrier.sync 0;" ::: "memory"); }
 
-__device__ __forceinline__ uint64_t begin_call(const uint64_t* state) {
-  return dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state) + 1;
+// Every thread of every block calls this first (after pdl_wait) and gets the call's epoch. Thread 0 of
+// each block also stores the call words (DeviceContext::call_words, when the host set them): the key,
+// then the epoch, relaxed, into this rank's own memory. They publish nothing and order nothing; a bounded
+// wait that gives up reads them, its own rank's and its peers', to say which peer is in another call or
+// has not started this one (timeout.cuh, record_wait_timeout). Every block stores them so that each
+// block's waits find this call's words whatever the blocks' order (the values are the same).
+__device__ __forceinline__ uint64_t begin_call(const DeviceContext& ctx, const uint64_t* state) {
+  const uint64_t epoch = dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state) + 1;
+  if (threadIdx.x == 0 && ctx.call_words != nullptr) {
+    dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(ctx.call_words + 1, ctx.call_key);
+    dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(ctx.call_words, epoch);
+  }
+  return epoch;
 }
 
 // Every thread of every block calls this last. The count is relaxed on purpose: it orders nothing

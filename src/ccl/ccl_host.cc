@@ -34,6 +34,13 @@ void check_no_partial_overlap(const char* op, const Tensor& a, const Tensor& b, 
                  allow_same ? " or the same view for in-place" : "", ".");
 }
 
+DeviceContext call_context(const Context& ctx, const Workspace& ws, const OpSignature& sig) {
+  DeviceContext d = ctx.device_context();
+  d.call_words = ws.block_state() + call_words_offset(ctx.world_size());
+  d.call_key = sig.key();
+  return d;
+}
+
 bool vec16(const Tensor& t) { return t.contiguous() && reinterpret_cast<uintptr_t>(t.data) % 16 == 0; }
 
 int sm_count(const Context& ctx) {

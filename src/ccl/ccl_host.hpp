@@ -48,7 +48,15 @@ inline constexpr int kCollectiveEpochWords = 2;
 // and two per rank (state[3 + W + 2s + parity]) for the keys the peers' calls fence with. The other
 // collectives use the epoch words, the fused ops state[0]. Before 2026-12-03 each op sized its own (2, 3 + W,
 // or 2 per fused block), and a workspace prepared for one op was refused by the next as "too small".
-inline size_t block_state_words(int world) { return static_cast<size_t>(kCollectiveEpochWords + 1 + 3 * world); }
+// Then the two call words (DeviceContext::call_words: the epoch and key of the latest call a kernel started
+// on the workspace, stored by begin_call, read by a wait that gives up), from 2026-12-05.
+inline size_t call_words_offset(int world) { return static_cast<size_t>(kCollectiveEpochWords + 1 + 3 * world); }
+inline size_t block_state_words(int world) { return call_words_offset(world) + 2; }
+
+// The DeviceContext of a collective's call of `sig` on `ws`: the context's, with the workspace's call words
+// and the call's key (OpSignature::key), so that a wait that gives up can name a peer that is in another
+// call or has not started this one (timeout.cuh).
+DeviceContext call_context(const Context& ctx, const Workspace& ws, const OpSignature& sig);
 
 // Throws InvalidArgument naming `op` and `what` ("input", "output") when the view is malformed
 // (Tensor::problem: unknown dtype, negative sizes, stride < cols, a span past 2^48 bytes, and unless

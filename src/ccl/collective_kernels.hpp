@@ -239,11 +239,12 @@ inline int64_t exchange_parity_elems(const Workspace& ws, DType dtype) {
 }
 inline int64_t exchange_parity_flags(const Workspace& ws) { return static_cast<int64_t>(ws.flag_capacity() / 2); }
 
-// The fields the arguments of every exchange kernel share: the context, and in and out cut into
-// blocks of `block_rows` rows (numel: elements of one block).
+// The fields the arguments of every exchange kernel share: the call's context (call_context), and in and
+// out cut into blocks of `block_rows` rows (numel: elements of one block).
 template <typename Args>
-void fill_block_views(Args& a, const Context& ctx, const Tensor& in, const Tensor& out, int64_t block_rows) {
-  a.ctx = ctx.device_context();
+void fill_block_views(Args& a, const Context& ctx, const Workspace& ws, const OpSignature& sig, const Tensor& in,
+                      const Tensor& out, int64_t block_rows) {
+  a.ctx = call_context(ctx, ws, sig);
   a.in = in.data;
   a.out = out.data;
   a.cols = in.cols;
@@ -253,11 +254,12 @@ void fill_block_views(Args& a, const Context& ctx, const Tensor& in, const Tenso
   a.numel = block_rows * in.cols;
 }
 
-// The launch arguments of an LL exchange of blocks of `block_rows` rows (`words` LL words per slot).
-inline LLArgs ll_args(const Context& ctx, const Tensor& in, const Tensor& out, int64_t block_rows, int64_t words,
-                      const Workspace& ws, bool in_place = false) {
+// The launch arguments of an LL exchange of blocks of `block_rows` rows (`words` LL words per slot), for a
+// call of `sig`.
+inline LLArgs ll_args(const Context& ctx, const OpSignature& sig, const Tensor& in, const Tensor& out,
+                      int64_t block_rows, int64_t words, const Workspace& ws, bool in_place = false) {
   LLArgs a{};
-  fill_block_views(a, ctx, in, out, block_rows);
+  fill_block_views(a, ctx, ws, sig, in, out, block_rows);
   a.words = words;
   a.parity_words = ll_parity_words(ws);
   a.slot_words = ll_slot_words(a.parity_words, ctx.world_size());
@@ -273,7 +275,7 @@ inline LLArgs ll_args(const Context& ctx, const Tensor& in, const Tensor& out, i
 inline ExchangeArgs exchange_args(const Context& ctx, const ExchangePlan& p, const Tensor& in, const Tensor& out,
                                   const Workspace& ws) {
   ExchangeArgs a{};
-  fill_block_views(a, ctx, in, out, p.block_rows);
+  fill_block_views(a, ctx, ws, p.sig, in, out, p.block_rows);
   a.chunk = p.chunks.chunk;
   a.nchunks = p.chunks.nchunks;
   a.slot = p.slot;

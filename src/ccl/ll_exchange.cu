@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
     const int64_t first_row = kReduce ? 0 : r * a.block_rows;
     return View<T>{static_cast<T*>(a.out) + first_row * a.out_stride, a.cols, a.out_stride};
   };
-  const uint64_t epoch = begin_call(a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state);
   const uint64_t tag = uint64_t{ll_tag(epoch)} << 32;
   const int64_t words = a.words, lines = words / 2, numel = a.numel;
   uint64_t* stage = a.staging + (epoch & 1) * a.parity_words;

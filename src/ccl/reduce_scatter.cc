@@ -67,8 +67,8 @@ void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Con
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   ws.begin_call(stream);
   if (p.ll) {
-    detail::launch_ll(detail::ll_args(ctx, in, out, p.block_rows, p.ll_words, ws), detail::LLMode::kReduceScatter,
-                      in.dtype, op, {p.blocks, p.threads}, stream);
+    detail::launch_ll(detail::ll_args(ctx, p.sig, in, out, p.block_rows, p.ll_words, ws),
+                      detail::LLMode::kReduceScatter, in.dtype, op, {p.blocks, p.threads}, stream);
     IRIS_CUDA_CHECK_LAUNCH();
     ws.end_call(stream);
     return;

@@ -119,6 +119,43 @@ std::string OpSignature::describe() const {
       min_band_tiles > 0 ? iris::detail::str_cat(" min_band_tiles ", min_band_tiles) : std::string());
 }
 
+uint64_t OpSignature::key() const {
+  // Every field of the struct, in order (a field added to OpSignature must be added here: the size check
+  // below fails until it is looked at).
+  static_assert(sizeof(OpSignature) == 112, "OpSignature changed: hash the new field in OpSignature::key()");
+  uint64_t h = 0x9E3779B97F4A7C15ull;
+  auto mix = [&h](int64_t v) {  // splitmix64's finalizer over the running hash plus the field
+    uint64_t z = h + static_cast<uint64_t>(v) + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    h = z ^ (z >> 31);
+  };
+  for (int64_t v : {static_cast<int64_t>(op),
+                    rows,
+                    cols,
+                    static_cast<int64_t>(dtype),
+                    static_cast<int64_t>(world_size),
+                    static_cast<int64_t>(variant),
+                    static_cast<int64_t>(protocol),
+                    static_cast<int64_t>(block_size_m),
+                    static_cast<int64_t>(block_size_n),
+                    static_cast<int64_t>(root),
+                    static_cast<int64_t>(reduce_op),
+                    depth,
+                    static_cast<int64_t>(bias),
+                    static_cast<int64_t>(symmetric_output),
+                    output_offset,
+                    ll_max_bytes,
+                    static_cast<int64_t>(swizzle),
+                    static_cast<int64_t>(distribution),
+                    static_cast<int64_t>(rings),
+                    static_cast<int64_t>(slice_n),
+                    static_cast<int64_t>(grid),
+                    static_cast<int64_t>(min_band_tiles)})
+    mix(v);
+  return h;
+}
+
 WorkspaceNeeds& WorkspaceNeeds::include(const WorkspaceNeeds& other) {
   locks = std::max(locks, other.locks);
   flags = std::max(flags, other.flags);

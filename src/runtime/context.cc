@@ -613,6 +613,22 @@ void Context::check_device_error() {
         " Every rank must make the same calls on a workspace, in the same order; IRIS_CHECK_CALLS=1 names the "
         "difference before launch. Call the preamble again on every rank before using the workspace."));
   }
+  if (copy.code == device::kDeviceErrorCallDiffers) {
+    char theirs[32], ours[32];
+    std::snprintf(theirs, sizeof(theirs), "%llx", static_cast<unsigned long long>(copy.observed));
+    std::snprintf(ours, sizeof(ours), "%llx", static_cast<unsigned long long>(copy.expected));
+    throw InvalidArgument(detail::str_cat(
+        "iris device error in ", copy.op, " on rank ", copy.rank, ": rank ", copy.peer,
+        " is in another call on this workspace: the same call by count, but its call key is ", theirs,
+        " and this rank's ", ours,
+        " (hashes of the op, shapes, dtype, variant and config), so the ranks' calls differ in a way their kernels "
+        "could not see (one rank's exchange took the LL protocol and the other's did not, say); found when a "
+        "wait gave up after ",
+        copy.elapsed_ns / 1000000,
+        " ms. This rank's output of that call is not valid. Every rank must make the same calls on a workspace, "
+        "in the same order; IRIS_CHECK_CALLS=1 names the difference before launch. Call the preamble again on "
+        "every rank before using the workspace."));
+  }
   if (copy.code == device::kDeviceErrorMisuse)
     throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, " (block ",
                                           copy.block, "): got ", static_cast<int64_t>(copy.observed),
@@ -623,6 +639,20 @@ void Context::check_device_error() {
   std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
   std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));
   std::snprintf(want, sizeof(want), "%llu", static_cast<unsigned long long>(copy.expected));
+  if (copy.code == device::kDeviceErrorPeerNotInCall)
+    throw TimeoutError(detail::str_cat(
+        "iris device timeout in ", copy.op, " on rank ", copy.rank, " (block ", copy.block, "): waited ",
+        copy.elapsed_ns / 1000000, " ms for the word at ", addr, ", and rank ", copy.peer,
+        " has not started this call: this rank is in call ", copy.expected,
+        " on this workspace, and the latest call "
+        "rank ",
+        copy.peer, " started there is ",
+        copy.observed == 0 ? std::string("none") : detail::str_cat("call ", copy.observed),
+        " (counted since the workspace's arrays were zeroed). Rank ", copy.peer,
+        " made fewer calls on this workspace (a call without elements launches nothing: it must be so on every "
+        "rank), or has not reached this one (it waits for another stream, another rank or its host). "
+        "IRIS_CHECK_CALLS=1 compares every iris call across ranks before its launch and names the first that "
+        "differs."));
   throw TimeoutError(
       detail::str_cat("iris device timeout in ", copy.op, " on rank ", copy.rank, " (block ", copy.block, "): waited ",
                       copy.elapsed_ns / 1000000, " ms for the word at ", addr,

@@ -166,6 +166,10 @@ struct OpSignature {
 
   bool operator==(const OpSignature&) const = default;
   std::string describe() const;
+  // A 64-bit hash of every field operator== compares: equal signatures have equal keys, and signatures that
+  // differ have different keys but by a 2^-64 chance. A collective's kernels store it in the workspace's
+  // call words, which a wait that gives up compares with its peers' (DeviceContext::call_words).
+  uint64_t key() const;
 };
 
 class Workspace {

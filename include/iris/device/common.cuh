@@ -51,6 +51,15 @@ inline constexpr int32_t kDeviceErrorCallMismatch = 3;
 // `observed` the peer's call key, `expected` this rank's, `peer` the peer; but this rank's output of the
 // call may already hold the peer's data. The host raises InvalidArgument saying so.
 inline constexpr int32_t kDeviceErrorCallMismatchLate = 4;
+// Found by a collective's bounded wait that gave up (timeout.cuh, record_wait_timeout): a peer's call
+// words (DeviceContext::call_words) show it in the same call on the workspace (the same epoch) with another
+// call key. `observed` holds the peer's key, `expected` this rank's, `peer` the peer, `address` the word
+// waited for. The host raises InvalidArgument: the call's output is not valid.
+inline constexpr int32_t kDeviceErrorCallDiffers = 5;
+// Found the same way: a peer has not started this call on the workspace. `observed` holds the epoch of
+// the latest call it started there (0: none since the preamble), `expected` this call's, `peer` the peer,
+// `address` the word waited for. The host raises TimeoutError naming the peer and both calls.
+inline constexpr int32_t kDeviceErrorPeerNotInCall = 6;
 
 }  // namespace iris::device
 

@@ -19,7 +19,10 @@
 //  * ctx.synchronize() / check_device_error() throws iris::TimeoutError with the op, rank, word and
 //    values (InvalidArgument naming the value and its range for a misuse, kDeviceErrorMisuse, and the
 //    peer for a call that differs from a peer's, kDeviceErrorCallMismatch, or kDeviceErrorCallMismatchLate
-//    when the exchange found it beside the data, whose output is then not valid), and
+//    when the exchange found it beside the data, whose output is then not valid; in an iris collective a
+//    wait that gives up first reads its peers' call words, and raises InvalidArgument for a peer in the
+//    same call with another key, kDeviceErrorCallDiffers, or a TimeoutError naming a peer that has not
+//    started the call, kDeviceErrorPeerNotInCall: record_wait_timeout below), and
 //    clears the record. Until it is cleared, every bounded wait launched with this
 //    context (in this or later kernels) gives up at its first error poll (within ~100 us), so work
 //    queued behind a failed kernel drains quickly instead of each waiting out its own bound.
@@ -89,7 +92,16 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
   // Why: a host thread may read the record while other blocks of this kernel still run (code is
   // already non-zero); push the fields out to host memory now rather than at kernel end.
   __threadfence_system();
-  if (code == kDeviceErrorCallMismatch || code == kDeviceErrorCallMismatchLate) {
+  if (code == kDeviceErrorPeerNotInCall) {
+    printf(
+        "iris: device timeout in %s on rank %d (block %d): rank %d has not started this call (call %llu on the "
+        "workspace; its latest there is call %llu), after %llu ms\n",
+        op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), peer,
+        static_cast<unsigned long long>(expected), static_cast<unsigned long long>(observed),
+        static_cast<unsigned long long>(elapsed_ns / 1000000));
+    return true;
+  }
+  if (code == kDeviceErrorCallMismatch || code == kDeviceErrorCallMismatchLate || code == kDeviceErrorCallDiffers) {
     printf("iris: device error in %s on rank %d (block %d): rank %d's call differs (%llx, this rank's %llx)\n",
            op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), peer,
            static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected));
@@ -110,6 +122,41 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
   return true;
 }
 
+// What a bounded wait records when it gives up. In a kernel of an iris collective (ctx.call_words set),
+// first the peers' call words: a peer in this call (the same epoch) with another key is in another call
+// on the workspace (kDeviceErrorCallDiffers: the ranks' calls differ in a way the kernels could not see,
+// such as one rank's exchange taking the LL protocol and the other's not), and a peer whose latest call
+// there is older has not started this one (kDeviceErrorPeerNotInCall: it made fewer calls on the
+// workspace, one without elements launching nothing, or waits elsewhere). Otherwise, or when a peer's
+// words change while read (it is not stuck), a plain kDeviceErrorTimeout. The call words are stored with
+// relaxed stores when a kernel starts (ccl_common.cuh, begin_call); they are read here only after a wait
+// of ctx.timeout_ns, long after a stuck peer's stores became visible. Each of this kernel's blocks stored
+// this call's words before its waits, so this rank's are this call's. Not inlined: the cold path.
+inline __device__ __noinline__ bool record_wait_timeout(const DeviceContext& ctx, const char* op, const void* address,
+                                                        uint64_t observed, uint64_t expected, uint64_t elapsed_ns) {
+  if (ctx.call_words != nullptr) {
+    const uint64_t epoch = load<Order::kRelaxed, Scope::kSys>(ctx.call_words);
+    int behind = -1;
+    uint64_t behind_epoch = 0;
+    for (int r = 0; r < ctx.world_size; ++r) {
+      if (r == ctx.rank) continue;
+      const uint64_t* theirs = translate(ctx, static_cast<const uint64_t*>(ctx.call_words), r);
+      const uint64_t e = load<Order::kRelaxed, Scope::kSys>(theirs);
+      const uint64_t key = load<Order::kRelaxed, Scope::kSys>(theirs + 1);
+      if (load<Order::kRelaxed, Scope::kSys>(theirs) != e) continue;  // moving on: not what holds this wait
+      if (e == epoch && key != ctx.call_key)
+        return record_device_error(ctx, kDeviceErrorCallDiffers, op, address, key, ctx.call_key, elapsed_ns, r);
+      if (behind < 0 && static_cast<int64_t>(epoch - e) > 0) {
+        behind = r;
+        behind_epoch = e;
+      }
+    }
+    if (behind >= 0)
+      return record_device_error(ctx, kDeviceErrorPeerNotInCall, op, address, behind_epoch, epoch, elapsed_ns, behind);
+  }
+  return record_device_error(ctx, kDeviceErrorTimeout, op, address, observed, expected, elapsed_ns);
+}
+
 // The bound of one waiting thread: construct it when the wait starts, call keep_waiting() after each
 // unsuccessful poll.
 class SpinBound {
@@ -126,7 +173,7 @@ class SpinBound {
     const uint64_t now = global_timer_ns();
     const uint64_t elapsed = now - start_;
     if (elapsed >= timeout_ns_) {
-      record_device_error(ctx, kDeviceErrorTimeout, op, address, observed, expected, elapsed);
+      record_wait_timeout(ctx, op, address, observed, expected, elapsed);
       return false;
     }
     if (now >= next_error_poll_) {
