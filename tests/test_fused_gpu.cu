@@ -1439,6 +1439,48 @@ TEST_P(FusedGpu, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
       o);
 }
 
+// A call one rank made alone: rank 0's next call of a pipelined fused op waits for its peers' ready flags
+// until the device timeout (300 ms here); the wait that gives up reads their call words (stored by the
+// call's first kernel, fused_begin_kernel) and raises a TimeoutError naming rank 1, which has not started
+// the call, and both call counts (before 2026-12-05: only that a peer never signalled). Its peers raise
+// nothing; preparing again on every rank starts the workspace over.
+TEST_P(FusedGpu, ACallMadeOnOneRankAloneTimesOutNamingAPeerNotInIt) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks: one calls alone";
+  ContextOptions o = options();
+  o.device_timeout = std::chrono::milliseconds(300);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses a call made on one rank alone";
+        uint64_t seed = 2100;
+        const Flavor flavor{Op::kMatmulAllGather};
+        const OpFns f = fns(flavor.op);
+        Problem p(ctx, flavor, {kManyTiles, kBF16, kBF16, false, kGemmTileLarge});
+        const FusedConfig config = config_for(flavor, kGemmTileLarge, /*pipelined=*/true);
+        FusedWorkspace ws;
+        call_and_check(ctx, p, config, ws, seed++, nullptr, "before the call made alone");
+        uint64_t calls = 0;  // the calls made on the workspace so far (its epoch), the same on every rank
+        IRIS_CUDA_CHECK(cudaMemcpy(&calls, ws.block_state(), sizeof(calls), cudaMemcpyDeviceToHost));
+        ASSERT_GE(calls, 1u);
+        if (ctx.rank() == 0) {
+          f.run(ctx, p.operands(), config, ws, nullptr);
+          const std::string err = error_text<TimeoutError>([&] { ctx.synchronize(); });
+          EXPECT_EQ(err.rfind("iris device timeout in fused op: ", 0), 0u) << err;
+          EXPECT_NE(err.find(" on rank 0 (block "), std::string::npos) << err;
+          EXPECT_NE(err.find(detail::str_cat(", and rank 1 has not started this call: this rank is in call ", calls + 1,
+                                             " on this workspace, and the latest call rank 1 started there is call ",
+                                             calls, " (counted since the workspace's arrays were zeroed).")),
+                    std::string::npos)
+              << err;
+        }
+        ctx.barrier();
+        call_and_check(ctx, p, config, ws, seed++, nullptr, "after its preamble again");
+        release_workspace(ctx, ws);
+      },
+      o);
+}
+
 // A rank passing another K, valid or not, makes every rank raise from the preamble (none waits for the
 // others, none prepares); the ranks then agree again and a correct call works.
 TEST_P(FusedGpu, InvalidCallOnOneRankMakesEveryRankRaise) {

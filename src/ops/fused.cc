@@ -538,7 +538,7 @@ class Pipeline {
         copy_engine_(copy_engine),
         main_(ccl::detail::pick_stream(ctx, stream)),
         side_(ctx.side_stream()) {
-    sync_.ctx = ctx.device_context();
+    sync_.ctx = ccl::detail::call_context(ctx, ws, plan.sig);  // the call words: fused_begin_kernel stores them
     sync_.state = ws.block_state();
     sync_.flags = ws.flags();
     staging_ = static_cast<char*>(ws.staging());
