@@ -816,6 +816,22 @@ void call(Context& ctx, Op op, const Tensor& out, const Tensor& in, Workspace& w
   }
 }
 
+// The exchange `op` (not broadcast) of m x n fp32 blocks, checked against its reference (check_all_gather and
+// its siblings: each runs the preamble on `ws`, then one call).
+void check_exchange(Context& ctx, Op op, Workspace& ws, int64_t m, int64_t n, const Mode& mode, uint64_t seed) {
+  if (op == Op::kAllGather) check_all_gather(ctx, Config{}, ws, DType::kFloat32, m, n, mode, seed);
+  if (op == Op::kReduceScatter)
+    check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, m, n, mode, seed);
+  if (op == Op::kAllToAll) check_all_to_all(ctx, Config{}, ws, DType::kFloat32, m, n, mode, seed);
+}
+
+// big_heap, with waits that give up after `timeout`: for the tests whose calls are meant to time out.
+ContextOptions big_heap_timing_out(int world, std::chrono::milliseconds timeout) {
+  ContextOptions o = big_heap(world);
+  o.device_timeout = timeout;
+  return o;
+}
+
 // A workspace prepared for a 1x1 block, then a call and a preamble for a larger block: both raise the
 // exact message, and nothing is allocated.
 void expect_too_small(Context& ctx, Op op, int64_t m, int64_t n, const std::string& message, int64_t small_m = 1,
@@ -1228,10 +1244,7 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
           c.out.release();
           c.in.release();
           const Mode heap{0, true, false, "prepared again"};
-          if (op == Op::kAllGather) check_all_gather(ctx, Config{}, ws, DType::kFloat32, 8, n, heap, seed++);
-          if (op == Op::kReduceScatter)
-            check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, 8, n, heap, seed++);
-          if (op == Op::kAllToAll) check_all_to_all(ctx, Config{}, ws, DType::kFloat32, 8, n, heap, seed++);
+          check_exchange(ctx, op, ws, 8, n, heap, seed++);
           release(ctx, ws);
         }
       },
@@ -1248,8 +1261,7 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
 TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaitsGiveUp) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
-  ContextOptions options = big_heap(GetParam().world);
-  options.device_timeout = std::chrono::milliseconds(500);
+  const ContextOptions options = big_heap_timing_out(GetParam().world, std::chrono::milliseconds(500));
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
@@ -1264,10 +1276,7 @@ TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaits
           Workspace ws;
           preamble(ctx, op, c.out.view, c.in.view, ws);
           const Mode heap{0, true, false, "before the calls that differ"};
-          if (op == Op::kAllGather) check_all_gather(ctx, Config{}, ws, DType::kFloat32, big, n, heap, seed++);
-          if (op == Op::kReduceScatter)
-            check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, big, n, heap, seed++);
-          if (op == Op::kAllToAll) check_all_to_all(ctx, Config{}, ws, DType::kFloat32, big, n, heap, seed++);
+          check_exchange(ctx, op, ws, big, n, heap, seed++);
           const uint64_t errors = ctx.device_timeouts();
           const int64_t m = me == 0 ? 1 : big;
           Tensor in = c.in.view, out = c.out.view;
@@ -1293,10 +1302,7 @@ TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaits
           c.out.release();
           c.in.release();
           const Mode again{0, true, false, "prepared again"};
-          if (op == Op::kAllGather) check_all_gather(ctx, Config{}, ws, DType::kFloat32, big, n, again, seed++);
-          if (op == Op::kReduceScatter)
-            check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, big, n, again, seed++);
-          if (op == Op::kAllToAll) check_all_to_all(ctx, Config{}, ws, DType::kFloat32, big, n, again, seed++);
+          check_exchange(ctx, op, ws, big, n, again, seed++);
           release(ctx, ws);
         }
       },
@@ -1312,8 +1318,7 @@ TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaits
 TEST_P(Collective, ACallThatOneRankDidNotMakeTimesOutNamingThatRank) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
-  ContextOptions options = big_heap(GetParam().world);
-  options.device_timeout = std::chrono::milliseconds(500);
+  const ContextOptions options = big_heap_timing_out(GetParam().world, std::chrono::milliseconds(500));
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
