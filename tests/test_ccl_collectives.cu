@@ -825,6 +825,21 @@ void check_exchange(Context& ctx, Op op, Workspace& ws, int64_t m, int64_t n, co
   if (op == Op::kAllToAll) check_all_to_all(ctx, Config{}, ws, DType::kFloat32, m, n, mode, seed);
 }
 
+// After a device error on `ws` (calls that differed): the next call of `op` is refused, then, once every
+// rank has released the call's tensors `c`, the workspace prepared again gives the right m x n exchange;
+// then it is released.
+void refused_then_right_when_prepared_again(Context& ctx, Op op, const Tensor& out, const Tensor& in, Workspace& ws,
+                                            OpCall& c, int64_t m, int64_t n, uint64_t seed) {
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { call(ctx, op, out, in, ws); })
+                .rfind(detail::str_cat(op_name(op), ": a device error"), 0),
+            0u);
+  ctx.barrier();
+  c.out.release();
+  c.in.release();
+  check_exchange(ctx, op, ws, m, n, Mode{0, true, false, "prepared again"}, seed);
+  release(ctx, ws);
+}
+
 // big_heap, with waits that give up after `timeout`: for the tests whose calls are meant to time out.
 ContextOptions big_heap_timing_out(int world, std::chrono::milliseconds timeout) {
   ContextOptions o = big_heap(world);
@@ -1236,16 +1251,7 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
                     std::string::npos)
               << err;
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);
-          EXPECT_EQ(test::error_text<std::invalid_argument>([&] {
-                      call(ctx, op, out, in, ws);
-                    }).rfind(detail::str_cat(op_name(op), ": a device error"), 0),
-                    0u);
-          ctx.barrier();
-          c.out.release();
-          c.in.release();
-          const Mode heap{0, true, false, "prepared again"};
-          check_exchange(ctx, op, ws, 8, n, heap, seed++);
-          release(ctx, ws);
+          refused_then_right_when_prepared_again(ctx, op, out, in, ws, c, 8, n, seed++);
         }
       },
       big_heap(GetParam().world));
@@ -1294,16 +1300,7 @@ TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaits
               << err;
           EXPECT_NE(err.find("This rank's output of that call is not valid."), std::string::npos) << err;
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);
-          EXPECT_EQ(test::error_text<std::invalid_argument>([&] {
-                      call(ctx, op, out, in, ws);
-                    }).rfind(detail::str_cat(op_name(op), ": a device error"), 0),
-                    0u);
-          ctx.barrier();
-          c.out.release();
-          c.in.release();
-          const Mode again{0, true, false, "prepared again"};
-          check_exchange(ctx, op, ws, big, n, again, seed++);
-          release(ctx, ws);
+          refused_then_right_when_prepared_again(ctx, op, out, in, ws, c, big, n, seed++);
         }
       },
       options);
