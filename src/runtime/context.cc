@@ -593,41 +593,36 @@ void Context::check_device_error() {
   // Counted whatever the code: a misuse also made every bounded wait of this rank's running kernels give
   // up (timeout.cuh), so workspaces and barriers may be out of step all the same.
   ++device_timeouts_;
-  if (copy.code == device::kDeviceErrorCallMismatch || copy.code == device::kDeviceErrorCallMismatchLate) {
-    // A fence compares layouts before any data moves; an LL exchange compares call keys beside its data.
-    const bool late = copy.code == device::kDeviceErrorCallMismatchLate;
+  if (copy.code == device::kDeviceErrorCallMismatch || copy.code == device::kDeviceErrorCallMismatchLate ||
+      copy.code == device::kDeviceErrorCallDiffers) {
+    // Three places compare the ranks' calls: a fence, layouts before any data moves; an LL exchange, call keys
+    // beside its data; a wait that gave up, the call words (the signatures' keys) of a call it waited in.
     char theirs[32], ours[32];
     std::snprintf(theirs, sizeof(theirs), "%llx", static_cast<unsigned long long>(copy.observed));
     std::snprintf(ours, sizeof(ours), "%llx", static_cast<unsigned long long>(copy.expected));
+    std::string what;
+    if (copy.code == device::kDeviceErrorCallMismatch)
+      what = detail::str_cat(" made another call on this workspace (its call lays out the data as ", theirs,
+                             ", this rank's as ", ours,
+                             "), so the ranks' calls differ in shape, dtype, variant or config. The kernel ended "
+                             "before it touched its peers' data.");
+    else if (copy.code == device::kDeviceErrorCallMismatchLate)
+      what = detail::str_cat(" made another call on this workspace (its call key is ", theirs, ", this rank's ", ours,
+                             "; hex digits from the top: exchange, dtype, reduction, 0, then 12 of elements per "
+                             "block), so the ranks' calls differ in shape, dtype or reduction. This rank's output "
+                             "of that call is not valid: the exchange found the difference beside the data, which "
+                             "it may have combined already.");
+    else
+      what = detail::str_cat(" is in another call on this workspace: the same call by count, but its call key is ",
+                             theirs, " and this rank's ", ours,
+                             " (hashes of the op, shapes, dtype, variant and config), so the ranks' calls differ in a "
+                             "way their kernels could not see (one rank's exchange took the LL protocol and the "
+                             "other's did not, say); found when a wait gave up after ",
+                             copy.elapsed_ns / 1000000, " ms. This rank's output of that call is not valid.");
     throw InvalidArgument(detail::str_cat(
-        "iris device error in ", copy.op, " on rank ", copy.rank, ": rank ", copy.peer,
-        " made another call on this workspace (",
-        late ? detail::str_cat("its call key is ", theirs, ", this rank's ", ours,
-                               "; hex digits from the top: exchange, dtype, reduction, 0, then 12 of elements per "
-                               "block), so the ranks' calls differ in shape, dtype or reduction. This rank's output "
-                               "of that call is not valid: the exchange found the difference beside the data, which "
-                               "it may have combined already.")
-             : detail::str_cat("its call lays out the data as ", theirs, ", this rank's as ", ours,
-                               "), so the ranks' calls differ in shape, dtype, variant or config. The kernel ended "
-                               "before it touched its peers' data."),
+        "iris device error in ", copy.op, " on rank ", copy.rank, ": rank ", copy.peer, what,
         " Every rank must make the same calls on a workspace, in the same order; IRIS_CHECK_CALLS=1 names the "
         "difference before launch. Call the preamble again on every rank before using the workspace."));
-  }
-  if (copy.code == device::kDeviceErrorCallDiffers) {
-    char theirs[32], ours[32];
-    std::snprintf(theirs, sizeof(theirs), "%llx", static_cast<unsigned long long>(copy.observed));
-    std::snprintf(ours, sizeof(ours), "%llx", static_cast<unsigned long long>(copy.expected));
-    throw InvalidArgument(detail::str_cat(
-        "iris device error in ", copy.op, " on rank ", copy.rank, ": rank ", copy.peer,
-        " is in another call on this workspace: the same call by count, but its call key is ", theirs,
-        " and this rank's ", ours,
-        " (hashes of the op, shapes, dtype, variant and config), so the ranks' calls differ in a way their kernels "
-        "could not see (one rank's exchange took the LL protocol and the other's did not, say); found when a "
-        "wait gave up after ",
-        copy.elapsed_ns / 1000000,
-        " ms. This rank's output of that call is not valid. Every rank must make the same calls on a workspace, "
-        "in the same order; IRIS_CHECK_CALLS=1 names the difference before launch. Call the preamble again on "
-        "every rank before using the workspace."));
   }
   if (copy.code == device::kDeviceErrorMisuse)
     throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, " (block ",
