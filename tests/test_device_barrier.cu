@@ -239,21 +239,8 @@ TEST_P(DeviceBarrierTest, FirstCrossingRunsBesideARunningKernel) {
       GetParam(),
       [](Context& ctx) {
         DeviceBarrier barrier(ctx);
-        cudaStream_t other = nullptr;
-        IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
-        test::DeviceBuffer<uint32_t> done(1);
-        test::fill_bytes(ctx.stream(), done.get(), 0, 1);
-        ctx.synchronize();
-        test::load_kernels(test::hold_stream_until, test::raise_flag);
-        test::hold_stream_until<<<1, 1, 0, other>>>(done.get(), 3'000'000);
-        const auto start = std::chrono::steady_clock::now();
-        barrier.arrive_and_wait(ctx.stream());
-        const auto launch = std::chrono::steady_clock::now() - start;
-        test::raise_flag<<<1, 1, 0, ctx.stream()>>>(done.get());
-        ctx.synchronize();  // the crossing, then the flag that ends the spinning kernel
-        const auto ran = std::chrono::steady_clock::now() - start;
-        IRIS_CUDA_CHECK(cudaStreamSynchronize(other));
-        IRIS_CUDA_CHECK(cudaStreamDestroy(other));
+        const auto [launch, ran] =
+            test::run_beside_a_spinning_kernel(ctx, [&](cudaStream_t s) { barrier.arrive_and_wait(s); });
         auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
         EXPECT_LT(launch, std::chrono::seconds(1))
             << "rank " << ctx.rank() << ": the first crossing's launch took " << ms(launch)

@@ -130,6 +130,36 @@ void load_kernels(Kernels... kernels) {
   (load(kernels), ...);
 }
 
+// How long `launch` took to return, and until what it enqueued had run (run_beside_a_spinning_kernel).
+struct BesideASpinningKernel {
+  std::chrono::steady_clock::duration launch, ran;
+};
+
+// Calls launch(ctx.stream()) while a kernel on another stream of the process spins until a flag that
+// ctx.stream() raises after what `launch` enqueued (at most 3 s): a first launch that waits for the device
+// to idle shows as `launch` (the host blocked) or as `ran` (the GPU ran it after the spin gave up).
+// Complete on return (ctx.synchronize()).
+inline BesideASpinningKernel run_beside_a_spinning_kernel(Context& ctx,
+                                                          const std::function<void(cudaStream_t)>& launch) {
+  cudaStream_t other = nullptr;
+  IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  DeviceBuffer<uint32_t> done(1);
+  IRIS_CUDA_CHECK(cudaMemsetAsync(done.get(), 0, sizeof(uint32_t), ctx.stream()));
+  ctx.synchronize();
+  load_kernels(hold_stream_until, raise_flag);
+  hold_stream_until<<<1, 1, 0, other>>>(done.get(), 3'000'000);
+  const auto start = std::chrono::steady_clock::now();
+  launch(ctx.stream());
+  BesideASpinningKernel t;
+  t.launch = std::chrono::steady_clock::now() - start;
+  raise_flag<<<1, 1, 0, ctx.stream()>>>(done.get());
+  ctx.synchronize();
+  t.ran = std::chrono::steady_clock::now() - start;
+  IRIS_CUDA_CHECK(cudaStreamSynchronize(other));
+  IRIS_CUDA_CHECK(cudaStreamDestroy(other));
+  return t;
+}
+
 // Two calls that share state, for the call-order tests: first(ctx.stream()), then then(second) on
 // `second`, forked off ctx.stream() before and joined back after. Rank 0's ctx.stream() is held before the
 // first call until the second stream's calls are done, or `max_hold_us` have passed: the calls run in the

@@ -52,23 +52,13 @@ TEST_P(FirstLaunchGpu, AKernelNamingPrintfRunsBesideARunningKernel) {
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        cudaStream_t other = nullptr;
-        IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
-        test::DeviceBuffer<uint32_t> done(1);
         test::DeviceBuffer<uint32_t> out(1);
-        IRIS_CUDA_CHECK(cudaMemsetAsync(done.get(), 0, sizeof(uint32_t), ctx.stream()));
         IRIS_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, sizeof(uint32_t), ctx.stream()));
-        ctx.synchronize();
-        test::load_kernels(test::hold_stream_until, test::raise_flag, names_printf);
-        test::hold_stream_until<<<1, 1, 0, other>>>(done.get(), 3'000'000);
-        const auto start = std::chrono::steady_clock::now();
-        names_printf<<<1, 1, 0, ctx.stream()>>>(out.get(), 0);
-        IRIS_CUDA_CHECK(cudaGetLastError());
-        test::raise_flag<<<1, 1, 0, ctx.stream()>>>(done.get());
-        ctx.synchronize();
-        const auto ran = std::chrono::steady_clock::now() - start;
-        IRIS_CUDA_CHECK(cudaStreamSynchronize(other));
-        IRIS_CUDA_CHECK(cudaStreamDestroy(other));
+        test::load_kernels(names_printf);
+        const auto ran = test::run_beside_a_spinning_kernel(ctx, [&](cudaStream_t s) {
+                           names_printf<<<1, 1, 0, s>>>(out.get(), 0);
+                           IRIS_CUDA_CHECK(cudaGetLastError());
+                         }).ran;
         uint32_t value = 0;
         IRIS_CUDA_CHECK(cudaMemcpy(&value, out.get(), sizeof(value), cudaMemcpyDeviceToHost));
         EXPECT_EQ(value, 7u);
