@@ -30,7 +30,10 @@ double Record::ratio() const {
 }
 
 double FusedRecord::flop_per_gpu() const {
-  return 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k) / world;
+  const double product =
+      2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k);
+  // all_gather_matmul_k_sharded gathers A's columns and multiplies the whole A by B on every rank.
+  return op == FusedOp::kAllGatherMatmulKSharded ? product : product / world;
 }
 
 double FusedRecord::tflops(const Column& c) const {

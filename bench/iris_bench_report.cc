@@ -5,6 +5,8 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -80,6 +82,8 @@ MachineInfo collect_machine_info(int world) {
   char ts[32];
   std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   m.timestamp_utc = ts;
+  const char* pdl = std::getenv("IRIS_PDL");  // read as iris reads it (src/ccl/ccl_host.cc, pdl_enabled)
+  m.iris_pdl = pdl == nullptr || std::strcmp(pdl, "0") != 0;
   return m;
 }
 
@@ -96,6 +100,10 @@ void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
         "MPS, split its SMs) and reach each other in that GPU's memory, so the times, bandwidths and ratios below are "
         "not NVLink measurements\n");
   std::printf("# iris heap per rank: %s\n", m.heap.c_str());
+  std::printf(m.iris_pdl
+                  ? "# iris kernels launched with programmatic dependent launch (IRIS_PDL=0 turns it off): in a graph "
+                    "of back-to-back calls each iris call is launched while the one before it runs\n"
+                  : "# iris kernels launched without programmatic dependent launch (IRIS_PDL=0)\n");
   if (!nccl_compiled()) {
     std::printf("# NCCL: not built in (CMake found no NCCL); the NCCL columns are unavailable\n");
   } else if (!nccl_on) {
@@ -232,7 +240,10 @@ void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) 
   std::printf("\n# ==== fused GEMM + communication (iris::ops) against cuBLAS + NCCL one after the other ====\n");
   std::printf("# bf16 in and out, fp32 accumulation; random inputs, different on every rank; B stored %s (--fused-b)\n",
               o.fused_b_nk ? "N x K" : "K x N");
-  std::printf("# M, N, K are global; W = %d ranks; each rank's GEMM does 1/W of the work\n", m.world);
+  std::printf(
+      "# M, N, K are global; W = %d ranks; each rank's GEMM does 1/W of the work, except in "
+      "all_gather_matmul_k_sharded, where every rank multiplies the whole gathered A by B\n",
+      m.world);
   if (o.fused_comm_sms > 0)
     std::printf("# comm_sms = %d (--fused-comm-sms): blocks of the kernels beside the GEMM\n", o.fused_comm_sms);
   if (o.fused_min_band_tiles > 0)
@@ -243,7 +254,9 @@ void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) 
               : "# fused_us, seq_us, gemm_us: median us per call over %d timed replays of a CUDA graph of %d calls "
                 "(after %d untimed), the three in turns, max over ranks\n",
       o.repeats, o.iters, o.warmup);
-  std::printf("# TF = TFLOP/s per GPU = 2*M*N*K / W / time; speedup = seq_us / fused_us (>1: fused faster)\n");
+  std::printf(
+      "# TF = TFLOP/s per GPU = one rank's GEMM work / time: 2*M*N*K / W (all_gather_matmul_k_sharded: 2*M*N*K); "
+      "speedup = seq_us / fused_us (>1: fused faster)\n");
   std::printf(
       "# SM_MHz: median SM clock (NVML, sampled every ms) while each path was timed, slowest rank; '-' where not "
       "sampled (no NVML, or turns too short). A GPU at its power limit lowers it: a speedup with unequal clocks "
@@ -417,13 +430,14 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
   os << "  \"settings\": {\"command\": " << json_string(o.command_line) << ", \"iters\": " << o.iters
      << ", \"warmup\": " << o.warmup << ", \"repeats\": " << o.repeats
      << ", \"check\": " << (o.check ? "true" : "false") << ", \"quick\": " << (o.quick ? "true" : "false")
-     << ", \"targets\": " << (o.targets ? "true" : "false") << ", \"targets\": " << (o.targets ? "true" : "false")
+     << ", \"targets\": " << (o.targets ? "true" : "false") << ", \"iris_pdl\": " << (m.iris_pdl ? "true" : "false")
      << ", \"collectives\": " << (o.collectives ? "true" : "false") << ", \"fused\": " << (o.fused ? "true" : "false")
      << ", \"fused_b\": " << json_string(o.fused_b_nk ? "nk" : "kn")
      << ", \"fused_rel_tolerance\": " << json_number(kFusedRelTolerance)
      << ", \"eager\": " << (o.eager ? "true" : "false") << ", \"time\": \"median us per call over timed "
      << (o.eager ? "batches of direct calls" : "graph replays")
-     << ", max over ranks\", \"tflops\": \"per GPU: 2*M*N*K / world / time\"},\n";
+     << ", max over ranks\", \"tflops\": \"per GPU: one rank's GEMM work / time: 2*M*N*K / world "
+        "(all_gather_matmul_k_sharded: 2*M*N*K)\"},\n";
   os << "  \"results\": [";
   for (size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];

@@ -54,7 +54,8 @@ struct FusedRecord {
   bool fused_direct = false;       // fused timed as direct launches (its CUDA graph capture failed)
   std::string wrong_where;         // which checks found wrong elements ("eager call", "replay after the timing", both)
 
-  // Each rank's GEMM does 1/W of the global 2*M*N*K, whichever dimension the op splits.
+  // The GEMM work of one rank: 1/W of the global 2*M*N*K, whichever dimension the op splits, except for
+  // all_gather_matmul_k_sharded, whose every rank multiplies the whole gathered A by B (2*M*N*K).
   double flop_per_gpu() const;
   double tflops(const Column& c) const;  // per GPU; NaN when not measured
   double speedup() const;                // seq / fused (>1: fused faster); NaN when either is missing
@@ -78,6 +79,10 @@ struct MachineInfo {
   std::string hostname;
   std::string timestamp_utc;
   std::string heap;  // iris heap per rank, as set
+  // Programmatic dependent launch of iris's collective kernels (IRIS_PDL, on unless "0"): in a graph of
+  // back-to-back iris calls, each call's grid is launched while the one before it runs, which a call that
+  // follows other work does not gain; the tables say which way they were timed.
+  bool iris_pdl = true;
   // How the ranks run: "threads, one per GPU", "processes (...), one per GPU" or, when ranks share GPUs,
   // a text that says the times are not measurements (shared_gpus).
   std::string launch = "threads, one per GPU";

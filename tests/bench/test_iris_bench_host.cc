@@ -15,6 +15,7 @@
 #include "iris/ccl/config.hpp"
 #include "iris_bench_data.hpp"
 #include "iris_bench_options.hpp"
+#include "iris_bench_report.hpp"
 #include "support/error_text.hpp"
 
 namespace iris_bench {
@@ -157,6 +158,22 @@ TEST(BenchProblems, CountsFollowTheSizeConventions) {
   EXPECT_EQ(ag.out_count(), 4096u);
   EXPECT_EQ(std::string(make_problem(Op::kAllGather, DType::kInt8, 8, 2, 0, ReduceOp::kProd).redop_name()), "none");
   EXPECT_EQ(std::string(make_problem(Op::kAllReduce, DType::kInt8, 8, 2, 0, ReduceOp::kProd).redop_name()), "prod");
+}
+
+// TF per GPU is one rank's GEMM work: 1/W of 2*M*N*K where the op splits a dimension across ranks, the whole
+// product for all_gather_matmul_k_sharded (every rank multiplies the gathered A by B).
+TEST(BenchProblems, FusedTflopsCountOneRanksGemmWork) {
+  FusedRecord r;
+  r.shape = FusedShape{8192, 8192, 8192};
+  r.world = 2;
+  r.fused.time_us = 1000;
+  const double product = 2.0 * 8192 * 8192 * 8192;
+  for (FusedOp op : kAllFusedOps) {
+    r.op = op;
+    const double per_gpu = op == FusedOp::kAllGatherMatmulKSharded ? product : product / 2;
+    EXPECT_DOUBLE_EQ(r.flop_per_gpu(), per_gpu) << fused_op_name(op);
+    EXPECT_DOUBLE_EQ(r.tflops(r.fused), per_gpu / 1e-3 / 1e12) << fused_op_name(op);
+  }
 }
 
 // The inputs are the integers -2..2; each dtype's bits of them must be the bits the CUDA conversions give,
