@@ -14,8 +14,11 @@
 //   matmul_all_reduce         at least 1.25x over sequential at those two shapes
 //   every fused op            at least 1.0x over sequential at every shape of the fused tables
 // Sizes are the table's `size` column (BASELINES.md's conventions: all_gather one rank's input,
-// reduce_scatter the whole input). A fused op's verdict is its best row at the shape (the variant and the
-// copy path named), and its default config's row is named beside it where that is another.
+// reduce_scatter the whole input). "The best NCCL" is the faster of plain buffers and symmetric windows; a
+// size without both is not compared. A fused op's verdict is its fastest correct row at the shape (the
+// variant and the copy path named) against the fastest of the shape's sequential timings (one per row: the
+// same work, timed in each row's turns), and its default config's row is named beside it where that is
+// another.
 #pragma once
 
 #include <string>
@@ -35,8 +38,8 @@ struct TargetCheck {
   std::string measured;  // "5.91 us", what missed it, or what the run lacks
 };
 
-// Why this run is not held to the targets ("" when it is): another GPU or world size, eager timing, or
-// ranks sharing GPUs.
+// Why this run is not held to the targets ("" when it is): another GPU or world size, eager timing, ranks
+// sharing GPUs, or results not checked (-c 0).
 std::string targets_not_applicable(const MachineInfo& m, const Options& o);
 
 // The checks, from a run's rows (rows of other dtypes, reductions and world sizes are not read). A

@@ -80,6 +80,10 @@ TEST(BenchTargets, OnlyTwoH200sTimedOverGraphReplaysAreHeldToThem) {
   o.eager = true;
   EXPECT_EQ(targets_not_applicable(target_machine(), o),
             "the targets are timed over CUDA-graph replays; this run timed direct calls (--eager)");
+  o.eager = false;
+  o.check = false;
+  EXPECT_EQ(targets_not_applicable(target_machine(), o),
+            "the targets hold checked results only; this run did not check them (-c 0)");
 }
 
 TEST(BenchTargets, AllReduceLatencyAndBandwidthReadTheAutoRowAtTheirSize) {
@@ -140,14 +144,31 @@ TEST(BenchTargets, ParityNeedsEverySizeFromOneKiBToOneGiBAgainstTheBestNccl) {
   EXPECT_EQ(t.verdict, Verdict::kMissed);
   EXPECT_EQ(t.measured, "missed at 2 of 21 sizes: 0.995x at 64 KiB, iris failed at 1 MiB");
 
+  // Without the symmetric windows' column (--no-nccl-symmetric, or windows not registered) a size is not
+  // compared: the plain NCCL alone is not the best NCCL.
+  std::vector<Record> plain_only = rows;
+  for (Record& r : plain_only) r.nccl_sym = Column{};
+  t = find(check_collective_targets(plain_only), target);
+  EXPECT_EQ(t.verdict, Verdict::kMissed);  // iris's failure still misses
+  EXPECT_EQ(t.measured,
+            "missed at 1 of 1 sizes: iris failed at 1 MiB; NCCL (plain and symmetric windows) not both measured at "
+            "20 sizes");
+  plain_only[10].iris = measured(8);
+  t = find(check_collective_targets(plain_only), target);
+  EXPECT_EQ(t.verdict, Verdict::kNotMeasured);
+  EXPECT_EQ(t.measured,
+            "no size with both iris and NCCL measured (the run's all_gather rows span 1 KiB to 2 GiB); NCCL (plain and "
+            "symmetric windows) not both measured at 21 sizes");
+
   // A run of 8 KiB to 256 MiB, all faster: not the whole range, so not measured, not met.
   std::vector<Record> part;
-  for (size_t s = 8 * kKiB; s <= 256 * kMiB; s *= 2) part.push_back(row(Op::kAllGather, s, 8, 12));
+  for (size_t s = 8 * kKiB; s <= 256 * kMiB; s *= 2) part.push_back(row(Op::kAllGather, s, 8, 12, 13));
   part.back().nccl = Column{};  // NCCL did not run at 256 MiB
   t = find(check_collective_targets(part), target);
   EXPECT_EQ(t.verdict, Verdict::kNotMeasured);
   EXPECT_EQ(t.measured,
-            "1.50x or more at 15 sizes from 8 KiB to 128 MiB; NCCL not measured at 1 size (not the whole range)");
+            "1.50x or more at 15 sizes from 8 KiB to 128 MiB; NCCL (plain and symmetric windows) not both measured at "
+            "1 size (not the whole range)");
   EXPECT_EQ(find(check_collective_targets({}), target).measured,
             "no size with both iris and NCCL measured (the run has no bf16 all_gather rows on 2 ranks)");
 }
@@ -164,12 +185,14 @@ FusedRecord fused_row(FusedOp op, FusedShape shape, std::string variant, double 
   return r;
 }
 
-TEST(BenchTargets, FusedSpeedupsTakeTheBestCorrectRowAndNameTheDefaultBesideIt) {
+TEST(BenchTargets, FusedSpeedupsTakeTheBestCorrectRowAgainstTheFastestSequentialAndNameTheDefault) {
   const FusedShape square{8192, 8192, 8192}, tall{16384, 4096, 8192};
   std::vector<FusedRecord> rows = {
-      fused_row(FusedOp::kMatmulAllReduce, square, "atomic", 900, 1200),
+      // Each row's sequential timing of the same work: the fastest (1200 us, two_shot's turns) is what every
+      // row is compared with, not its own.
+      fused_row(FusedOp::kMatmulAllReduce, square, "atomic", 900, 1300),
       fused_row(FusedOp::kMatmulAllReduce, square, "two_shot", 1000, 1200),
-      fused_row(FusedOp::kMatmulAllReduce, square, "one_shot", 800, 1200),  // wrong: not counted
+      fused_row(FusedOp::kMatmulAllReduce, square, "one_shot", 800, 1250),  // wrong: not counted
       fused_row(FusedOp::kMatmulReduceScatter, square, "-", 800, 1058.5),
       fused_row(FusedOp::kAllGatherMatmul, tall, "-", 1000, 1250),
   };
@@ -179,8 +202,8 @@ TEST(BenchTargets, FusedSpeedupsTakeTheBestCorrectRowAndNameTheDefaultBesideIt) 
   const TargetCheck mar = find(c, "matmul_all_reduce at 8192x8192x8192: at least 1.25x over cuBLAS + NCCL");
   EXPECT_EQ(mar.verdict, Verdict::kMet);
   EXPECT_EQ(mar.measured,
-            "1.33x (atomic: 900.0 us against 1200.0 us sequential); two_shot, the default 1.20x; one_shot 5 wrong "
-            "elements");
+            "1.33x (atomic: 900.0 us against 1200.0 us sequential, the fastest of 3 timings); two_shot, the default "
+            "1.20x; one_shot 5 wrong elements");
   const TargetCheck mrs = find(c, "matmul_reduce_scatter at 8192x8192x8192: at least 1.30x over cuBLAS + NCCL");
   EXPECT_EQ(mrs.verdict, Verdict::kMet);
   EXPECT_EQ(mrs.measured, "1.32x (default config: 800.0 us against 1058.5 us sequential)");
