@@ -1261,9 +1261,10 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
 // while its peers' are not (200 x 100, chunked), on a workspace prepared for the larger. The LL rank waits for
 // header lines its peers never write, they for flags it never sets. Before 2026-12-05 every rank raised a
 // TimeoutError that said only that a peer never signalled; now each wait that gives up (500 ms here) reads its
-// peers' call words, finds a peer in the same call (by count) with another call key, and raises
-// InvalidArgument naming that peer and saying that the call's output is not valid. Rank 0 names rank 1, the
-// others rank 0 (the first peer whose key differs). The workspace is refused until prepared again.
+// peers' call words, finds a peer in the same call (by count) with another call key, and raises a
+// TimeoutError (a wait past its bound, DESIGN.md; InvalidArgument before 2026-12-05's second session) naming
+// that peer and saying that the call's output is not valid. Rank 0 names rank 1, the others rank 0 (the
+// first peer whose key differs). The workspace is refused until prepared again.
 TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaitsGiveUp) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
@@ -1290,10 +1291,13 @@ TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaits
           out.rows = op == Op::kReduceScatter ? m : w * m;
           c.in.upload(ctx.stream(), test::make_input(DType::kFloat32, c.in.view.rows, n, n, seed++, me));
           call(ctx, op, out, in, ws);
-          const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
-          EXPECT_EQ(err.rfind("iris device error in ", 0), 0u) << err;
+          const std::string err = test::error_text<iris::TimeoutError>([&] { ctx.synchronize(); });
+          EXPECT_EQ(err.rfind(detail::str_cat("iris device timeout in ", op_name(op), " on rank ", me, " (block "), 0),
+                    0u)
+              << err;
           const int named = me == 0 ? 1 : 0;
-          EXPECT_NE(err.find(detail::str_cat(" on rank ", me, ": rank ", named,
+          EXPECT_NE(err.find(detail::str_cat(" ms for the word at 0x")), std::string::npos) << err;
+          EXPECT_NE(err.find(detail::str_cat(", and rank ", named,
                                              " is in another call on this workspace: the same call by count, but "
                                              "its call key is ")),
                     std::string::npos)

@@ -593,52 +593,57 @@ void Context::check_device_error() {
   // Counted whatever the code: a misuse also made every bounded wait of this rank's running kernels give
   // up (timeout.cuh), so workspaces and barriers may be out of step all the same.
   ++device_timeouts_;
-  if (copy.code == device::kDeviceErrorCallMismatch || copy.code == device::kDeviceErrorCallMismatchLate ||
-      copy.code == device::kDeviceErrorCallDiffers) {
-    // Three places compare the ranks' calls: a fence, layouts before any data moves; an LL exchange, call keys
-    // beside its data; a wait that gave up, the call words (the signatures' keys) of a call it waited in.
-    char theirs[32], ours[32];
-    std::snprintf(theirs, sizeof(theirs), "%llx", static_cast<unsigned long long>(copy.observed));
-    std::snprintf(ours, sizeof(ours), "%llx", static_cast<unsigned long long>(copy.expected));
-    std::string what;
-    if (copy.code == device::kDeviceErrorCallMismatch)
-      what = detail::str_cat(" made another call on this workspace (its call lays out the data as ", theirs,
-                             ", this rank's as ", ours,
-                             "), so the ranks' calls differ in shape, dtype, variant or config. The kernel ended "
-                             "before it touched its peers' data.");
-    else if (copy.code == device::kDeviceErrorCallMismatchLate)
-      what = detail::str_cat(" made another call on this workspace (its call key is ", theirs, ", this rank's ", ours,
-                             "; hex digits from the top: exchange, dtype, reduction, 0, then 12 of elements per "
-                             "block), so the ranks' calls differ in shape, dtype or reduction. This rank's output "
-                             "of that call is not valid: the exchange found the difference beside the data, which "
-                             "it may have combined already.");
-    else
-      what = detail::str_cat(" is in another call on this workspace: the same call by count, but its call key is ",
-                             theirs, " and this rank's ", ours,
-                             " (hashes of the op, shapes, dtype, variant and config), so the ranks' calls differ in a "
-                             "way their kernels could not see (one rank's exchange took the LL protocol and the "
-                             "other's did not, say); found when a wait gave up after ",
-                             copy.elapsed_ns / 1000000, " ms. This rank's output of that call is not valid.");
-    throw InvalidArgument(detail::str_cat(
-        "iris device error in ", copy.op, " on rank ", copy.rank, ": rank ", copy.peer, what,
-        " Every rank must make the same calls on a workspace, in the same order; IRIS_CHECK_CALLS=1 names the "
-        "difference before launch. Call the preamble again on every rank before using the workspace."));
+  // Every message of calls that differ ends the same way.
+  const char* const differ_advice =
+      " Every rank must make the same calls on a workspace, in the same order; IRIS_CHECK_CALLS=1 names the "
+      "difference before launch. Call the preamble again on every rank before using the workspace.";
+  char theirs[32], ours[32];
+  std::snprintf(theirs, sizeof(theirs), "%llx", static_cast<unsigned long long>(copy.observed));
+  std::snprintf(ours, sizeof(ours), "%llx", static_cast<unsigned long long>(copy.expected));
+  // Two places compare the ranks' calls before any wait could give up: a fence, layouts before any data
+  // moves; an LL exchange, call keys beside its data. The calls' arguments differ: InvalidArgument.
+  if (copy.code == device::kDeviceErrorCallMismatch || copy.code == device::kDeviceErrorCallMismatchLate) {
+    const std::string what =
+        copy.code == device::kDeviceErrorCallMismatch
+            ? detail::str_cat(" made another call on this workspace (its call lays out the data as ", theirs,
+                              ", this rank's as ", ours,
+                              "), so the ranks' calls differ in shape, dtype, variant or config. The kernel ended "
+                              "before it touched its peers' data.")
+            : detail::str_cat(" made another call on this workspace (its call key is ", theirs, ", this rank's ", ours,
+                              "; hex digits from the top: exchange, dtype, reduction, 0, then 12 of elements per "
+                              "block), so the ranks' calls differ in shape, dtype or reduction. This rank's output "
+                              "of that call is not valid: the exchange found the difference beside the data, which "
+                              "it may have combined already.");
+    throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, ": rank ",
+                                          copy.peer, what, differ_advice));
   }
+  char addr[32], seen[32], want[32];
+  std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
+  std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));
+  std::snprintf(want, sizeof(want), "%llu", static_cast<unsigned long long>(copy.expected));
+  // A wait that gave up, and then found in the call words why. A wait past its bound is a TimeoutError
+  // whatever it finds (DESIGN.md), so that code catching timeouts to recover from a hang catches these too.
+  const std::string waited =
+      detail::str_cat("iris device timeout in ", copy.op, " on rank ", copy.rank, " (block ", copy.block, "): waited ",
+                      copy.elapsed_ns / 1000000, " ms for the word at ", addr);
+  if (copy.code == device::kDeviceErrorCallDiffers)
+    throw TimeoutError(detail::str_cat(
+        waited, ", and rank ", copy.peer,
+        " is in another call on this workspace: the same call by count, but its call key is ", theirs,
+        " and this rank's ", ours,
+        " (hashes of the op, shapes, dtype, variant and config), so the ranks' calls differ in a way their kernels "
+        "could not see (one rank's exchange took the LL protocol and the other's did not, say). This rank's output "
+        "of that call is not valid.",
+        differ_advice));
   if (copy.code == device::kDeviceErrorMisuse)
     throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, " (block ",
                                           copy.block, "): got ", static_cast<int64_t>(copy.observed),
                                           ", which must be in [0, ", copy.expected,
                                           "). The kernel gave up there, and so did every bounded wait of this "
                                           "rank's kernels running at the time."));
-  char addr[32], seen[32], want[32];
-  std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
-  std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));
-  std::snprintf(want, sizeof(want), "%llu", static_cast<unsigned long long>(copy.expected));
   if (copy.code == device::kDeviceErrorPeerNotInCall)
     throw TimeoutError(detail::str_cat(
-        "iris device timeout in ", copy.op, " on rank ", copy.rank, " (block ", copy.block, "): waited ",
-        copy.elapsed_ns / 1000000, " ms for the word at ", addr, ", and rank ", copy.peer,
-        " has not started this call: this rank is in call ", copy.expected,
+        waited, ", and rank ", copy.peer, " has not started this call: this rank is in call ", copy.expected,
         " on this workspace, and the latest call "
         "rank ",
         copy.peer, " started there is ",
@@ -649,10 +654,8 @@ void Context::check_device_error() {
         "IRIS_CHECK_CALLS=1 compares every iris call across ranks before its launch and names the first that "
         "differs."));
   throw TimeoutError(
-      detail::str_cat("iris device timeout in ", copy.op, " on rank ", copy.rank, " (block ", copy.block, "): waited ",
-                      copy.elapsed_ns / 1000000, " ms for the word at ", addr,
-                      copy.peer >= 0 ? detail::str_cat(" owned by rank ", copy.peer) : std::string(), "; last value ",
-                      seen, ", waiting for ", want,
+      detail::str_cat(waited, copy.peer >= 0 ? detail::str_cat(" owned by rank ", copy.peer) : std::string(),
+                      "; last value ", seen, ", waiting for ", want,
                       ". A peer never signalled: check that every rank launched the same ops, in the same order on "
                       "each workspace (IRIS_CHECK_CALLS=1 compares every iris call across ranks before "
                       "its launch and names the first that differs)."));

@@ -54,7 +54,7 @@ inline constexpr int32_t kDeviceErrorCallMismatchLate = 4;
 // Found by a collective's bounded wait that gave up (timeout.cuh, record_wait_timeout): a peer's call
 // words (DeviceContext::call_words) show it in the same call on the workspace (the same epoch) with another
 // call key. `observed` holds the peer's key, `expected` this rank's, `peer` the peer, `address` the word
-// waited for. The host raises InvalidArgument: the call's output is not valid.
+// waited for. The host raises TimeoutError (a wait past its bound) saying so: the call's output is not valid.
 inline constexpr int32_t kDeviceErrorCallDiffers = 5;
 // Found the same way: a peer has not started this call on the workspace. `observed` holds the epoch of
 // the latest call it started there (0: none since the preamble), `expected` this call's, `peer` the peer,

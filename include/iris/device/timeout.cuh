@@ -20,9 +20,9 @@
 //    values (InvalidArgument naming the value and its range for a misuse, kDeviceErrorMisuse, and the
 //    peer for a call that differs from a peer's, kDeviceErrorCallMismatch, or kDeviceErrorCallMismatchLate
 //    when the exchange found it beside the data, whose output is then not valid; in an iris collective a
-//    wait that gives up first reads its peers' call words, and raises InvalidArgument for a peer in the
-//    same call with another key, kDeviceErrorCallDiffers, or a TimeoutError naming a peer that has not
-//    started the call, kDeviceErrorPeerNotInCall: record_wait_timeout below), and
+//    wait that gives up first reads its peers' call words, and raises a TimeoutError naming a peer in the
+//    same call with another key, kDeviceErrorCallDiffers, or a peer that has not started the call,
+//    kDeviceErrorPeerNotInCall: record_wait_timeout below), and
 //    clears the record. Until it is cleared, every bounded wait launched with this
 //    context (in this or later kernels) gives up at its first error poll (within ~100 us), so work
 //    queued behind a failed kernel drains quickly instead of each waiting out its own bound.
