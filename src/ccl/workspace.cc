@@ -120,39 +120,23 @@ std::string OpSignature::describe() const {
 }
 
 uint64_t OpSignature::key() const {
-  // Every field of the struct, in order (a field added to OpSignature must be added here: the size check
-  // below fails until it is looked at).
-  static_assert(sizeof(OpSignature) == 112, "OpSignature changed: hash the new field in OpSignature::key()");
+  // Every field of the struct, in order. The structured binding names each one: it does not compile once
+  // OpSignature has a field more or less, so a field added there must be added here (a size check would
+  // not see a small field that fills padding).
+  const auto& [op_, rows_, cols_, dtype_, world_size_, variant_, protocol_, block_size_m_, block_size_n_, root_,
+               reduce_op_, depth_, bias_, symmetric_output_, output_offset_, ll_max_bytes_, swizzle_, distribution_,
+               rings_, slice_n_, grid_, min_band_tiles_] = *this;
   uint64_t h = 0x9E3779B97F4A7C15ull;
-  auto mix = [&h](int64_t v) {  // splitmix64's finalizer over the running hash plus the field
-    uint64_t z = h + static_cast<uint64_t>(v) + 0x9E3779B97F4A7C15ull;
+  auto mix = [&h](auto field) {  // splitmix64's finalizer over the running hash plus the field
+    uint64_t z = h + static_cast<uint64_t>(static_cast<int64_t>(field)) + 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     h = z ^ (z >> 31);
   };
-  for (int64_t v : {static_cast<int64_t>(op),
-                    rows,
-                    cols,
-                    static_cast<int64_t>(dtype),
-                    static_cast<int64_t>(world_size),
-                    static_cast<int64_t>(variant),
-                    static_cast<int64_t>(protocol),
-                    static_cast<int64_t>(block_size_m),
-                    static_cast<int64_t>(block_size_n),
-                    static_cast<int64_t>(root),
-                    static_cast<int64_t>(reduce_op),
-                    depth,
-                    static_cast<int64_t>(bias),
-                    static_cast<int64_t>(symmetric_output),
-                    output_offset,
-                    ll_max_bytes,
-                    static_cast<int64_t>(swizzle),
-                    static_cast<int64_t>(distribution),
-                    static_cast<int64_t>(rings),
-                    static_cast<int64_t>(slice_n),
-                    static_cast<int64_t>(grid),
-                    static_cast<int64_t>(min_band_tiles)})
-    mix(v);
+  mix(op_), mix(rows_), mix(cols_), mix(dtype_), mix(world_size_), mix(variant_), mix(protocol_);
+  mix(block_size_m_), mix(block_size_n_), mix(root_), mix(reduce_op_), mix(depth_), mix(bias_);
+  mix(symmetric_output_), mix(output_offset_), mix(ll_max_bytes_), mix(swizzle_), mix(distribution_), mix(rings_);
+  mix(slice_n_), mix(grid_), mix(min_band_tiles_);
   return h;
 }
 
