@@ -298,26 +298,33 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
     throw;
   }
   std::string kernels = ", kernels load at their first launch";
+  // Loading ahead saves a first launch's wait and nothing more, so nothing here may fail the context: past
+  // the agreed steps above, a throw would leak the stream and the pinned record (this constructor's catch is
+  // behind) and leave this rank's peers to find it gone.
   if (load_kernels) {
-    const detail::DeviceGuard device(device_);
-    const auto start = std::chrono::steady_clock::now();
-    const detail::KernelLoadReport loaded = detail::load_kernel_modules();
-    // Loaded is not yet ready: a first launch also waits for the device to idle where it needs more stack
-    // than the device's limit or names printf (core/first_launch.hpp).
-    const detail::FirstLaunchReport prepared = detail::prepare_first_launches(stream_, loaded.max_local_bytes);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    if (loaded.failure.empty())
-      kernels = detail::str_cat(", ", loaded.kernels, " kernels of ", loaded.libraries, " libraries loaded in ",
-                                ms.count(), " ms, stack limit ", prepared.stack_after, " bytes per thread (was ",
-                                prepared.stack_before, "; the deepest kernel needs ", loaded.max_local_bytes, ")");
-    else
-      IRIS_LOG_WARN("rank ", rank_, " could not load iris's kernels ahead (", loaded.failure,
-                    "): the rest load at their first launch, which waits for the kernels running on device ", device_,
-                    ".");
-    if (!prepared.failure.empty())
-      IRIS_LOG_WARN("rank ", rank_, " could not prepare the first launches of iris's kernels (", prepared.failure,
-                    "): a process's first iris kernel, and the first needing more than ", prepared.stack_after,
-                    " bytes of stack, wait for the kernels running on device ", device_, ".");
+    try {
+      const detail::DeviceGuard device(device_);
+      const auto start = std::chrono::steady_clock::now();
+      const detail::KernelLoadReport loaded = detail::load_kernel_modules();
+      // Loaded is not yet ready: a first launch also waits for the device to idle where it needs more stack
+      // than the device's limit or names printf (core/first_launch.hpp).
+      const detail::FirstLaunchReport prepared = detail::prepare_first_launches(stream_, loaded.max_local_bytes);
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+      if (loaded.failure.empty())
+        kernels = detail::str_cat(", ", loaded.kernels, " kernels of ", loaded.libraries, " libraries loaded in ",
+                                  ms.count(), " ms, stack limit ", prepared.stack_after, " bytes per thread (was ",
+                                  prepared.stack_before, "; the deepest kernel needs ", loaded.max_local_bytes, ")");
+      else
+        IRIS_LOG_WARN("rank ", rank_, " could not load iris's kernels ahead (", loaded.failure,
+                      "): the rest load at their first launch, which waits for the kernels running on device ", device_,
+                      ".");
+      if (!prepared.failure.empty())
+        IRIS_LOG_WARN("rank ", rank_, " could not prepare the first launches of iris's kernels (", prepared.failure,
+                      "): a process's first iris kernel, and the first needing more than ", prepared.stack_after,
+                      " bytes of stack, wait for the kernels running on device ", device_, ".");
+    } catch (...) {
+      kernels = ", kernels load at their first launch (loading them ahead failed)";
+    }
   }
   IRIS_LOG_INFO("context ready: device ", device_, ", heap ", heap_size_, " bytes, window ",
                 static_cast<void*>(heap_->base()), guards_ != nullptr ? ", heap guards on" : "", kernels);
