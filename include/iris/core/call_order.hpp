@@ -16,8 +16,12 @@
 // keeps alive: the wait is then an edge of the graph, so the graph's replays keep the order, and a graph
 // whose calls keep to one stream gets nothing added). Across the edge of a capture there is nothing to wait
 // for at the time of the call: a call made eagerly after calls captured into a graph is ordered after that
-// graph's replays by the stream the graph is launched on, and the first captured call after eager ones by
-// the stream the capture began on, as for any kernel.
+// graph's replays only where it is made on the stream the graph is launched on, and the first captured call
+// after eager ones only by the stream the capture began on, as for any kernel. A graph replayed on one stream
+// and an eager call on another are not ordered: the caller must launch them on one stream or order them
+// (an event). Closing this would take an external event record in the graph after each captured call and
+// an external wait before the first, so that replays and eager calls wait on each other's latest record;
+// not done (it adds two nodes per captured call, unmeasured, and needs a GPU to test).
 //
 // Cost outside capture: a capture-status query and an event record per call. The record sits between a
 // call's kernel and the next kernel of its stream, so a next collective launched with programmatic
