@@ -595,15 +595,22 @@ TEST_P(FusedOpsGpu, PreamblesPrepareAndSmallerBlocksFindTheLockArrayTooSmall) {
       void (*preamble)(Context&, const MatmulOperands&, const FusedConfig&, FusedWorkspace&);
       void (*run)(Context&, const MatmulOperands&, const FusedConfig&, FusedWorkspace&, cudaStream_t);
       int64_t a_rows, c_rows;
+      ccl::AllReduceVariant variant = ccl::AllReduceVariant::kTwoShot;  // matmul_all_reduce's
     };
+    // matmul_all_reduce in each of its variants: each holds a lock per tile (before 2026-12-05 only the
+    // default two_shot ran here; the host tests covered the others).
     const Op ops[] = {
-        {"matmul_all_reduce", matmul_all_reduce_preamble, matmul_all_reduce, m, m},
+        {"matmul_all_reduce", matmul_all_reduce_preamble, matmul_all_reduce, m, m, ccl::AllReduceVariant::kAtomic},
+        {"matmul_all_reduce", matmul_all_reduce_preamble, matmul_all_reduce, m, m, ccl::AllReduceVariant::kSpinlock},
+        {"matmul_all_reduce", matmul_all_reduce_preamble, matmul_all_reduce, m, m, ccl::AllReduceVariant::kOneShot},
+        {"matmul_all_reduce", matmul_all_reduce_preamble, matmul_all_reduce, m, m, ccl::AllReduceVariant::kTwoShot},
         {"matmul_reduce_scatter", matmul_reduce_scatter_preamble, matmul_reduce_scatter, m, m / w},
         {"all_gather_matmul", all_gather_matmul_preamble, all_gather_matmul, m / w, m},
         {"matmul_all_gather", matmul_all_gather_preamble, matmul_all_gather, m / w, m},
     };
     for (const Op& op : ops) {
-      SCOPED_TRACE(op.name);
+      SCOPED_TRACE(std::string(op.name) + " " + ccl::variant_name(op.variant));
+      big.all_reduce_variant = small.all_reduce_variant = op.variant;
       MatmulOperands mm;
       mm.a = Tensor::matrix(a.ptr, kBF16, op.a_rows, k);
       mm.b = Tensor::matrix(b.ptr, kBF16, k, n);
