@@ -22,11 +22,21 @@
 
 namespace iris::test {
 
-inline uint64_t splitmix(uint64_t x) {
+__host__ __device__ inline uint64_t splitmix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// Element i of rank `rank`'s input in call or replay k of the graph and back-to-back tests: an integer in
+// [-5, 5], from a hash of all three, so that no element, rank or call repeats another's values in a pattern
+// a stale or misplaced read could match (before 2026-12-05 the tests' values were periodic in i, k and
+// rank, and some elements were 0 in every call). Exact in bf16, and so are its sums over up to 8 ranks.
+__host__ __device__ inline int small_value(int rank, int k, int64_t i) {
+  const uint64_t h = splitmix(splitmix(static_cast<uint64_t>(k) * 0x100000001b3ull + static_cast<uint64_t>(rank)) ^
+                              static_cast<uint64_t>(i));
+  return static_cast<int>(h % 11) - 5;
 }
 
 // Element i of rank r's input for draw `seed`, already rounded to the dtype, as a double.

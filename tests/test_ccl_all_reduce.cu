@@ -263,11 +263,11 @@ TEST_P(AllReduce, SpinlockMatchesFp64Reference) {
   run_variant(GetParam(), AllReduceVariant::kSpinlock);
 }
 
-// Element i of rank r in replay k: (i % 5 - 2) * (k % 3 + 1) * (r % 2 + 1). Small integers, so the
-// inputs and their sums over up to 8 ranks (|sum| <= 96) are exact in bf16; different every replay.
-__host__ __device__ int replay_value(int64_t i, int k, int rank) {
-  return (static_cast<int>(i % 5) - 2) * (k % 3 + 1) * (rank % 2 + 1);
-}
+// Element i of rank r in replay k: test::small_value, an integer in [-5, 5] hashed from all three, so the
+// inputs and their sums over up to 8 ranks are exact in bf16. Until 2026-12-05 it was (i % 5 - 2) *
+// (k % 3 + 1) * (r % 2 + 1): a replay reading staging left three replays before, an output shifted by a
+// multiple of 5 elements, or ranks r and r + 2 mixed up all passed (a reviewer's finding).
+__host__ __device__ int replay_value(int64_t i, int k, int rank) { return test::small_value(rank, k, i); }
 __global__ void fill_replay_input(__nv_bfloat16* p, int64_t n, int rank, const int* k) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     p[i] = __float2bfloat16_rn(static_cast<float>(replay_value(i, *k, rank)));
@@ -283,7 +283,8 @@ std::string call_name(const Config& c) {
 // Captures one graph of an input refresh (fill_replay_input) and an all_reduce of n bf16 elements in each
 // of `cfgs`, in that order on one workspace (prepare_for_every), and replays it `replays` times: the
 // input changes with every replay and every output is poisoned before it. Every output of every replay
-// is checked against the exact sum, every element up to 4096 and past it every `stride`-th.
+// is checked against the exact sum: every element up to 4096, past it every `stride`-th, and the last 64
+// (the partial last pack and the last block's tail).
 void replay_graph_and_check(Context& ctx, int64_t n, const std::vector<Config>& cfgs, int replays, int64_t stride) {
   const int world = ctx.world_size();
   const int calls = static_cast<int>(cfgs.size());
@@ -313,7 +314,7 @@ void replay_graph_and_check(Context& ctx, int64_t n, const std::vector<Config>& 
       IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), outs[i], n * 2, cudaMemcpyDeviceToHost, ctx.stream()));
       ctx.synchronize();
       int64_t wrong = 0;
-      for (int64_t e = 0; e < n; e += (e < 4096 ? 1 : stride)) {
+      for (int64_t e = 0; e < n; e += (e < 4096 || e >= n - 64 - stride ? 1 : stride)) {
         int want = 0;
         for (int r = 0; r < world; ++r) want += replay_value(e, rep, r);
         wrong += __bfloat162float(host[e]) != static_cast<float>(want);
@@ -335,7 +336,9 @@ void replay_graph_and_check(Context& ctx, int64_t n, const std::vector<Config>& 
   ctx.free(in);
 }
 
-// 1,000 replays of a graph holding one input refresh and one all_reduce; every replay checked.
+// 1,000 replays of a graph holding one input refresh and one all_reduce, for every variant and auto at a
+// small and a large size; every replay checked. (Before 2026-12-05 ring, atomic and spinlock ran 200 and
+// auto none.)
 TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
@@ -351,9 +354,11 @@ TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
         for (const Case& c : {Case{AllReduceVariant::kOneShot, OneShotProtocol::kLL, 4096, 1000},
                               Case{AllReduceVariant::kOneShot, OneShotProtocol::kSimple, 300001, 1000},
                               Case{AllReduceVariant::kTwoShot, OneShotProtocol::kAuto, 300001, 1000},
-                              Case{AllReduceVariant::kRing, OneShotProtocol::kAuto, 4096, 200},
-                              Case{AllReduceVariant::kAtomic, OneShotProtocol::kAuto, 4096, 200},
-                              Case{AllReduceVariant::kSpinlock, OneShotProtocol::kAuto, 4096, 200}}) {
+                              Case{AllReduceVariant::kRing, OneShotProtocol::kAuto, 4096, 1000},
+                              Case{AllReduceVariant::kAtomic, OneShotProtocol::kAuto, 4096, 1000},
+                              Case{AllReduceVariant::kSpinlock, OneShotProtocol::kAuto, 4096, 1000},
+                              Case{AllReduceVariant::kAuto, OneShotProtocol::kAuto, 4096, 1000},
+                              Case{AllReduceVariant::kAuto, OneShotProtocol::kAuto, 300001, 1000}}) {
           SCOPED_TRACE(call_name(variant_config(c.v, c.protocol)));
           replay_graph_and_check(ctx, c.n, {variant_config(c.v, c.protocol)}, c.replays, /*stride=*/13);
         }
@@ -362,7 +367,7 @@ TEST_P(AllReduce, GraphReplaysWithChangingInputsStayCorrect) {
 }
 
 // One graph holding an input refresh and an all_reduce of every variant, all on one workspace, replayed
-// 200 times: every replay changes layout six times, so each call fences and atomic zeroes its
+// 1,000 times (200 before 2026-12-05): every replay changes layout six times, so each call fences and atomic zeroes its
 // accumulators (which hold what the other variants left in the staging) inside the graph, with nothing
 // on the host between the calls. Every element of every output of every replay is checked.
 TEST_P(AllReduce, GraphOfEveryVariantOnOneWorkspaceReplaysCorrectly) {
@@ -375,12 +380,13 @@ TEST_P(AllReduce, GraphOfEveryVariantOnOneWorkspaceReplaysCorrectly) {
                                 variant_config(AllReduceVariant::kAtomic), variant_config(AllReduceVariant::kRing),
                                 variant_config(AllReduceVariant::kTwoShot), variant_config(AllReduceVariant::kSpinlock),
                                 variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kSimple)},
-                               200, /*stride=*/1);
+                               1000, /*stride=*/1);
       },
       big_heap(GetParam().world));
 }
 
-// 100 calls with one workspace: the arrays are not reallocated and every result is right.
+// 100 calls with one workspace: the arrays are not reallocated and every result is right (the output
+// poisoned before each call and every element checked, since 2026-12-05).
 TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
@@ -400,10 +406,11 @@ TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
           const uint64_t heap_ops = ctx.allocation_count();
           for (int call = 0; call < 100; ++call) {
             in.upload(ctx.stream(), test::make_input(DType::kFloat32, 64, 1000, 1000, 1000 + call, ctx.rank()));
+            out.poison(ctx.stream());
             ccl::all_reduce(ctx, out.view, in.view, cfg, ws);
             auto host = out.download(ctx.stream());
             int64_t wrong = 0;
-            for (int64_t i = 0; i < 64000; i += 7) {
+            for (int64_t i = 0; i < 64000; ++i) {
               double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, 1000 + call, ctx.world_size(), i);
               wrong += !(std::fabs(decode_element(DType::kFloat32, host.data() + i * 4) - want) <=
                          test::tolerance(DType::kFloat32, want, ctx.world_size()));

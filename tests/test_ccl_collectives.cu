@@ -433,9 +433,9 @@ TEST_P(Collective, OneWorkspaceServesChangingShapesAndRoots) {
 
 // ---- CUDA graphs -----------------------------------------------------------------------------------------
 
-// Replay k's input, element i, rank r: a small integer (exact in bf16, and so are sums of up to 8).
+// Replay k's input, element i, rank r: a small integer (test::small_value).
 __host__ __device__ inline float replay_value(int rank, int k, int64_t i) {
-  return static_cast<float>(((rank * 3 + k) % 11 - 5) * (static_cast<int>(i % 13) - 6));
+  return static_cast<float>(test::small_value(rank, k, i));
 }
 
 __global__ void fill_replay_input(__nv_bfloat16* p, int64_t n, int rank, const int* k) {
@@ -522,7 +522,7 @@ TEST_P(Collective, GraphReplaysWithChangingInputsStayCorrect) {
         const Tensor tout = Tensor::matrix(out, DType::kBFloat16, world * rows, cols);
         ccl::all_to_all_preamble(ctx, tout, tin, c, ws);
         replay_graph(
-            ctx, "all_to_all", 300, in, world * n, out, world * n, [&] { ccl::all_to_all(ctx, tout, tin, c, ws); },
+            ctx, "all_to_all", 1000, in, world * n, out, world * n, [&] { ccl::all_to_all(ctx, tout, tin, c, ws); },
             [&](int k, int64_t i) { return replay_value(static_cast<int>(i / n), k, me * n + i % n); });
         release(ctx, ws);
       }
@@ -533,7 +533,7 @@ TEST_P(Collective, GraphReplaysWithChangingInputsStayCorrect) {
         const Tensor tout = Tensor::matrix(out, DType::kBFloat16, rows, cols);
         ccl::broadcast_preamble(ctx, tout, tin, root, c, ws);
         replay_graph(
-            ctx, "broadcast", 300, in, n, out, n, [&] { ccl::broadcast(ctx, tout, tin, root, c, ws); },
+            ctx, "broadcast", 1000, in, n, out, n, [&] { ccl::broadcast(ctx, tout, tin, root, c, ws); },
             [&](int k, int64_t i) { return replay_value(root, k, i); });
         release(ctx, ws);
       }
@@ -559,6 +559,7 @@ void back_to_back(Context& ctx, const char* name, int calls, bool delays, __nv_b
   IRIS_CUDA_CHECK(cudaMalloc(&history, calls * out_n * 2));
   for (int k = 0; k < calls; ++k) {
     fill_call_input<<<64, 256, 0, ctx.stream()>>>(in, in_n, ctx.rank(), k);
+    IRIS_CUDA_CHECK(cudaMemsetAsync(out, 0xFF, out_n * 2, ctx.stream()));  // poison: an element not written shows
     if (delays && k % ctx.world_size() == ctx.rank() && k % 3 == 0)
       test::hold_stream_us<<<1, 1, 0, ctx.stream()>>>(20 + k % 50);
     op();
