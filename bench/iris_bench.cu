@@ -18,7 +18,10 @@
 //   4. after a host barrier, the two NCCL graphs and one iris variant's are replayed in turns, `warmup`
 //      rounds untimed and `repeats` rounds timed (CUDA events between the replays), so that none gains
 //      from its place in the run; NCCL's graphs are timed again with each iris variant;
-//   5. each is replayed once more into a poisoned output, which is checked again.
+//   5. the input changes (a new seed on every rank), and each is replayed once more into a poisoned output,
+//      which is checked against the new input's results: a call that read a peer's data of an earlier call
+//      (a wait it skipped) would pass with the timed replays' input, the same in every call. The input is
+//      then set back for the next variant.
 // The per-call time of a rank is the median over the timed replays; the table shows the maximum over ranks.
 // With --eager, step 3 captures nothing: steps 4 and 5 make batches of `iters` direct calls instead of
 // replays, for every implementation alike, so the times carry each one's host cost per call (launches,
@@ -117,9 +120,9 @@ void ready(iris::Context& ctx, const Options& o, const Expectation& e, Subject& 
   prepare_timed(ctx, s.timed, o.iters, o.gpu_timeout_s, o.eager, /*eager_first=*/false, /*direct_fallback=*/false);
 }
 
-// Collective. Step 5 for a subject step 4 timed without error: one more replay into a poisoned output (the
-// subjects share buffers, so the last timed replay's output may be another's), checked; then the column's
-// wrong count and note.
+// Collective. Step 5 for a subject step 4 timed without error, after the input changed to `e`'s: one more
+// replay into a poisoned output (the subjects share buffers, so the last timed replay's output may be
+// another's), checked against `e`; then the column's wrong count (with the eager call's) and note.
 void check_replay(iris::Context& ctx, const Options& o, const Expectation& e, const Subject& s, Column& c) {
   if (!o.check) return;
   cudaStream_t stream = ctx.stream();
@@ -266,6 +269,17 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
     const std::vector<Column*> columns = {&r.nccl, &r.nccl_sym, &r.iris};
     const std::vector<TurnTime> times =
         time_together(ctx, {&plain.timed, &sym.timed, &s.timed}, o.iters, o.warmup, o.repeats, o.gpu_timeout_s);
+    // Step 5's input: another seed on every rank (NCCL's window gets a copy), set back after the checks.
+    Expectation fresh = e;
+    fresh.seed = mix64(e.seed ^ 0xc0ffee);
+    auto set_input = [&](const Expectation& x) {
+      return agree(ctx, try_step([&] {
+                     fill_input(in.get(), p.dtype, p.in_count(), x.seed, rank, stream);
+                     wait_stream(stream, "input fill", o.gpu_timeout_s, rank);
+                     if (!sym.skipped && sym.prepare) sym.prepare();  // the copy into the symmetric window
+                   }));
+    };
+    const std::string refresh = o.check ? set_input(fresh) : std::string();
     for (size_t j = 0; j < subjects.size(); ++j) {
       Column& c = *columns[j];
       if (subjects[j]->skipped) {
@@ -280,12 +294,26 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
       c.time_us = times[j].us;
       c.sm_mhz = times[j].sm_mhz;
       c.power_capped = times[j].power_capped;
-      check_replay(ctx, o, e, *subjects[j], c);
+      if (!refresh.empty()) {
+        c.error = "check after the replays: changing the input: " + refresh;
+        c.time_us = std::nan("");
+        continue;
+      }
+      check_replay(ctx, o, fresh, *subjects[j], c);
     }
+    const std::string back = o.check && refresh.empty() ? set_input(e) : std::string();
     // Collective free of the workspace's arrays, in the same order on every rank.
     std::string rel = agree(ctx, try_step([&] { ws.release(host); }));
     if (!rel.empty() && r.iris.error.empty())
       r.iris.note += (r.iris.note.empty() ? "" : "; ") + ("workspace release: " + rel);
+    if (!back.empty()) {  // the next variants' checks would read another input: not run
+      for (size_t k = i + 1; k < rows.size(); ++k)
+        for (Column* c : {&rows[k].iris, &rows[k].nccl, &rows[k].nccl_sym}) {
+          c->ran = true;
+          c->error = "not run: setting the input back after the checks failed: " + back;
+        }
+      break;
+    }
   }
   return rows;
 }
