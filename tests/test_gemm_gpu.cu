@@ -114,66 +114,11 @@ double rounding(DType dt) {
   }
 }
 
-// Runs one case on the current device (optionally captured in a CUDA graph and replayed) and checks it.
-void run_case(const GemmCase& c, bool in_graph) {
-  const int64_t lda = c.k + c.pad;
-  const int64_t ldb = (c.b_is_nk ? c.k : c.n) + c.pad;
+// Checks C (downloaded with its guard; `bytes` of C proper) against the fp64 product of the host values.
+void check_output(const GemmCase& c, const std::vector<char>& out, size_t bytes, const std::vector<double>& a,
+                  const std::vector<double>& b, const std::vector<double>& bias, const std::vector<double>& src) {
   const int64_t ldc = c.n + c.pad;
-  const int64_t b_rows = c.b_is_nk ? c.n : c.k;
-  const int64_t b_cols = c.b_is_nk ? c.k : c.n;
-  std::vector<double> a, b, bias, src;
-  const auto a_img = host_matrix(c.in, c.m, c.k, lda, 11, &a);
-  const auto b_img = host_matrix(c.in, b_rows, b_cols, ldb, 22, &b);
-  const auto bias_img = host_matrix(c.out, 1, c.n, c.n, 33, &bias);
-  const auto src_img = host_matrix(c.out, c.m, c.n, ldc, 44, &src);  // padding 0xFF, as C's
   const size_t esz_out = dtype_size(c.out);
-  DeviceBuffer da(a_img.size()), db(b_img.size()), dbias(bias_img.size());
-  DeviceBuffer dc(static_cast<size_t>(c.m * ldc) * esz_out);  // starts all 0xFF, guard too
-  DeviceBuffer dsrc(c.source == 1 ? src_img.size() : 0);
-  da.upload(a_img);
-  db.upload(b_img);
-  dbias.upload(bias_img);
-  if (c.source == 1) dsrc.upload(src_img);
-  if (c.source == 2) dc.upload(src_img);  // C += A @ B: C starts as the source (no poison to find)
-
-  GemmArguments args;
-  args.a = Tensor::matrix(da.ptr, c.in, c.m, c.k, lda);
-  args.b = Tensor::matrix(db.ptr, c.in, b_rows, b_cols, ldb);
-  args.c = Tensor::matrix(dc.ptr, c.out, c.m, c.n, ldc);
-  args.b_is_nk = c.b_is_nk;
-  args.bias = c.bias ? dbias.ptr : nullptr;
-  args.alpha = c.alpha;
-  args.tile = c.tile;
-  args.sm_count = c.sm_count;
-  args.stream_k = c.stream_k;
-  args.split_k = c.split_k;
-  if (c.source == 1) args.source = Tensor::matrix(dsrc.ptr, c.out, c.m, c.n, ldc);
-  if (c.source == 2) args.source = args.c;
-  ASSERT_EQ(can_implement(args), "");
-  const size_t ws_bytes = workspace_size(args);
-  void* ws = nullptr;
-  if (ws_bytes > 0) IRIS_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
-  cudaStream_t stream;
-  IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  if (in_graph) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    gemm(args, ws, stream);
-    IRIS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int i = 0; i < 3; ++i) IRIS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
-  } else {
-    gemm(args, ws, stream);
-  }
-  IRIS_CUDA_CHECK(cudaStreamSynchronize(stream));
-  IRIS_CUDA_CHECK(cudaStreamDestroy(stream));
-  if (ws != nullptr) IRIS_CUDA_CHECK(cudaFree(ws));
-  const auto out = dc.download();
-
-  // fp64 reference.
   double err2 = 0, ref2 = 0;
   int64_t bad = 0, not_finite = 0, padding_written = 0;
   std::string first_bad;
@@ -205,13 +150,85 @@ void run_case(const GemmCase& c, bool in_graph) {
         padding_written += out[(i * ldc + j) * esz_out + byte] != static_cast<char>(0xFF);
   }
   int64_t guard_written = 0;
-  for (size_t byte = dc.bytes; byte < out.size(); ++byte) guard_written += out[byte] != static_cast<char>(0xFF);
+  for (size_t byte = bytes; byte < out.size(); ++byte) guard_written += out[byte] != static_cast<char>(0xFF);
   EXPECT_EQ(not_finite, 0) << first_bad;
   EXPECT_EQ(bad, 0) << first_bad;
   EXPECT_EQ(padding_written, 0) << "bytes written into the padding between rows of C";
   EXPECT_EQ(guard_written, 0) << "bytes written past the end of C";
   const double ratio = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   EXPECT_LT(ratio, c.out == DType::kFloat32 ? 1e-4 : 1e-2) << "||out - ref|| / ||ref||";
+}
+
+
+// Runs one case on the current device and checks it; in_graph: captures the GEMM once in a CUDA graph and
+// replays it three times, each replay with a new A and C poisoned again (C reset to the source when it is
+// one), each checked (before 2026-12-05 the three replays shared one A and only the last was checked, so a
+// graph that kept its capture's data would have passed).
+void run_case(const GemmCase& c, bool in_graph) {
+  const int64_t lda = c.k + c.pad;
+  const int64_t ldb = (c.b_is_nk ? c.k : c.n) + c.pad;
+  const int64_t ldc = c.n + c.pad;
+  const int64_t b_rows = c.b_is_nk ? c.n : c.k;
+  const int64_t b_cols = c.b_is_nk ? c.k : c.n;
+  std::vector<double> a, b, bias, src;
+  const auto b_img = host_matrix(c.in, b_rows, b_cols, ldb, 22, &b);
+  const auto bias_img = host_matrix(c.out, 1, c.n, c.n, 33, &bias);
+  const auto src_img = host_matrix(c.out, c.m, c.n, ldc, 44, &src);  // padding 0xFF, as C's
+  const size_t esz_out = dtype_size(c.out);
+  DeviceBuffer da(static_cast<size_t>(c.m * lda) * dtype_size(c.in)), db(b_img.size()), dbias(bias_img.size());
+  DeviceBuffer dc(static_cast<size_t>(c.m * ldc) * esz_out);  // starts all 0xFF, guard too
+  DeviceBuffer dsrc(c.source == 1 ? src_img.size() : 0);
+  db.upload(b_img);
+  dbias.upload(bias_img);
+  if (c.source == 1) dsrc.upload(src_img);
+
+  GemmArguments args;
+  args.a = Tensor::matrix(da.ptr, c.in, c.m, c.k, lda);
+  args.b = Tensor::matrix(db.ptr, c.in, b_rows, b_cols, ldb);
+  args.c = Tensor::matrix(dc.ptr, c.out, c.m, c.n, ldc);
+  args.b_is_nk = c.b_is_nk;
+  args.bias = c.bias ? dbias.ptr : nullptr;
+  args.alpha = c.alpha;
+  args.tile = c.tile;
+  args.sm_count = c.sm_count;
+  args.stream_k = c.stream_k;
+  args.split_k = c.split_k;
+  if (c.source == 1) args.source = Tensor::matrix(dsrc.ptr, c.out, c.m, c.n, ldc);
+  if (c.source == 2) args.source = args.c;
+  ASSERT_EQ(can_implement(args), "");
+  const size_t ws_bytes = workspace_size(args);
+  void* ws = nullptr;
+  if (ws_bytes > 0) IRIS_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+  cudaStream_t stream;
+  IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (in_graph) {
+    IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    gemm(args, ws, stream);
+    IRIS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  for (int run = 0; run < (in_graph ? 3 : 1); ++run) {
+    SCOPED_TRACE(in_graph ? "replay " + std::to_string(run) : std::string("direct call"));
+    da.upload(host_matrix(c.in, c.m, c.k, lda, 11 + 1000 * static_cast<uint64_t>(run), &a));
+    if (c.source == 2)
+      dc.upload(src_img);  // C += A @ B: C starts as the source (no poison to find)
+    else
+      IRIS_CUDA_CHECK(cudaMemset(dc.ptr, 0xFF, dc.bytes));
+    if (in_graph)
+      IRIS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    else
+      gemm(args, ws, stream);
+    IRIS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    check_output(c, dc.download(), dc.bytes, a, b, bias, src);
+  }
+  if (in_graph) {
+    IRIS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  IRIS_CUDA_CHECK(cudaStreamDestroy(stream));
+  if (ws != nullptr) IRIS_CUDA_CHECK(cudaFree(ws));
 }
 
 class GemmGpu : public ::testing::TestWithParam<GemmCase> {};
