@@ -14,7 +14,9 @@
 //   4. per variant, the three graphs replayed in turns (warm-up rounds, then timed rounds), so that
 //      none gains from its place in the run: a GPU at its power limit runs whatever follows an idle
 //      gap faster. The sequential and GEMM graphs are timed again with every variant;
-//   5. one more fused replay into a poisoned C, compared with the reference again.
+//   5. A changes (a new seed on every rank) and the sequential path runs once on it for a new reference;
+//      one more fused replay into a poisoned C is compared with that, so a tile read from a peer's earlier
+//      call shows (every timed call has the same inputs); then A and the reference are set back.
 // With --eager, steps 1-3 capture nothing and steps 4-5 make batches of `iters` direct calls instead of
 // replays, for the three paths alike (the host's cost per call shows where it exceeds the GPU's).
 // Times are medians over the timed replays per rank, then the maximum over ranks. As in the
@@ -469,8 +471,10 @@ struct FusedRunner::Impl {
   }
 
   std::vector<FusedRecord> run(FusedOp op, const FusedShape& shape, uint64_t run_id);
-  void run_variant(FusedRecord& r, FusedOp op, const Layout& l, const Variant& v, void* a, void* b, void* c,
-                   const void* ref, bool have_ref, const Timed& seq, const Timed& gemm_only);
+  // Returns false when the inputs could not be set back after the check (set_inputs(false) failed).
+  bool run_variant(FusedRecord& r, FusedOp op, const Layout& l, const Variant& v, void* a, void* b, void* c,
+                   const void* ref, bool have_ref, const Timed& seq, const Timed& gemm_only,
+                   const std::function<std::string(bool)>& set_inputs);
 };
 
 std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& shape, uint64_t run_id) {
@@ -512,11 +516,12 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
   if (!err.empty()) return fail_all("heap: " + err);
 
   const uint64_t seed = mix64(run_id * 1000003ull + static_cast<uint64_t>(op) * 131ull);
+  const uint64_t a_seed = mix64(seed ^ (uint64_t{'A'} << 56) ^ static_cast<uint64_t>(rank));
   // matmul_all_gather and all_gather_matmul_k_sharded multiply by one B; the other ops' B is a per-rank shard.
   const int b_rank = op == FusedOp::kMatmulAllGather || op == FusedOp::kAllGatherMatmulKSharded ? 0 : rank;
   err = agree(
       ctx, try_step([&] {
-        fill(a.get(), l.a_bytes() / kElemBytes, mix64(seed ^ (uint64_t{'A'} << 56) ^ static_cast<uint64_t>(rank)));
+        fill(a.get(), l.a_bytes() / kElemBytes, a_seed);
         fill(b.get(), l.b_bytes() / kElemBytes, mix64(seed ^ (uint64_t{'B'} << 56) ^ static_cast<uint64_t>(b_rank)));
         if (l.scratch_elems > 0) IRIS_CUDA_CHECK(cudaMemsetAsync(scratch.get(), 0, l.scratch_bytes(), stream));
         wait_stream(stream, "fused input fill", o.gpu_timeout_s, rank);
@@ -627,13 +632,36 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
   }
   prepare_timed(ctx, gemm_only, o.iters, o.gpu_timeout_s, o.eager, /*eager_first=*/true, /*direct_fallback=*/false);
 
-  for (size_t i = 0; i < rows.size(); ++i)
-    run_variant(rows[i], op, l, variants[i], pa, pb, pc, ref.get(), have_ref, seq, gemm_only);
+  // The check after a row's timed turns runs on another A (`fresh`: a new seed on every rank), against the
+  // sequential path's result for it, so that a fused op reading a peer's tile of an earlier call (a wait it
+  // skipped) shows: every timed call has the same inputs. `fresh` false sets A and the reference back to
+  // the timed inputs' for the next row. Collective (agreed), like the sequential path it runs.
+  const std::function<std::string(bool)> set_inputs = [&](bool fresh) {
+    return agree(ctx, try_step([&] {
+                   fill(pa, l.a_bytes() / kElemBytes, fresh ? mix64(a_seed ^ 0xc0ffee) : a_seed);
+                   seq_call();
+                   wait_stream(stream, "the sequential path for the check's input", o.gpu_timeout_s, rank);
+                   if (nccl) nccl->check_async_error();
+                   IRIS_CUDA_CHECK(cudaMemcpyAsync(ref.get(), pc, l.c_bytes(), cudaMemcpyDeviceToDevice, stream));
+                   wait_stream(stream, "saving the check's reference", o.gpu_timeout_s, rank);
+                 }));
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (run_variant(rows[i], op, l, variants[i], pa, pb, pc, ref.get(), have_ref, seq, gemm_only, set_inputs))
+      continue;
+    for (size_t k = i + 1; k < rows.size(); ++k)  // their checks would read other inputs: not run
+      for (Column* col : {&rows[k].fused, &rows[k].seq, &rows[k].gemm}) {
+        col->ran = true;
+        col->error = "not run: setting the inputs back after the previous row's check failed";
+      }
+    break;
+  }
   return rows;
 }
 
-void FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l, const Variant& v, void* a, void* b,
-                                    void* c, const void* ref, bool have_ref, const Timed& seq, const Timed& gemm_only) {
+bool FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l, const Variant& v, void* a, void* b,
+                                    void* c, const void* ref, bool have_ref, const Timed& seq, const Timed& gemm_only,
+                                    const std::function<std::string(bool)>& set_inputs) {
   cudaStream_t stream = ctx.stream();
   const int rank = ctx.rank();
   const iris::ops::MatmulOperands mm = operands(l, a, b, c, o.fused_b_nk);
@@ -687,16 +715,22 @@ void FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
   } else {
     r.fused.error = fused.error;
   }
+  bool inputs_back = true;
   if (r.fused.error.empty() && check) {
-    // The sequential path and the GEMM wrote C between the fused replays: one more replay, into a
-    // poisoned C, is what the check sees.
-    err = agree(ctx, try_step([&] {
-                  poison();
-                  fused.turn(stream, o.iters).launch();
-                  wait_stream(stream, fused.what + " (replay after the timed turns)", o.gpu_timeout_s, rank);
-                  fused.after_drain();
-                  replay = compare(c, ref, l.c_elems());
-                }));
+    // The sequential path and the GEMM wrote C between the fused replays: one more replay, on a new A and
+    // into a poisoned C, is what the check sees (set_inputs), against the sequential result for that A.
+    err = set_inputs(/*fresh=*/true);
+    if (err.empty())
+      err = agree(ctx, try_step([&] {
+                    poison();
+                    fused.turn(stream, o.iters).launch();
+                    wait_stream(stream, fused.what + " (replay after the timed turns)", o.gpu_timeout_s, rank);
+                    fused.after_drain();
+                    replay = compare(c, ref, l.c_elems());
+                  }));
+    else
+      err = "changing the input: " + err;
+    inputs_back = set_inputs(/*fresh=*/false).empty();
     if (!err.empty()) {
       r.fused.error = "check after the replays: " + err;
     } else {
@@ -716,6 +750,7 @@ void FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
   const std::string rel = agree(ctx, try_step([&] { ws.release(host); }));
   if (!rel.empty() && r.fused.error.empty())
     r.fused.note += (r.fused.note.empty() ? "" : "; ") + ("workspace release: " + rel);
+  return inputs_back;
 }
 
 FusedRunner::FusedRunner(iris::Context& ctx, const Options& o, NcclComm* nccl, std::string no_nccl_reason)
