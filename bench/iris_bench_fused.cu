@@ -569,7 +569,10 @@ std::vector<FusedRecord> FusedRunner::Impl::run(FusedOp op, const FusedShape& sh
       break;
     case FusedOp::kAllGatherMatmulKSharded: {
       // NCCL gathers the ranks' M x K/W blocks one after the other; W 2-D copies place block r at columns
-      // [r K/W, (r + 1) K/W) of the M x K A the GEMM reads.
+      // [r K/W, (r + 1) K/W) of the M x K A the GEMM reads. Not W GEMMs of K/W accumulating in C (no copies,
+      // suggested in a review): with a bf16 C they round between the partials, a less exact result than the
+      // fused op's one float32 accumulation over K, so not the same work; with a float32 C they add a pass
+      // over C larger than the copies.
       void* const gathered = static_cast<char*>(ps) + static_cast<size_t>(l.gemm_m * l.gemm_k) * kElemBytes;
       gemm_call = [=, this] { gemm(gathered, pb, pc, l.gemm_m, l.gemm_n, l.gemm_k, l.c_cols); };
       seq_call = [=, this] {
