@@ -582,8 +582,19 @@ class Pipeline {
   void after(cudaEvent_t e, cudaStream_t s) { IRIS_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0)); }
   // Everything enqueued on `from` so far happens before what is enqueued on `to` from now on.
   void order(cudaStream_t from, cudaStream_t to) { after(mark(from), to); }
-  void fork() { order(main_, side_); }
-  void join() { order(side_, main_); }
+  void fork() {
+    order(main_, side_);
+    forked_ = true;
+  }
+  void join() {
+    order(side_, main_);
+    forked_ = false;
+  }
+  // A call that throws after fork() joins the side stream on its way out (launch), so that a capture can
+  // still end and later work on the caller's stream follows what the side stream holds.
+  void join_if_forked() {
+    if (forked_) join();
+  }
 
   // C rows = A rows @ B (+ source) (+ bias) on the caller's stream; source (GemmArguments::source), when
   // given, has C's shape and type.
@@ -640,6 +651,7 @@ class Pipeline {
   char* staging_ = nullptr;
   uint32_t* locks_ = nullptr;
   size_t events_used_ = 0;  // this call's marks so far: Context::ordering_event [0, events_used_)
+  bool forked_ = false;     // the side stream holds work not yet joined to main_
 };
 
 // Rows of band b when `total` rows are cut into `bands` bands of ceil(total / bands) rows.
@@ -1151,6 +1163,38 @@ void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan&
                  preamble_name(p.sig.op), " again with this C.");
 }
 
+// The band pipeline of a fused op with peers, on pl's streams (launch: between the call's begin and end).
+void run_pipeline(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& p, const FusedConfig& config) {
+  switch (p.sig.op) {
+    case OpKind::kMatmulAllReduce:
+      switch (config.all_reduce_variant) {
+        case AllReduceVariant::kOneShot:
+          run_matmul_all_reduce_one_shot(pl, mm, p);
+          break;
+        case AllReduceVariant::kTwoShot:
+          run_matmul_all_reduce_two_shot(pl, mm, p, p.sig.symmetric_output);
+          break;
+        default:  // atomic, spinlock (FusedConfig::validate admits nothing else)
+          run_matmul_all_reduce_tiles(pl, mm, p, config.all_reduce_variant == AllReduceVariant::kSpinlock);
+      }
+      break;
+    case OpKind::kMatmulReduceScatter:
+      run_matmul_reduce_scatter(pl, mm, p);
+      break;
+    case OpKind::kAllGatherMatmul:
+      run_all_gather_matmul(pl, mm, p);
+      break;
+    case OpKind::kMatmulAllGather:
+      run_matmul_all_gather(pl, mm, p, p.sig.symmetric_output);
+      break;
+    case OpKind::kAllGatherMatmulKSharded:
+      run_all_gather_matmul_k_sharded(pl, mm, p);
+      break;
+    default:
+      IRIS_ASSERT(false, "not a fused op");
+  }
+}
+
 void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
             cudaStream_t stream) {
   const iris::detail::DeviceGuard device(ctx.device());
@@ -1181,47 +1225,34 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
   // than the last waits for it (iris::CallOrder). The pipeline's side stream forks off `on` after this wait
   // and joins it before end_call.
   ws.begin_call(on);
-  if (single) {
-    run_gemm_in(p.sig.op, *single, ws, on);
-    ws.end_call(on);
-    return;
-  }
-  if (unfused) {
-    run_unfused(ctx, *unfused, p.sig.op, ws, on);
-    ws.end_call(on);
-    return;
-  }
-  Pipeline pl(ctx, p, config.copy_engine, ws, on);
-  switch (p.sig.op) {
-    case OpKind::kMatmulAllReduce:
-      switch (config.all_reduce_variant) {
-        case AllReduceVariant::kOneShot:
-          run_matmul_all_reduce_one_shot(pl, mm, p);
-          break;
-        case AllReduceVariant::kTwoShot:
-          run_matmul_all_reduce_two_shot(pl, mm, p, p.sig.symmetric_output);
-          break;
-        default:  // atomic, spinlock (FusedConfig::validate admits nothing else)
-          run_matmul_all_reduce_tiles(pl, mm, p, config.all_reduce_variant == AllReduceVariant::kSpinlock);
-      }
-      break;
-    case OpKind::kMatmulReduceScatter:
-      run_matmul_reduce_scatter(pl, mm, p);
-      break;
-    case OpKind::kAllGatherMatmul:
-      run_all_gather_matmul(pl, mm, p);
-      break;
-    case OpKind::kMatmulAllGather:
-      run_matmul_all_gather(pl, mm, p, p.sig.symmetric_output);
-      break;
-    case OpKind::kAllGatherMatmulKSharded:
-      run_all_gather_matmul_k_sharded(pl, mm, p);
-      break;
-    default:
-      IRIS_ASSERT(false, "not a fused op");
+  std::optional<Pipeline> pipeline;
+  try {
+    if (single) {
+      run_gemm_in(p.sig.op, *single, ws, on);
+    } else if (unfused) {
+      run_unfused(ctx, *unfused, p.sig.op, ws, on);
+    } else {
+      run_pipeline(pipeline.emplace(ctx, p, config.copy_engine, ws, on), mm, p, config);
+    }
+  } catch (...) {
+    // A throw once some of the call's work is queued (a launch or a copy that failed, or an error left
+    // from earlier work that a launch check reports): the side stream joins the caller's (a capture cannot
+    // end with it unjoined, and later work on the caller's stream must follow it), and the call ends, so
+    // that the workspace's next call on another stream waits for what was queued (CallOrder). Errors here
+    // are dropped: the first one is what the caller hears.
+    try {
+      if (pipeline) pipeline->join_if_forked();
+    } catch (...) {
+    }
+    try {
+      ws.end_call(on);
+    } catch (...) {
+    }
+    throw;
   }
   ws.end_call(on);
 }
+
 
 }  // namespace
 

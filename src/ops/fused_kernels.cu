@@ -53,8 +53,13 @@ __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first
 __global__ void fused_signal_kernel(const __grid_constant__ FusedSync s, int index, int to) {
   if (threadIdx.x != 0) return;
   const uint64_t epoch = current_epoch(s.state);
-  // The stream's earlier kernels (the copies this flag publishes) have completed; the system-scope fence
-  // makes their writes, which this thread did not make, visible before the flag (release is cumulative).
+  // The stream's earlier work (the copies this flag publishes: copy kernels, or copy-engine copies with
+  // cudaMemcpy2DAsync) has completed before this kernel starts. That the completed writes, which this thread
+  // neither made nor observed, are visible at the peer before the flag rests on stream order: a completed
+  // operation's writes are performed, NVLink ones included, which CUDA's stream semantics imply rather than
+  // state for a peer polling a flag (NCCL's copy-engine collectives rely on the same: data copies, then the
+  // flag, on one stream). The fence and the release order nothing for writes this thread did not observe;
+  // they order this kernel's own earlier work, and cost one fence per signal.
   __threadfence_system();
   for (int p = 0; p < s.ctx.world_size; ++p)
     if (p != s.ctx.rank && (to < 0 || p == to))
