@@ -385,6 +385,75 @@ TEST_P(AllReduce, GraphOfEveryVariantOnOneWorkspaceReplaysCorrectly) {
       big_heap(GetParam().world));
 }
 
+// LL lines of calls 2^32 epochs apart carry the same tag (ll_tag is a bijection of the epoch's low 32 bits),
+// so a line no call rewrote in between would pass as the later call's data to a reader that comes before
+// its writer. ll_exchange.cu cleans a parity's staging every 2^31 epochs; this test sets the workspace's
+// epoch (block state word 0, on every rank) to just below a wrap instead of making 2^32 calls, and holds
+// rank 1 back 20 ms before each large call, so that rank 0 reads its staging first:
+//   (a) after a preamble: small calls across 2^32 - 3 .. 2^32 - 1, then a large one at 2^32, whose tag is
+//       that of the zeros the preamble left past the small calls' lines;
+//   (b) a large call at X = 2^32 + 2, the epoch set to X + 2^32 - 4, small calls, then a large call at
+//       X + 2^32, whose tag is that of X's lines past the small calls'.
+// Without the clean, rank 0 took those zeros, then X's data, as rank 1's (a wrong result, no error). Every
+// element of every call is checked on every rank.
+TEST_P(AllReduce, LLLinesOfCallsTwoToThe32ApartNeverPassForEachOther) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "one rank copies: no staging";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const Config cfg = variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kLL);
+        const int64_t big = 4096, small = 64;  // float32 elements: 16 KiB and 256 B
+        auto in_big = TestTensor::make(ctx, DType::kFloat32, 1, big, big, true);
+        auto out_big = TestTensor::make(ctx, DType::kFloat32, 1, big, big, true);
+        auto in_small = TestTensor::make(ctx, DType::kFloat32, 1, small, small, true);
+        auto out_small = TestTensor::make(ctx, DType::kFloat32, 1, small, small, true);
+        Workspace ws;
+        ccl::all_reduce_preamble(ctx, out_big.view, in_big.view, cfg, ws);
+        uint64_t seed = 3000;
+        auto call = [&](TestTensor& in, TestTensor& out, int64_t n, const std::string& what) {
+          SCOPED_TRACE(what);
+          in.upload(ctx.stream(), test::make_input(DType::kFloat32, 1, n, n, seed, ctx.rank()));
+          out.poison(ctx.stream());
+          ctx.barrier();
+          if (n == big && ctx.rank() == 1) test::hold_stream_us<<<1, 1, 0, ctx.stream()>>>(20000);
+          ccl::all_reduce(ctx, out.view, in.view, cfg, ws);
+          const auto host = out.download(ctx.stream());
+          int64_t wrong = 0, first = -1;
+          for (int64_t i = 0; i < n; ++i) {
+            const double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, seed, ctx.world_size(), i);
+            if (!(std::fabs(decode_element(DType::kFloat32, host.data() + i * 4) - want) <=
+                  test::tolerance(DType::kFloat32, want, ctx.world_size())) &&
+                wrong++ == 0)
+              first = i;
+          }
+          EXPECT_EQ(wrong, 0) << "rank " << ctx.rank() << ": " << wrong << " of " << n << " wrong, first at " << first;
+          ++seed;
+        };
+        auto set_epoch = [&](uint64_t e) {  // on every rank, with no call running anywhere
+          ctx.synchronize();
+          ctx.barrier();
+          IRIS_CUDA_CHECK(cudaMemcpy(ws.block_state(), &e, sizeof e, cudaMemcpyHostToDevice));
+          ctx.barrier();
+        };
+        const uint64_t wrap = uint64_t{1} << 32;
+        set_epoch(wrap - 4);  // (a)
+        for (uint64_t e = wrap - 3; e < wrap; ++e) call(in_small, out_small, small, "small call at 2^32 - " + std::to_string(wrap - e));
+        call(in_big, out_big, big, "large call at 2^32 (the preamble's zeros' tag)");
+        call(in_big, out_big, big, "large call at 2^32 + 1");
+        call(in_big, out_big, big, "large call at X = 2^32 + 2");  // (b)
+        const uint64_t x = wrap + 2;
+        set_epoch(x + wrap - 4);
+        for (uint64_t e = x + wrap - 3; e < x + wrap; ++e) call(in_small, out_small, small, "small call at X + 2^32 - " + std::to_string(x + wrap - e));
+        call(in_big, out_big, big, "large call at X + 2^32 (X's lines' tag)");
+        ctx.barrier();
+        ccl::ContextWorkspaceHost host(ctx);
+        ws.release(host);
+        for (TestTensor* t : {&out_small, &in_small, &out_big, &in_big}) t->release();
+      },
+      big_heap(GetParam().world));
+}
+
 // 100 calls with one workspace: the arrays are not reallocated and every result is right (the output
 // poisoned before each call and every element checked, since 2026-12-05).
 TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {

@@ -117,7 +117,8 @@ struct LLArgs {
   int64_t slot_words;    // words from slot s to slot s + 1: ll_slot_words, the same for every call
   uint64_t* staging;     // this rank's: [2][W][slot_words], slot s written by rank s: header line, then data
   uint64_t call_key;     // ll_call_key of this rank's call: the header line carries it to every peer
-  uint64_t* state;       // epoch state (2 words)
+  uint64_t* state;       // the workspace's block state (epoch words first)
+  uint64_t* clean;       // state + ll_clean_offset: per parity, the epoch of its last clean (ll_exchange.cu)
   bool in_vec8;          // every block of in / out is contiguous and 8-byte aligned: a line is one access
   bool out_vec8;
   bool in_place;  // all_gather: in is out's block `rank` (no local copy)

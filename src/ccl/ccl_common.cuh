@@ -247,11 +247,15 @@ __device__ __forceinline__ uint64_t begin_call(const DeviceContext& ctx, const u
 // reads it).
 // Threads may call it from different places (a wait that gave up, the kernel's end): its barrier is
 // sync_block_divergent.
-__device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64_t layout_key = 0) {
+// `epoch_at` (the LL exchanges' clean word, ll_exchange.cu): when non-null, the epoch is stored there too, by
+// the last block, when every block has read what it held.
+__device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64_t layout_key = 0,
+                                         uint64_t* epoch_at = nullptr) {
   sync_block_divergent();
   if (gridDim.x == 1) {  // one block: it has read the epoch (bar.sync above); no count needed
     if (threadIdx.x == 0) {
       if (layout_key != 0) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2, layout_key);
+      if (epoch_at != nullptr) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(epoch_at, epoch);
       dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state, epoch);
     }
     return;
@@ -260,6 +264,7 @@ __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64
     const uint64_t done = dev::atomic_add<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 1, uint64_t{1});
     if (done == gridDim.x - 1) {  // the last block: every block has read the epoch already
       if (layout_key != 0) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2, layout_key);
+      if (epoch_at != nullptr) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(epoch_at, epoch);
       dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 1, uint64_t{0});
       dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state, epoch);
     }

@@ -265,6 +265,7 @@ inline LLArgs ll_args(const Context& ctx, const OpSignature& sig, const Tensor& 
   a.slot_words = ll_slot_words(a.parity_words, ctx.world_size());
   a.staging = static_cast<uint64_t*>(ws.staging());
   a.state = ws.block_state();
+  a.clean = a.state + ll_clean_offset(ctx.world_size());
   a.in_vec8 = ll_vec8(in, block_rows);
   a.out_vec8 = ll_vec8(out, block_rows);
   a.in_place = in_place;

@@ -35,6 +35,25 @@
 // pseudo-random 32-bit values at once (ll_tag says why). Every thread pushes all its lines before it waits for any, so
 // no wait depends on how the peer's grid maps lines to threads.
 //
+// The tag is a bijection of the epoch's low 32 bits only, so a line left in the staging by call e carries the
+// tag of call e + 2^32, of the same parity (2^32 is even). A line that no call in between rewrote (calls of
+// fewer lines, as a decode loop makes for hours; or a line zeroed by the preamble: tag 0 is epoch 2^32's)
+// would then pass as that call's data to a reader that came before its writer: a wrong result without an
+// error, after about 5 hours of back-to-back 4 us calls, or days of a server's decode loop (a reviewer's
+// finding, 2026-12-05). So an LL call cleans its parity of this rank's staging, after reading it, when the
+// workspace's clean word of that parity (block state, ll_clean_offset: the epoch of the parity's last clean,
+// 0 after a preamble) is 2^31 or more epochs old. Each thread rewrites the lines of every source slot that
+// it read itself (so it needs no barrier with the threads reading others) and those past the call's lines
+// (which nobody reads or writes in this call), headers included, with the tag of an epoch of the other
+// parity, which no call of this parity matches (their low bits differ by an odd number); the last block
+// stores the epoch in the clean word (end_call), after every block has read it. Peers write this parity
+// again only in call e + 2, after this kernel has ended (the argument above). A line of call w then meets
+// its tag again at w + 2^32 only if no LL call of its parity ran between w + 2^31 and w + 2^32 (any would
+// have cleaned): a gap of 2^31 calls of other protocols on the workspace (or none at all) between two LL
+// calls. The clean word is read whatever the call, and the clean itself costs one pass over this rank's
+// slots every 2^31 calls. Tested by setting a workspace's epoch to just below the wrap
+// (AllReduce.LLLinesOfCallsTwoToThe32ApartNeverPassForEachOther).
+//
 // Latency is what this path is for, so every thread keeps kLines lines in flight: all its input loads
 // are issued before the first store, and all its loads of up to kSources sources before the first tag
 // is checked. On 2 x H200 (bf16, CUDA-graph replay) all_reduce one_shot at 8 KiB went from 5.6 us
@@ -69,6 +88,8 @@ constexpr int kPerLine = 8 / static_cast<int>(sizeof(T));
 constexpr int kLines = 2;
 constexpr int kSources = 4;
 constexpr uint64_t kTagMask = 0xffffffff00000000ull;
+// Epochs between two cleans of a parity (top of the file): half the tag's period.
+constexpr uint64_t kCleanEvery = uint64_t{1} << 31;
 
 // The 8 data bytes of line `line` of a block: one 8-byte access when the block is contiguous and
 // 8-byte aligned (kVec) and the line is whole, element by element otherwise (zeros past the end).
@@ -170,6 +191,21 @@ __device__ __noinline__ bool check_keys(const DeviceContext& ctx, const LLArgs& 
   return true;
 }
 
+// Rewrites the lines of `stage` (this rank's staging of call `epoch`'s parity) that thread `first` of a grid
+// of `step` threads reads in a call, in every source's slot and past the call's lines, headers by thread 0,
+// with the tag of the next epoch: the other parity's, which no call of this parity matches (top of the file).
+__device__ __noinline__ void clean_parity(const LLArgs& a, uint64_t* stage, uint64_t epoch, int64_t first,
+                                          int64_t step) {
+  const uint64_t other = uint64_t{ll_tag(epoch + 1)} << 32;
+  const int64_t slot_lines = a.slot_words / 2;  // the header line, then data lines
+  for (int s = 0; s < a.ctx.world_size; ++s) {
+    if (s == a.ctx.rank) continue;  // no peer writes our own slot
+    uint64_t* slot = stage + s * a.slot_words;
+    if (first == 0) store_ll(slot, other, other);
+    for (int64_t l = first; l + 1 < slot_lines; l += step) store_ll(slot + kLLHeaderWords + 2 * l, other, other);
+  }
+}
+
 constexpr bool reduces(LLMode m) { return m == LLMode::kAllReduce || m == LLMode::kReduceScatter; }
 // Peer p receives input block p (otherwise every peer receives the whole input).
 constexpr bool per_peer(LLMode m) { return m == LLMode::kReduceScatter || m == LLMode::kAllToAll; }
@@ -209,6 +245,8 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
   };
   const uint64_t epoch = begin_call(a.ctx, a.state);
   const uint64_t tag = uint64_t{ll_tag(epoch)} << 32;
+  // Read by every block before the last one stores this epoch there (end_call): all decide alike.
+  const bool clean = epoch - dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(a.clean + (epoch & 1)) >= kCleanEvery;
   const int64_t words = a.words, lines = words / 2, numel = a.numel;
   uint64_t* stage = a.staging + (epoch & 1) * a.parity_words;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, step = int64_t{gridDim.x} * blockDim.x;
@@ -323,6 +361,13 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
         store_line<T, kVec>(out_block(me), numel, l, bits);
       }
     }
+  }
+  // 3. Every 2^31 epochs (or more) per parity: clean it, so that no line outlives the tag's 32 bits (top of
+  //    the file).
+  if (clean) {
+    clean_parity(a, stage, epoch, first, step);
+    end_call(a.state, epoch, a.layout_key, a.clean + (epoch & 1));
+    return;
   }
   end_call(a.state, epoch, a.layout_key);
 }
