@@ -4,7 +4,11 @@
 # 13.0 tested) in /usr/local/cuda or on PATH; everything else comes from Debian/Ubuntu packages.
 set -euo pipefail
 
-GTEST_DEB_VERSION=1.12.1-0.2
+# Every package this script may install is pinned to the version Debian 12 (bookworm, CI's distribution)
+# ships, where the archive offers it; a distribution without that version (an Ubuntu GPU host) gets its
+# own, and says so. GoogleTest since 2026-12-05 (morning), the build tools since the evening.
+declare -A PINNED=([cmake]=3.25.1-1 [ninja-build]=1.11.1-2~deb12u1 [g++]=4:12.2.0-3 [libgtest-dev]=1.12.1-0.2
+  [python3-pip]=23.0.1+dfsg-1)
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
@@ -32,15 +36,14 @@ if [ ${#need[@]} -gt 0 ]; then
     SUDO=sudo
   fi
   $SUDO apt-get update -qq
-  # GoogleTest is pinned to the version CI's Debian 12 (bookworm) ships, where the archive offers it; a
-  # distribution without that version (an Ubuntu GPU host) gets its own, and says so.
   for i in "${!need[@]}"; do
-    if [ "${need[$i]}" = libgtest-dev ]; then
-      if apt-cache madison libgtest-dev | awk -F'|' '{gsub(/ /, "", $2); print $2}' | grep -qx "$GTEST_DEB_VERSION"; then
-        need[$i]="libgtest-dev=$GTEST_DEB_VERSION"
-      else
-        echo "setup: libgtest-dev $GTEST_DEB_VERSION (the pinned version, Debian 12's) is not offered here; installing this distribution's: $(apt-cache policy libgtest-dev | awk '/Candidate/ {print $2}')" >&2
-      fi
+    pkg=${need[$i]}
+    pin=${PINNED[$pkg]:-}
+    [ -n "$pin" ] || continue
+    if apt-cache madison "$pkg" | awk -F'|' '{gsub(/ /, "", $2); print $2}' | grep -qxF "$pin"; then
+      need[$i]="$pkg=$pin"
+    else
+      echo "setup: $pkg $pin (the pinned version, Debian 12's) is not offered here; installing this distribution's: $(apt-cache policy "$pkg" | awk '/Candidate/ {print $2}')" >&2
     fi
   done
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
