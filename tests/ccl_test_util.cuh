@@ -182,9 +182,10 @@ struct TestTensor {
       cudaFree(raw);
     raw = nullptr;
   }
-  // Fills every byte (padding between rows too) with 0xFF: NaN for floats, -1 for int32.
-  void poison(cudaStream_t s) {
-    IRIS_CUDA_CHECK(cudaMemsetAsync(raw, 0xFF, bytes, s));
+  // Fills every byte (padding between rows too) with `byte`, by default 0xFF: NaN for floats, -1 for the
+  // signed integers (a value a sum can take: check_once poisons again with 0x00 for those).
+  void poison(cudaStream_t s, unsigned char byte = 0xFF) {
+    IRIS_CUDA_CHECK(cudaMemsetAsync(raw, byte, bytes, s));
     IRIS_CUDA_CHECK(cudaStreamSynchronize(s));
   }
   void upload(cudaStream_t s, const std::vector<char>& host) {
