@@ -668,6 +668,24 @@ TEST(OpsGemmArguments, ViewsPastTheAddressSpaceAndNegativeStridesAreRefused) {
   g = gemm_args(256, 256, 128);
   g.c.rows = -3;
   EXPECT_EQ(can_implement(g), "gemm: C has negative shape -3x256.");
+  // TMA's strides must stay below 2^40 bytes: the row pitch, and the whole view (its batch stride).
+  g = gemm_args(2, 256, 64);
+  g.a = Tensor::matrix(fake_ptr(0), DType::kBFloat16, 2, 64, int64_t{1} << 40);
+  EXPECT_EQ(can_implement(g),
+            "gemm: A is 2 rows of 2199023255552 bytes: TMA describes a tensor by strides below 2^40 bytes (1 TiB), its "
+            "row pitch and its whole extent; split the call into smaller ones.");
+  g = gemm_args(int64_t{1} << 21, 256, 64);
+  g.a = Tensor::matrix(fake_ptr(0), DType::kBFloat16, int64_t{1} << 21, 64, int64_t{1} << 19);
+  EXPECT_EQ(can_implement(g),
+            "gemm: A is 2097152 rows of 1048576 bytes: TMA describes a tensor by strides below 2^40 bytes (1 TiB), its "
+            "row pitch and its whole extent; split the call into smaller ones.");
+  g.a = Tensor::matrix(fake_ptr(0), DType::kBFloat16, int64_t{1} << 21, 64, int64_t{1} << 18);
+  EXPECT_EQ(can_implement(g),
+            "gemm: A is 2097152 rows of 524288 bytes: TMA describes a tensor by strides below 2^40 bytes (1 TiB), its "
+            "row pitch and its whole extent; split the call into smaller ones.")
+      << "exactly 2^40 bytes";
+  g.a = Tensor::matrix(fake_ptr(64), DType::kBFloat16, int64_t{1} << 21, 64, (int64_t{1} << 18) - 8);  // past B, C
+  EXPECT_EQ(can_implement(g), "") << "just under 2^40 bytes";
 }
 
 // A preamble that would re-allocate the GEMM's buffer of a workspace whose call a CUDA graph captured

@@ -41,7 +41,10 @@ std::string check_view(const char* op, const char* name, const Tensor& t) {
   return why.empty() ? why : str_cat(op, ": ", name, " ", why);
 }
 
-// What TMA needs of a view beyond its row length: 16-byte aligned data and row pitch.
+// What TMA needs of a view beyond its row length: 16-byte aligned data and row pitch, and strides below 2^40
+// bytes (cuTensorMapEncodeTiled refuses larger ones; CUTLASS only asserts it, which -DNDEBUG compiles out,
+// so a refused descriptor would launch anyway): the descriptor's strides are the row pitch and, for one
+// batch, the whole view (rows x pitch: gemm_sm90_impl.hpp's batch stride).
 std::string check_tma(const char* op, const char* name, const Tensor& t) {
   if (t.numel() == 0) return "";
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
@@ -51,6 +54,11 @@ std::string check_tma(const char* op, const char* name, const Tensor& t) {
   if (t.rows > 1 && pitch_bytes % 16 != 0)
     return str_cat(op, ": ", name, " row stride ", row_pitch(t), " elements (", pitch_bytes,
                    " bytes) is not a multiple of 16 bytes (TMA reads and writes 16-byte aligned rows).");
+  constexpr int64_t kTmaStrideLimit = int64_t{1} << 40;
+  if (pitch_bytes >= kTmaStrideLimit || t.rows > (kTmaStrideLimit - 1) / pitch_bytes)
+    return str_cat(op, ": ", name, " is ", t.rows, " rows of ", pitch_bytes,
+                   " bytes: TMA describes a tensor by strides below 2^40 bytes (1 TiB), its row pitch and its "
+                   "whole extent; split the call into smaller ones.");
   return "";
 }
 

@@ -177,8 +177,12 @@ struct Sm90GemmTypes {
         static_assert(std::is_same_v<StrideD, RowStride>, "D is row-major");
         const StrideD stride_d{p.ldd, cute::Int<1>{}, p.m * p.ldd};
         const StrideD stride_c{p.ldc, cute::Int<1>{}, p.m * p.ldc};
+        // A kernel that can read a source encodes a TMA descriptor for it whether or not there is one, and the
+        // driver refuses a null address (CUTLASS then prints the descriptor to stderr on every call and,
+        // under -DNDEBUG, goes on; a reviewer's finding, cf. NVIDIA/cutlass#947). Without a source the
+        // descriptor describes D, which has C's type and layout and which beta = 0 never reads.
         const ElementC* c = nullptr;
-        if constexpr (kSource) c = static_cast<const ElementC*>(p.c);
+        if constexpr (kSource) c = static_cast<const ElementC*>(p.c != nullptr ? p.c : p.d);
         return typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
                                         {p.m, p.n, depth, p.splits},
                                         {a, stride_our_a, b, StrideB(stride_our_b)},
