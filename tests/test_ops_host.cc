@@ -143,6 +143,14 @@ TEST(OpsGemmTiles, SupportedSetAndAutomaticChoice) {
   g = gemm_args(128, 8192, 8192);
   g.sm_count = 64;
   EXPECT_EQ(resolved_tile(g), kGemmTileSmall) << "GemmArguments::sm_count sets the wave";
+  // sm_count 1 runs on 2 SMs (one 2-CTA cluster), so the choice is 2's, here as on a device.
+  g = gemm_args(64, 64, 64);
+  g.sm_count = 2;
+  const GemmTile two = resolved_tile(g);
+  g.sm_count = 1;
+  EXPECT_EQ(resolved_tile(g), two);
+  // Sizes whose M x N overflows 64 bits take the large-problem branch instead of wrapping.
+  EXPECT_EQ(select_gemm_tile(int64_t{1} << 40, int64_t{1} << 40, 64), kGemmTileSmall);
 }
 
 // stream_k changes the kernel, never the tile: resolved_tile is the same with it and without it.
@@ -368,8 +376,8 @@ TEST(OpsGemmArguments, SourceIsCsShapeAndTypeAndNeverSplit) {
   g.split_k = 1;
   g.stream_k = true;
   EXPECT_EQ(can_implement(g),
-            "gemm: a source is not supported with stream_k (the partial sums of K would each add it); leave K "
-            "unsplit.");
+            "gemm: a source is not supported with stream_k = true (stream-K splits K where it runs, and the partial "
+            "sums of K would each add it); set stream_k = false.");
   g.stream_k = false;
   g.tile = kGemmTileRows16;
   EXPECT_EQ(can_implement(g),

@@ -105,7 +105,9 @@ int choice_sm_count(const GemmArguments& g) {
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
     (void)cudaGetLastError();  // clear the failed query: it belongs to no caller
-    return g.sm_count > 0 ? g.sm_count : kGemmDefaultSmCount;
+    // At least one 2-CTA cluster, as make_problem clamps the launch's (a caller's 1 chose another tile on a
+    // host than the GEMM runs: a reviewer's finding).
+    return g.sm_count > 0 ? std::max(g.sm_count, 2) : kGemmDefaultSmCount;
   }
   return g.sm_count > 0 ? std::clamp(g.sm_count, 2, std::max(sms, 2)) : sms;
 }
@@ -354,7 +356,8 @@ GemmTile select_gemm_tile(int64_t m, int64_t n, int64_t k, bool b_is_nk, int sm_
                  " has a negative size.");
   IRIS_CHECK_ARG(sm_count > 0, "select_gemm_tile: sm_count must be positive, got ", sm_count, ".");
   (void)b_is_nk;
-  if (m * n > (int64_t{1} << 25)) return n >= 8192 && k >= 8192 ? kGemmTileLarge : kGemmTileSmall;
+  // (m > 2^25 / n rather than m * n > 2^25, which overflows for huge sizes.)
+  if (n > 0 && m > (int64_t{1} << 25) / n) return n >= 8192 && k >= 8192 ? kGemmTileLarge : kGemmTileSmall;
   if (m <= kGemmTileRows16.m) return kGemmTileRows16;
   if (m <= kGemmTileRows32.m) return kGemmTileRows32;
   const int64_t full_wave = (int64_t{sm_count} * 7 + 7) / 8;
@@ -512,9 +515,14 @@ std::string can_implement(const GemmArguments& g) {
     const bool same = s.data == g.c.data && row_pitch(s) == row_pitch(g.c);
     if (!same && s.overlaps(g.c))
       return "gemm: source overlaps C without being C; pass C itself (C += A @ B) or a separate buffer.";
-    if (g.split_k > 1 || g.stream_k)
-      return str_cat("gemm: a source is not supported with ", g.stream_k ? "stream_k" : "split_k > 1",
-                     " (the partial sums of K would each add it); leave K unsplit.");
+    if (g.split_k > 1)
+      return "gemm: a source is not supported with split_k > 1 (the partial sums of K would each add it); leave K "
+             "unsplit.";
+    // Refused whether or not stream-K would run for this tile (only an explicit 128x128 tile of 16-bit C
+    // takes it), so that a source call's acceptance does not depend on the device's SMs.
+    if (g.stream_k)
+      return "gemm: a source is not supported with stream_k = true (stream-K splits K where it runs, and the "
+             "partial sums of K would each add it); set stream_k = false.";
     if (is_swapped(g.tile))
       return str_cat("gemm: tile ", tile_name(g.tile),
                      " takes no source (the swapped decode tiles have no C operand); use a 64- or 128-row tile or "
