@@ -76,7 +76,8 @@ TEST(LocalLaunch, RanksJoinOneTcpBootstrap) {
   ScopedEnv rank("RANK", "7"), world("WORLD_SIZE", "9"), slurm("SLURM_JOB_ID", "12"),
       store_fd("IRIS_STORE_LISTEN_FD", "999"), foo("IRIS_LAUNCH_TEST_FOO", "parent");
   iris::LocalLaunchOptions options;
-  options.extra_env = {"IRIS_LAUNCH_TEST_FOO=child"};
+  // No sharding in the children: one inheriting this run's shard would run no test (and fail for it).
+  options.extra_env = {"IRIS_LAUNCH_TEST_FOO=child", "GTEST_TOTAL_SHARDS=1", "GTEST_SHARD_INDEX=0"};
   options.timeout = 60s;
   const std::vector<iris::ProcessExit> exits = iris::run_local_processes(
       3, {"/proc/self/exe", "--gtest_filter=LocalLaunch.RanksJoinOneTcpBootstrap", "--gtest_brief=1"}, options);

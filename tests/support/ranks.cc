@@ -30,15 +30,16 @@ void run_as_processes(int world) {
         "[ iris     ] %d ranks as processes on %d GPU(s) (IRIS_TEST_RANKS_PER_GPU=%d): they take turns on a "
         "GPU, or split its SMs under MPS\n",
         world, gpu_count(), ranks_per_gpu());
-  // This binary again, filtered to the current test, with torchrun's environment (run_local_processes).
+  // This binary again, filtered to the current test, with torchrun's environment (run_local_processes),
+  // and no sharding (a child inheriting this run's shard would be left no test; 2026-12-05).
   LocalLaunchOptions options;
-  options.extra_env = {"IRIS_TEST_CHILD=1"};
+  options.extra_env = {"IRIS_TEST_CHILD=1", "GTEST_TOTAL_SHARDS=1", "GTEST_SHARD_INDEX=0"};
   options.timeout = std::chrono::seconds(env_int("IRIS_TEST_CHILD_TIMEOUT", 120));
-  // A child whose test skipped (GTEST_SKIP in the body) leaves a file here, so that a test every rank
-  // skipped is reported skipped, not passed (a child that skips exits 0, as one that passes).
-  char skip_dir[] = "/tmp/iris-test-skips.XXXXXX";
-  ASSERT_NE(::mkdtemp(skip_dir), nullptr);
-  options.extra_env.push_back(std::string("IRIS_TEST_SKIP_DIR=") + skip_dir);
+  // Each child writes its test's result here when the test ends ("passed", "skipped" or "failed": the
+  // listener below), whatever the body did: a child exits 0 when its test passed, skipped, or never ran.
+  char result_dir[] = "/tmp/iris-test-results.XXXXXX";
+  ASSERT_NE(::mkdtemp(result_dir), nullptr);
+  options.extra_env.push_back(std::string("IRIS_TEST_RESULT_DIR=") + result_dir);
   const std::vector<std::string> argv = {"/proc/self/exe",
                                          std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name(),
                                          "--gtest_brief=1"};
@@ -48,23 +49,55 @@ void run_as_processes(int world) {
       all_ok = false;
       ADD_FAILURE() << e.describe() << (e.exit_code > 0 ? " (its output is above)" : "");
     }
-  int skipped = 0;
+  std::string skipped, silent;
+  int skips = 0;
   for (int r = 0; r < world; ++r) {
-    const std::string marker = std::string(skip_dir) + "/rank" + std::to_string(r);
-    if (::access(marker.c_str(), F_OK) == 0) ++skipped;
-    ::unlink(marker.c_str());
+    const std::string file = std::string(result_dir) + "/rank" + std::to_string(r);
+    std::string result;
+    if (std::FILE* f = std::fopen(file.c_str(), "r")) {
+      char buf[16] = {0};
+      result = std::fgets(buf, sizeof buf, f) != nullptr ? buf : "";
+      std::fclose(f);
+    }
+    ::unlink(file.c_str());
+    if (result.empty()) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+    if (result == "skipped") {
+      ++skips;
+      skipped += (skipped.empty() ? "" : ", ") + std::to_string(r);
+    }
   }
-  ::rmdir(skip_dir);
-  if (all_ok && skipped == world) GTEST_SKIP() << "every rank skipped (each child's reason is above)";
+  ::rmdir(result_dir);
+  if (!all_ok) return;  // the failures above say why
+  // Before 2026-12-05 a child that skipped before its test's body reached run_ranks, or ran no test at all,
+  // counted as a rank that passed, and a test some ranks skipped passed (a reviewer's finding).
+  if (!silent.empty())
+    ADD_FAILURE() << "rank(s) " << silent << " exited 0 without a result for this test: the process ran no test "
+                  << "(its filter or sharding selected none), which is not a pass";
+  else if (skips == world)
+    GTEST_SKIP() << "every rank skipped (each child's reason is above)";
+  else if (skips > 0)
+    ADD_FAILURE() << "rank(s) " << skipped << " of " << world << " skipped while the others ran the test (each "
+                  << "child's reason is above): a test runs on every rank or on none";
 }
 
-// In a child: leaves the marker run_as_processes looks for when the test skipped.
-void report_child_skip() {
-  const char* dir = std::getenv("IRIS_TEST_SKIP_DIR");
-  if (dir == nullptr || !::testing::Test::IsSkipped()) return;
-  const std::string marker = std::string(dir) + "/rank" + std::to_string(env_int("RANK", -1));
-  if (std::FILE* f = std::fopen(marker.c_str(), "w")) std::fclose(f);
-}
+// In a child of run_as_processes: writes the result of each test that ends to IRIS_TEST_RESULT_DIR/rank<RANK>.
+class ChildResult : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    const char* dir = std::getenv("IRIS_TEST_RESULT_DIR");
+    if (dir == nullptr) return;
+    const ::testing::TestResult& r = *info.result();
+    const std::string file = std::string(dir) + "/rank" + std::to_string(env_int("RANK", -1));
+    if (std::FILE* f = std::fopen(file.c_str(), "w")) {
+      std::fputs(r.Failed() ? "failed" : r.Skipped() ? "skipped" : "passed", f);
+      std::fclose(f);
+    }
+  }
+};
+
+const bool child_result_registered = [] {
+  if (is_rank_child()) ::testing::UnitTest::GetInstance()->listeners().Append(new ChildResult);
+  return true;
+}();
 
 }  // namespace
 
@@ -157,7 +190,6 @@ void run_ranks(const RankSetup& setup, const std::function<void(Context&)>& body
     opts.device = env_int("LOCAL_RANK", 0) % gpu_count();
   auto ctx = Context::create_from_env(opts);
   body(*ctx);
-  report_child_skip();
 }
 
 }  // namespace iris::test
