@@ -33,6 +33,12 @@ ctest_rc=$?
 summary+=("ctest: $(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -n 1) (rc $ctest_rc)")
 skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped' "$LOG_DIR/ctest.log" || true)
 summary+=("ctest skipped: $skipped")
+# nvidia-smi lists GPUs but the tests saw none (a driver/runtime mismatch, a broken MPS daemon): every GPU
+# test skipped for "0 visible", which must not read as a passing run.
+if [ "$gpus" -gt 0 ] && grep -q ' 0 visible' "$IRIS_BUILD_DIR/Testing/Temporary/LastTest.log" 2>/dev/null; then
+  status=1
+  summary+=("ctest: GPU tests skipped for '0 visible' on a machine where nvidia-smi lists $gpus GPU(s): FAILED")
+fi
 grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$LOG_DIR/ctest.log" | head -n 20 > "$LOG_DIR/failed.txt"
 
 # The examples over all GPUs: threads, then one process per GPU (torchrun-style environment).

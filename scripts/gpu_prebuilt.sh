@@ -62,6 +62,11 @@ for g in "${groups[@]}"; do
   failed=$(grep -E '^\[  FAILED  \] .*\(' "$log" | sed 's/ (.*//' | sort -u | wc -l)
   skipped=$(grep -E '^\[  SKIPPED \] .*\(' "$log" | sed 's/ (.*//' | sort -u | wc -l)
   note=""; [ "$rc" -eq 124 ] && note=" (timed out after $limit s; running: $(grep -E '^\[ RUN      \]' "$log" | tail -n1 | cut -c14-))"
+  # GPUs listed but none visible to the tests (every GPU test skips for it): a failed group, not a pass.
+  if [ "$gpus" -gt 0 ] && grep -q ' 0 visible' "$log"; then
+    status=1
+    note="$note (FAILED: tests saw 0 GPUs where nvidia-smi lists $gpus)"
+  fi
   summary+=("tests '$g': rc $rc, passed $passed, failed $failed, skipped $skipped, $(( $(date +%s) - start )) s$note")
   while read -r line; do summary+=("    $line"); done < <(grep -E '^\[  FAILED  \] .*\(' "$log" | sort -u | head -n 15)
   while read -r line; do summary+=("      $line"); done < <(grep -A4 -E 'Failure$' "$log" | grep -vE '^--$' | head -n 20 | cut -c1-300)

@@ -60,8 +60,8 @@ for t in "$@"; do
       verdict="rank $r timed out after $limit s"
     elif grep -q '^\[  SKIPPED \]' "$log"; then
       verdict="rank $r skipped: $(grep -A1 'Skipped$' "$log" | tail -n1)"
-    elif ! grep -q '^\[  PASSED  \] 1 test' "$log"; then
-      verdict="rank $r did not pass (exit $rc)"
+    elif [ "$rc" -ne 0 ] || ! grep -q '^\[  PASSED  \] 1 test' "$log"; then
+      verdict="rank $r did not pass (exit $rc)"  # a rank that passed and then crashed in teardown too
     elif ! grep -qE '(ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors, 0 warnings\))$' "$log"; then
       verdict="rank $r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n1)"
     fi
