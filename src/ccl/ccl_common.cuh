@@ -229,12 +229,17 @@ __device__ __forceinline__ void sync_block_divergent() { asm volatile("barrier.s
 // wait that gives up reads them, its own rank's and its peers', to say which peer is in another call or
 // has not started this one (timeout.cuh, record_wait_timeout). Every block stores them so that each
 // block's waits find this call's words whatever the blocks' order (the values are the same).
+// The call words of the call of `epoch`, when the host set them: the key, then the epoch (the order a
+// reader relies on, timeout.cuh). One thread; begin_call's, and the fused ops' first kernel's.
+__device__ __forceinline__ void store_call_words(const DeviceContext& ctx, uint64_t epoch) {
+  if (ctx.call_words == nullptr) return;
+  dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(ctx.call_words + 1, ctx.call_key);
+  dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(ctx.call_words, epoch);
+}
+
 __device__ __forceinline__ uint64_t begin_call(const DeviceContext& ctx, const uint64_t* state) {
   const uint64_t epoch = dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state) + 1;
-  if (threadIdx.x == 0 && ctx.call_words != nullptr) {
-    dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(ctx.call_words + 1, ctx.call_key);
-    dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(ctx.call_words, epoch);
-  }
+  if (threadIdx.x == 0) store_call_words(ctx, epoch);
   return epoch;
 }
 

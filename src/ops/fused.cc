@@ -1240,14 +1240,16 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
     // end with it unjoined, and later work on the caller's stream must follow it), and the call ends, so
     // that the workspace's next call on another stream waits for what was queued (CallOrder). Errors here
     // are dropped: the first one is what the caller hears.
-    try {
+    auto quietly = [](auto step) {
+      try {
+        step();
+      } catch (...) {
+      }
+    };
+    quietly([&] {
       if (pipeline) pipeline->join_if_forked();
-    } catch (...) {
-    }
-    try {
-      ws.end_call(on);
-    } catch (...) {
-    }
+    });
+    quietly([&] { ws.end_call(on); });
     throw;
   }
   ws.end_call(on);

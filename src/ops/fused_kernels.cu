@@ -29,10 +29,7 @@ __global__ void fused_begin_kernel(const __grid_constant__ FusedSync s, int read
   dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(s.state, epoch);
   // The call words, as a collective's begin_call stores them (ccl_common.cuh): every later kernel of the
   // call is ordered after this one, so a wait of theirs that gives up finds this call's words here.
-  if (s.ctx.call_words != nullptr) {
-    dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(s.ctx.call_words + 1, s.ctx.call_key);
-    dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(s.ctx.call_words, epoch);
-  }
+  ccl::detail::store_call_words(s.ctx, epoch);
   for (int p = 0; p < s.ctx.world_size; ++p)
     if (p != s.ctx.rank) dev::signal<dev::Order::kRelease, dev::Scope::kSys>(s.ctx, s.flags + ready_base + s.ctx.rank, epoch, p);
 }
