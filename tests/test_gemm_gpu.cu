@@ -428,6 +428,12 @@ TEST(GemmGpuSplitK, WorkspaceRequiredAndResultsRepeatBitwise) {
             "gemm: these arguments need " + std::to_string(need) +
                 " bytes of device workspace (workspace_size(args)) but the workspace holds " +
                 std::to_string(need - 16) + ".");
+  // A workspace that overlaps an operand (here C, 16-byte aligned and large enough by the unsized overload).
+  std::ostringstream at_c;
+  at_c << c.ptr;
+  EXPECT_EQ(error_text<std::invalid_argument>([&] { gemm(args, c.ptr, nullptr); }),
+            "gemm: the workspace (" + std::to_string(need) + " bytes at " + at_c.str() +
+                ") overlaps C; the GEMM writes it while it reads its operands. Pass device memory no operand uses.");
   IRIS_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_TRUE(c.download() == std::vector<char>(c.bytes + kGuardBytes, static_cast<char>(0xFF)))
       << "a refused call wrote C";

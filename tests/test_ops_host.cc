@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -410,6 +411,39 @@ TEST(OpsGemmWorkspace, RefusalSaysWhatTheArgumentsNeedAndWhatIsHeld) {
   EXPECT_EQ(detail::check_gemm_workspace(4096, ws, 4080),
             "gemm: these arguments need 4096 bytes of device workspace (workspace_size(args)) but the workspace "
             "holds 4080.");
+}
+
+// The workspace is written while the operands are read: one that shares a byte with any of them is refused
+// (gemm() raises InvalidArgument with this text before it launches anything).
+TEST(OpsGemmWorkspace, AWorkspaceThatOverlapsAnOperandIsRefusedNamingIt) {
+  GemmArguments g = gemm_args(256, 256, 128);  // A at slot 0, B at 1, C at 2 (bf16: 64 KiB, 64 KiB, 128 KiB)
+  g.bias = fake_ptr(3);
+  g.source = mat(4, DType::kBFloat16, 256, 256);
+  auto base = [](int slot) { return static_cast<char*>(fake_ptr(slot)); };
+  EXPECT_EQ(detail::check_gemm_workspace_apart(g, fake_ptr(5), 4096), "");
+  EXPECT_EQ(detail::check_gemm_workspace_apart(g, nullptr, 4096), "");  // check_gemm_workspace refuses null
+  EXPECT_EQ(detail::check_gemm_workspace_apart(g, base(2), 0), "");     // no workspace used
+  // Ending right where A starts, and starting one byte past C's end: apart.
+  EXPECT_EQ(detail::check_gemm_workspace_apart(g, base(0) - 4096, 4096), "");
+  EXPECT_EQ(detail::check_gemm_workspace_apart(g, base(2) + 256 * 256 * 2, 4096), "");
+  std::ostringstream at;  // the address as the message prints it (an ostream's void*)
+  at << static_cast<const void*>(base(0) - 4096);
+  EXPECT_EQ(detail::check_gemm_workspace_apart(g, base(0) - 4096, 4097),
+            "gemm: the workspace (4097 bytes at " + at.str() +
+                ") overlaps A; the GEMM writes it while it reads its operands. Pass device memory no operand uses.");
+  const auto names = [&](int slot, size_t offset) {
+    const std::string why = detail::check_gemm_workspace_apart(g, base(slot) + offset, 16);
+    return why.substr(why.find(") overlaps ") + 11, why.find(';') - why.find(") overlaps ") - 11);
+  };
+  EXPECT_EQ(names(1, 64 * 1024 - 16), "B");  // B's last 16 bytes
+  EXPECT_EQ(names(2, 1000), "C");
+  EXPECT_EQ(names(3, 256 * 2 - 16), "the bias");  // N elements of C's type
+  EXPECT_EQ(names(4, 0), "the source");
+  // Without them, the same addresses are free.
+  g.bias = nullptr;
+  g.source = Tensor{};
+  EXPECT_EQ(detail::check_gemm_workspace_apart(g, base(3), 16), "");
+  EXPECT_EQ(detail::check_gemm_workspace_apart(g, base(4), 16), "");
 }
 
 TEST(OpsGemmAvailability, WithoutCutlassGemmSaysHowToGetIt) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "iris/core/tensor.hpp"
+#include "iris/ops/gemm.hpp"
 
 namespace iris::ops::detail {
 
@@ -21,5 +22,10 @@ std::string check_matmul_operands(const char* op, const Tensor& a, const Tensor&
 // Empty when a workspace of `have` bytes at `workspace` (null or not) holds the `need` bytes a GEMM's plan
 // needs; otherwise gemm()'s refusal (the text of its iris::WorkspaceTooSmall).
 std::string check_gemm_workspace(size_t need, const void* workspace, size_t have);
+
+// Empty when the `need` bytes at `workspace` that g's plan uses (split-K's float32 partials, stream-K's
+// fixup) share no byte with A, B, C, the bias or the source; otherwise gemm()'s refusal. The GEMM writes
+// the workspace while it reads its operands, so an overlap would be a wrong result without an error.
+std::string check_gemm_workspace_apart(const GemmArguments& g, const void* workspace, size_t need);
 
 }  // namespace iris::ops::detail

@@ -481,6 +481,23 @@ std::string check_gemm_workspace(size_t need, const void* workspace, size_t have
   return "";
 }
 
+std::string check_gemm_workspace_apart(const GemmArguments& g, const void* workspace, size_t need) {
+  if (need == 0 || workspace == nullptr) return "";
+  const Tensor w = Tensor::vector(const_cast<void*>(workspace), DType::kUInt8, static_cast<int64_t>(need));
+  const int64_t n = g.c.cols;
+  const std::pair<const char*, Tensor> operands[] = {
+      {"A", g.a},
+      {"B", g.b},
+      {"C", g.c},
+      {"the bias", g.bias != nullptr ? Tensor::vector(const_cast<void*>(g.bias), g.c.dtype, n) : Tensor{}},
+      {"the source", has_source(g) ? g.source : Tensor{}}};
+  for (const auto& [name, t] : operands)
+    if (w.overlaps(t))
+      return str_cat("gemm: the workspace (", need, " bytes at ", workspace, ") overlaps ", name,
+                     "; the GEMM writes it while it reads its operands. Pass device memory no operand uses.");
+  return "";
+}
+
 }  // namespace detail
 
 std::string can_implement(const GemmArguments& g) {
@@ -554,6 +571,8 @@ void run_gemm(const GemmArguments& args, void* workspace, const size_t* capacity
                                               capacity != nullptr ? *capacity : std::numeric_limits<size_t>::max());
       !why.empty())
     throw WorkspaceTooSmall(why);
+  if (auto why = detail::check_gemm_workspace_apart(args, workspace, l.workspace); !why.empty())
+    throw InvalidArgument(why);
   // Stream-K's fixup and split-K's partials both read and write the workspace 16 bytes at a time.
   IRIS_CHECK_ARG(l.workspace == 0 || reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "gemm: workspace ", workspace,
                  " is not 16-byte aligned (", l.p.splits > 1 ? "split_k" : "stream_k",

@@ -136,9 +136,10 @@ std::string can_implement(const GemmArguments& args);
 size_t workspace_size(const GemmArguments& args);
 
 // C = alpha * A @ B + bias, asynchronously on `stream`. `workspace` holds workspace_size(args) bytes
-// of device memory. Throws std::invalid_argument (iris::InvalidArgument) for bad arguments
-// (iris::WorkspaceTooSmall when the call needs workspace and `workspace` is null), and iris::Error when
-// this build has no GEMM core or CUTLASS refuses the problem.
+// of device memory that no operand (A, B, C, bias, source) shares: those bytes are written while the
+// operands are read, and a workspace that overlaps one is refused before launch. Throws std::invalid_argument
+// (iris::InvalidArgument) for bad arguments (iris::WorkspaceTooSmall when the call needs workspace and `workspace` is
+// null), and iris::Error when this build has no GEMM core or CUTLASS refuses the problem.
 void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream);
 // The same, with the capacity of `workspace` (workspace_bytes) checked against what these arguments
 // need right before launch, from the one plan the launch uses (so a caller that owns a workspace does
