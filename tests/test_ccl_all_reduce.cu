@@ -1265,9 +1265,10 @@ TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) 
                                                " made another call on this workspace (its call lays out the data as ")),
                       std::string::npos)
                 << err;
-            EXPECT_NE(err.find("so the ranks' calls differ in shape, dtype, variant or config. The kernel ended "
-                               "before it touched its peers' data."),
-                      std::string::npos)
+            EXPECT_NE(
+                err.find("so the ranks' calls differ in shape, dtype, reduction, variant or config. The kernel ended "
+                         "before it touched its peers' data."),
+                std::string::npos)
                 << err;
           }
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);
@@ -1282,6 +1283,68 @@ TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) 
           check_once(ctx, cfg, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++, "prepared again: " + name);
           ccl::ContextWorkspaceHost host(ctx);
           ws.release(host);
+        }
+      },
+      big_heap(GetParam().world));
+}
+
+// Ranks whose calls lay out the same bytes but read them otherwise: rank 0 fp16 and its peers bf16, or rank 0
+// avg and its peers sum, the shape the same everywhere (32 x 1000, after an agreeing 64-row call, so that
+// every rank's layout changes and fences). Before 2026-12-06 the layout fence compared layouts only and
+// these calls finished without an error, each rank with another result; now the dtype and the reduction
+// are part of the key the fence compares, and every rank raises InvalidArgument naming a peer whose call
+// differs, before its kernel touched a peer's data. one_shot LL does not fence on them; its header lines
+// carry the dtype and the reduction (ll_call_key), and every rank raises there.
+TEST_P(AllReduce, CallsThatDifferOnlyInDtypeOrReductionRaiseOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        const int named = ctx.rank() == 0 ? 1 : 0;  // the first peer, in the fence's order, whose call differs
+        uint64_t seed = 1400;
+        for (const Config& cfg :
+             {variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kSimple),
+              variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kLL),
+              variant_config(AllReduceVariant::kTwoShot), variant_config(AllReduceVariant::kRing),
+              variant_config(AllReduceVariant::kSpinlock), variant_config(AllReduceVariant::kAtomic)}) {
+          for (const bool dtypes : {true, false}) {
+            const bool ll = cfg.all_reduce_one_shot_protocol == OneShotProtocol::kLL;
+            const std::string name = std::string(ccl::variant_name(cfg.all_reduce_variant)) + (ll ? " LL" : "") +
+                                     (dtypes ? ", fp16 against bf16" : ", avg against sum");
+            SCOPED_TRACE(name);
+            Workspace ws;
+            check_once(ctx, cfg, ws, DType::kFloat32, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++,
+                       "agreeing: " + name);
+            const uint64_t errors = ctx.device_timeouts();
+            const DType dt = dtypes && ctx.rank() == 0 ? DType::kFloat16 : DType::kBFloat16;
+            const ReduceOp op = !dtypes && ctx.rank() == 0 ? ReduceOp::kAvg : ReduceOp::kSum;
+            auto x = TestTensor::make(ctx, dt, 32, 1000, 1000, true);  // the same bytes on every rank
+            const std::vector<char> input = test::make_input(dt, 32, 1000, 1000, seed++, ctx.rank());
+            x.upload(ctx.stream(), input);
+            ccl::all_reduce(ctx, x.view, x.view, cfg, ws, ctx.stream(), op);
+            const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
+            EXPECT_EQ(err.rfind("iris device error in all_reduce", 0), 0u) << err;
+            if (ll) {
+              EXPECT_NE(err.find(" made another call on this workspace (its call key is "), std::string::npos) << err;
+              EXPECT_NE(err.find("This rank's output of that call is not valid"), std::string::npos) << err;
+            } else {
+              EXPECT_TRUE(x.download(ctx.stream()) == input) << "the kernel that found the difference wrote its output";
+              EXPECT_NE(
+                  err.find(detail::str_cat(" on rank ", ctx.rank(), ": rank ", named,
+                                           " made another call on this workspace (its call lays out the data as ")),
+                  std::string::npos)
+                  << err;
+            }
+            EXPECT_EQ(ctx.device_timeouts(), errors + 1);
+            x.release();
+            ctx.barrier();
+            check_once(ctx, cfg, ws, DType::kFloat32, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++,
+                       "prepared again: " + name);
+            ccl::ContextWorkspaceHost host(ctx);
+            ws.release(host);
+          }
         }
       },
       big_heap(GetParam().world));

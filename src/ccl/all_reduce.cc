@@ -183,10 +183,16 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   return p;
 }
 
-// What places data in the staging and flags: calls with equal keys have the same layout, and a call
-// whose key differs from the previous call's on the workspace fences first (layout_fence). one_shot
-// LL finds its parity at half the staging's capacity whatever the shape, so its key is the variant and
-// protocol alone.
+// What places data in the staging and flags, and how it is read: calls with equal keys have the same
+// layout, and a call whose key differs from the previous call's on the workspace fences first
+// (layout_fence), where the ranks compare their keys. The dtype and the reduction are part of it: two
+// ranks whose calls lay out the same bytes but read them as fp16 on one and bf16 on the other, or sum on one
+// and max on the other, finished without an error before 2026-12-06, each with another result. Now such
+// calls raise on every rank when they are the first after a preamble (or both change), or time out naming
+// the peer when one rank alone changes; a program that alternates reductions or dtypes of one shape on a
+// workspace fences at each change (one NVLink round trip). one_shot LL finds its parity at half the
+// staging's capacity whatever the shape, so its key is the variant and protocol alone (its header lines
+// carry the dtype, the reduction and the size: ll_exchange.cu).
 uint64_t layout_key(const Plan& p, size_t esz) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over 64-bit fields
   auto mix = [&h](uint64_t v) {
@@ -199,7 +205,8 @@ uint64_t layout_key(const Plan& p, size_t esz) {
     for (int64_t v :
          {p.segs.seg, p.segs.nsegs, p.chunks.chunk, p.chunks.nchunks, p.chunks.per_rank, int64_t{p.chunks.distribution},
           p.tiles, p.tiles_per_rank, int64_t{p.tile.m}, int64_t{p.tile.n}, int64_t{p.slices},
-          int64_t{p.sig.block_size_m}, int64_t{p.sig.block_size_n}, static_cast<int64_t>(esz)})
+          int64_t{p.sig.block_size_m}, int64_t{p.sig.block_size_n}, static_cast<int64_t>(esz),
+          static_cast<int64_t>(p.sig.dtype), static_cast<int64_t>(p.sig.reduce_op)})
       mix(static_cast<uint64_t>(v));
   }
   return h | 1;  // 0 means "no fence"

@@ -289,7 +289,7 @@ __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64
 // s before that epoch: a peer is at most one call ahead, so the other parity's word is the only one it
 // may overwrite before this rank reads).
 // Every rank makes the same calls, so every rank sees the same change and fences in the same call.
-// Ranks whose calls differ (a shape, dtype, variant or config that differs without a preamble to compare
+// Ranks whose calls differ (a shape, dtype, reduction, variant or config that differs without a preamble to compare
 // them) are caught here when each of them changes layout, the first call after a preamble included: each
 // reads its peers' keys after their fence words and, on a key other than its own, records a
 // kDeviceErrorCallMismatch naming the peer (InvalidArgument on the host) and ends its kernel before it

@@ -612,10 +612,11 @@ void Context::check_device_error() {
   if (copy.code == device::kDeviceErrorCallMismatch || copy.code == device::kDeviceErrorCallMismatchLate) {
     const std::string what =
         copy.code == device::kDeviceErrorCallMismatch
-            ? detail::str_cat(" made another call on this workspace (its call lays out the data as ", theirs,
-                              ", this rank's as ", ours,
-                              "), so the ranks' calls differ in shape, dtype, variant or config. The kernel ended "
-                              "before it touched its peers' data.")
+            ? detail::str_cat(
+                  " made another call on this workspace (its call lays out the data as ", theirs, ", this rank's as ",
+                  ours,
+                  "), so the ranks' calls differ in shape, dtype, reduction, variant or config. The kernel ended "
+                  "before it touched its peers' data.")
             : detail::str_cat(" made another call on this workspace (its call key is ", theirs, ", this rank's ", ours,
                               "; hex digits from the top: exchange, dtype, reduction, 0, then 12 of elements per "
                               "block), so the ranks' calls differ in shape, dtype or reduction. This rank's output "
