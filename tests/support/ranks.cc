@@ -174,9 +174,38 @@ std::string rank_setup_name(const ::testing::TestParamInfo<RankSetup>& info) {
   return std::string(info.param.mode == Mode::kThreads ? "threads_" : "processes_") + std::to_string(info.param.world);
 }
 
+namespace {
+
+// After a body returns, what it queued and did not check is checked: a kernel's device error (a wait
+// that gave up, a misuse) or a CUDA error raised by nothing the body called would otherwise vanish when
+// the Context is destroyed, and the test would pass. A body that failed fatally is left as it is.
+void drain_and_check(Context& ctx) {
+  if (::testing::Test::HasFatalFailure()) return;
+  try {
+    ctx.synchronize();
+    const cudaError_t err = cudaDeviceSynchronize();  // streams of the body's own
+    if (err != cudaSuccess)
+      ADD_FAILURE() << "rank " << ctx.rank()
+                    << ": the work the test left queued failed after its body returned: " << cudaGetErrorName(err)
+                    << ": " << cudaGetErrorString(err);
+    ctx.check_device_error();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "rank " << ctx.rank() << ": the work the test left queued raised after its body returned "
+                  << "(no call in the body checked it): " << e.what();
+  }
+}
+
+}  // namespace
+
 void run_ranks(const RankSetup& setup, const std::function<void(Context&)>& body, const ContextOptions& options) {
   if (setup.mode == Mode::kThreads) {
-    iris::run_threads(setup.world, body, options);
+    iris::run_threads(
+        setup.world,
+        [&body](Context& ctx) {
+          body(ctx);
+          drain_and_check(ctx);
+        },
+        options);
     return;
   }
   if (!is_rank_child()) {
@@ -190,6 +219,7 @@ void run_ranks(const RankSetup& setup, const std::function<void(Context&)>& body
     opts.device = env_int("LOCAL_RANK", 0) % gpu_count();
   auto ctx = Context::create_from_env(opts);
   body(*ctx);
+  drain_and_check(*ctx);
 }
 
 }  // namespace iris::test
