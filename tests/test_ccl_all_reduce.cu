@@ -1208,15 +1208,21 @@ TEST_P(AllReduce, RankAllocatingOutOfStepMakesThePreambleRaiseEverywhere) {
 }
 
 // Without IRIS_CHECK_CALLS a call after its preamble is not compared on the host. Ranks whose calls differ
-// and each change the workspace's layout (here every rank passes its own row count, 4 * (rank + 1), where the
-// preamble and the call before saw 64) are caught by all_reduce's layout fence on the device: each rank
+// and each change the workspace's layout are caught by all_reduce's layout fence on the device: each rank
 // finds a peer's key other than its own, ends its kernel before touching its peers' data, and raises
 // InvalidArgument at synchronize() naming that peer; the workspace is then refused until prepared again,
-// and prepared again it is right. Before 2026-12-04 these calls ran: each rank read its peers' staging in
-// its own layout (a wrong result and no error) or waited for words that never came. one_shot LL, whose
-// layout has no shape (ccl_common.cuh, layout_fence), does not fence: each rank finds its peer's call
-// key in the peer's header line beside the data (ll_exchange.cu; since 2026-12-05) and raises the same
-// way, saying its output is not valid instead of that the kernel ended first.
+// and prepared again it is right. Three differences, each after an agreeing 64-row fp32 sum:
+//  - rows: every rank passes its own row count, 4 * (rank + 1). Before 2026-12-04 these calls ran: each
+//    rank read its peers' staging in its own layout (a wrong result and no error) or waited for words that
+//    never came.
+//  - dtype: rank 0 fp16, its peers bf16 (the same bytes), 32 rows on every rank.
+//  - reduction: rank 0 avg, its peers sum, 32 fp32 rows. These two laid out the same bytes and, before
+//    2026-12-06, finished without an error, each rank with another result; the dtype and the reduction are
+//    now part of the key the fence compares.
+// one_shot LL, whose layout has no shape (ccl_common.cuh, layout_fence), does not fence: each rank finds its
+// peer's call key (dtype, reduction and size) in the peer's header line beside the data (ll_exchange.cu;
+// since 2026-12-05) and raises the same way, saying its output is not valid instead of that the kernel
+// ended first.
 TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
@@ -1224,120 +1230,68 @@ TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) 
       GetParam(),
       [](Context& ctx) {
         if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
-        const DType dt = DType::kFloat32;
-        const int next = (ctx.rank() + 1) % ctx.world_size();
+        const int me = ctx.rank();
         uint64_t seed = 1300;
         for (const Config& cfg :
              {variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kSimple),
               variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kLL),
               variant_config(AllReduceVariant::kTwoShot), variant_config(AllReduceVariant::kRing),
               variant_config(AllReduceVariant::kSpinlock), variant_config(AllReduceVariant::kAtomic)}) {
-          const bool ll = cfg.all_reduce_one_shot_protocol == OneShotProtocol::kLL;
-          const std::string name = std::string(ccl::variant_name(cfg.all_reduce_variant)) + (ll ? " LL" : "");
-          SCOPED_TRACE(name);
-          Workspace ws;
-          check_once(ctx, cfg, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++, "agreeing: " + name);
-          const uint64_t errors = ctx.device_timeouts();
-          // The same allocation on every rank (the heap's sequences must agree), a view of its own rows.
-          auto x = TestTensor::make(ctx, dt, 64, 1000, 1000, true);
-          const Tensor view = Tensor::matrix(x.raw, dt, 4 * (ctx.rank() + 1), 1000, 1000);
-          const std::vector<char> input = test::make_input(dt, 64, 1000, 1000, seed++, ctx.rank());
-          x.upload(ctx.stream(), input);
-          ccl::all_reduce(ctx, view, view, cfg, ws);
-          const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
-          EXPECT_EQ(err.rfind(detail::str_cat("iris device error in all_reduce"), 0), 0u) << err;
-          if (ll) {
-            // Every peer's key differs; the first source checked is named: rank 0 names 1, the others 0.
-            const int named = ctx.rank() == 0 ? 1 : 0;
-            // ll_call_key: all_reduce (1), fp32 (0), sum (0), then the elements: 4000 per rank and index.
-            char theirs[32], ours[32];
-            std::snprintf(theirs, sizeof(theirs), "%llx", (1ull << 60) | (4000ull * (named + 1)));
-            std::snprintf(ours, sizeof(ours), "%llx", (1ull << 60) | (4000ull * (ctx.rank() + 1)));
-            EXPECT_NE(err.find(detail::str_cat(" on rank ", ctx.rank(), ": rank ", named,
-                                               " made another call on this workspace (its call key is ", theirs,
-                                               ", this rank's ", ours, "; ")),
-                      std::string::npos)
-                << err;
-            EXPECT_NE(err.find("This rank's output of that call is not valid"), std::string::npos) << err;
-          } else {
-            EXPECT_TRUE(x.download(ctx.stream()) == input) << "the kernel that found the difference wrote its output";
-            EXPECT_NE(err.find(detail::str_cat(" on rank ", ctx.rank(), ": rank ", next,
-                                               " made another call on this workspace (its call lays out the data as ")),
-                      std::string::npos)
-                << err;
-            EXPECT_NE(
-                err.find("so the ranks' calls differ in shape, dtype, reduction, variant or config. The kernel ended "
-                         "before it touched its peers' data."),
-                std::string::npos)
-                << err;
-          }
-          EXPECT_EQ(ctx.device_timeouts(), errors + 1);
-          EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, view, view, cfg, ws); })
-                        .rfind("all_reduce: a device error (an iris::TimeoutError, a kernel's misuse, or calls that "
-                               "differed across ranks) was raised "
-                               "on this rank since this workspace was prepared",
-                               0),
-                    0u);
-          x.release();
-          ctx.barrier();
-          check_once(ctx, cfg, ws, dt, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++, "prepared again: " + name);
-          ccl::ContextWorkspaceHost host(ctx);
-          ws.release(host);
-        }
-      },
-      big_heap(GetParam().world));
-}
-
-// Ranks whose calls lay out the same bytes but read them otherwise: rank 0 fp16 and its peers bf16, or rank 0
-// avg and its peers sum, the shape the same everywhere (32 x 1000, after an agreeing 64-row call, so that
-// every rank's layout changes and fences). Before 2026-12-06 the layout fence compared layouts only and
-// these calls finished without an error, each rank with another result; now the dtype and the reduction
-// are part of the key the fence compares, and every rank raises InvalidArgument naming a peer whose call
-// differs, before its kernel touched a peer's data. one_shot LL does not fence on them; its header lines
-// carry the dtype and the reduction (ll_call_key), and every rank raises there.
-TEST_P(AllReduce, CallsThatDifferOnlyInDtypeOrReductionRaiseOnEveryRank) {
-  IRIS_TEST_REQUIRE_GPUS(GetParam());
-  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
-  test::run_ranks(
-      GetParam(),
-      [](Context& ctx) {
-        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
-        const int named = ctx.rank() == 0 ? 1 : 0;  // the first peer, in the fence's order, whose call differs
-        uint64_t seed = 1400;
-        for (const Config& cfg :
-             {variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kSimple),
-              variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kLL),
-              variant_config(AllReduceVariant::kTwoShot), variant_config(AllReduceVariant::kRing),
-              variant_config(AllReduceVariant::kSpinlock), variant_config(AllReduceVariant::kAtomic)}) {
-          for (const bool dtypes : {true, false}) {
+          for (const std::string differ : {"rows", "dtype", "reduction"}) {
             const bool ll = cfg.all_reduce_one_shot_protocol == OneShotProtocol::kLL;
-            const std::string name = std::string(ccl::variant_name(cfg.all_reduce_variant)) + (ll ? " LL" : "") +
-                                     (dtypes ? ", fp16 against bf16" : ", avg against sum");
+            const std::string name =
+                std::string(ccl::variant_name(cfg.all_reduce_variant)) + (ll ? " LL" : "") + ", " + differ;
             SCOPED_TRACE(name);
+            const bool by_rows = differ == "rows";
+            const DType dt = differ != "dtype" ? DType::kFloat32 : me == 0 ? DType::kFloat16 : DType::kBFloat16;
+            const ReduceOp op = differ == "reduction" && me == 0 ? ReduceOp::kAvg : ReduceOp::kSum;
+            const int64_t rows = by_rows ? 4 * (me + 1) : 32;
+            // The first peer, in the fence's order, whose call differs: with rows every peer's does; otherwise
+            // rank 0 alone differs from the rest.
+            const int named = by_rows ? (me + 1) % ctx.world_size() : me == 0 ? 1 : 0;
             Workspace ws;
             check_once(ctx, cfg, ws, DType::kFloat32, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++,
                        "agreeing: " + name);
             const uint64_t errors = ctx.device_timeouts();
-            const DType dt = dtypes && ctx.rank() == 0 ? DType::kFloat16 : DType::kBFloat16;
-            const ReduceOp op = !dtypes && ctx.rank() == 0 ? ReduceOp::kAvg : ReduceOp::kSum;
-            auto x = TestTensor::make(ctx, dt, 32, 1000, 1000, true);  // the same bytes on every rank
-            const std::vector<char> input = test::make_input(dt, 32, 1000, 1000, seed++, ctx.rank());
+            // The same allocation on every rank (the heap's sequences must agree), a view of its own rows.
+            auto x = TestTensor::make(ctx, dt, 64, 1000, 1000, true);
+            const Tensor view = Tensor::matrix(x.raw, dt, rows, 1000, 1000);
+            const std::vector<char> input = test::make_input(dt, 64, 1000, 1000, seed++, me);
             x.upload(ctx.stream(), input);
-            ccl::all_reduce(ctx, x.view, x.view, cfg, ws, ctx.stream(), op);
+            ccl::all_reduce(ctx, view, view, cfg, ws, ctx.stream(), op);
             const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
             EXPECT_EQ(err.rfind("iris device error in all_reduce", 0), 0u) << err;
             if (ll) {
-              EXPECT_NE(err.find(" made another call on this workspace (its call key is "), std::string::npos) << err;
+              std::string keys = " made another call on this workspace (its call key is ";
+              if (by_rows) {
+                // Every peer's key differs; the first source checked is named: rank 0 names 1, the others 0.
+                const int first = me == 0 ? 1 : 0;
+                // ll_call_key: all_reduce (1), fp32 (0), sum (0), then the elements: 4000 per rank and index.
+                char theirs[32], ours[32];
+                std::snprintf(theirs, sizeof(theirs), "%llx", (1ull << 60) | (4000ull * (first + 1)));
+                std::snprintf(ours, sizeof(ours), "%llx", (1ull << 60) | (4000ull * (me + 1)));
+                keys = detail::str_cat(" on rank ", me, ": rank ", first, keys, theirs, ", this rank's ", ours, "; ");
+              }
+              EXPECT_NE(err.find(keys), std::string::npos) << err;
               EXPECT_NE(err.find("This rank's output of that call is not valid"), std::string::npos) << err;
             } else {
               EXPECT_TRUE(x.download(ctx.stream()) == input) << "the kernel that found the difference wrote its output";
-              EXPECT_NE(
-                  err.find(detail::str_cat(" on rank ", ctx.rank(), ": rank ", named,
-                                           " made another call on this workspace (its call lays out the data as ")),
-                  std::string::npos)
+              EXPECT_NE(err.find(detail::str_cat(" on rank ", me, ": rank ", named,
+                                                 " made another call on this workspace (its call lays out the data as ")),
+                        std::string::npos)
+                  << err;
+              EXPECT_NE(err.find("so the ranks' calls differ in shape, dtype, reduction, variant or config. The kernel "
+                                 "ended before it touched its peers' data."),
+                        std::string::npos)
                   << err;
             }
             EXPECT_EQ(ctx.device_timeouts(), errors + 1);
+            EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::all_reduce(ctx, view, view, cfg, ws); })
+                          .rfind("all_reduce: a device error (an iris::TimeoutError, a kernel's misuse, or calls that "
+                                 "differed across ranks) was raised "
+                                 "on this rank since this workspace was prepared",
+                                 0),
+                      0u);
             x.release();
             ctx.barrier();
             check_once(ctx, cfg, ws, DType::kFloat32, ReduceOp::kSum, 64, 1000, 1000, false, true, seed++,
