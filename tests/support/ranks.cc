@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "iris/core/cuda_check.hpp"
 #include "iris/runtime/local_launch.hpp"
 
 namespace iris::test {
@@ -181,13 +182,15 @@ namespace {
 // the Context is destroyed, and the test would pass. A body that failed fatally is left as it is.
 void drain_and_check(Context& ctx) {
   if (::testing::Test::HasFatalFailure()) return;
+  // The context's device, which a thread of run_threads need not have current after the body.
+  const iris::detail::DeviceGuard device(ctx.device());
+  const cudaError_t err = cudaDeviceSynchronize();  // every stream: the context's and the body's own
+  if (err != cudaSuccess) {
+    ADD_FAILURE() << "rank " << ctx.rank() << ": the work the test left queued failed after its body returned: "
+                  << cudaGetErrorName(err) << ": " << cudaGetErrorString(err);
+    return;
+  }
   try {
-    ctx.synchronize();
-    const cudaError_t err = cudaDeviceSynchronize();  // streams of the body's own
-    if (err != cudaSuccess)
-      ADD_FAILURE() << "rank " << ctx.rank()
-                    << ": the work the test left queued failed after its body returned: " << cudaGetErrorName(err)
-                    << ": " << cudaGetErrorString(err);
     ctx.check_device_error();
   } catch (const std::exception& e) {
     ADD_FAILURE() << "rank " << ctx.rank() << ": the work the test left queued raised after its body returned "
