@@ -771,7 +771,7 @@ TEST_P(Collective, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
 
 // ---- workspace capacity, mismatches, misuse ----------------------------------------------------------------
 
-// The input and output of one call of an op whose per-rank block is m x n fp32, on the heap.
+// The input and output of one call of an op whose per-rank block is m x n (fp32 unless said), on the heap.
 struct OpCall {
   TestTensor in, out;
 };
@@ -788,9 +788,8 @@ const char* op_name(Op op) {
   return "?";
 }
 
-OpCall make_call(Context& ctx, Op op, int64_t m, int64_t n) {
+OpCall make_call(Context& ctx, Op op, int64_t m, int64_t n, DType dt = DType::kFloat32) {
   const int w = ctx.world_size();
-  const DType dt = DType::kFloat32;
   OpCall c;
   const int64_t in_rows = op == Op::kReduceScatter || op == Op::kAllToAll ? w * m : m;
   const int64_t out_rows = op == Op::kAllGather || op == Op::kAllToAll ? w * m : m;
@@ -1306,6 +1305,110 @@ TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaits
           EXPECT_NE(err.find("This rank's output of that call is not valid."), std::string::npos) << err;
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);
           refused_then_right_when_prepared_again(ctx, op, out, in, ws, c, big, n, seed++);
+        }
+      },
+      options);
+}
+
+// Calls that differ in a way that leaves every wait of the chunked exchanges satisfied, after a preamble
+// for bf16 blocks of 200 x 400 (160 KB: chunked for every exchange): the last rank passes fp16 of the same
+// bytes, or reduces with max where its peers sum, or (all_gather, two ranks) passes half the rows. Before
+// 2026-12-06 the first two finished without an error on every rank with wrong results (fp16 bits read as
+// bf16, sums and maxima mixed), and in the third the rank of the smaller call took its peer's first chunks
+// as its own and returned while its peer timed out. Now the flags carry a tag of each call's key beside the
+// epoch (collective_kernels.hpp, tagged_epoch): every rank that waits for a flag of the other call raises
+// InvalidArgument at synchronize(), naming the rank whose call differs, and the workspace is refused until
+// prepared again, and then right. The others name the last rank; the last rank names a peer (rank 0 at two
+// ranks). broadcast (from rank 0, two ranks): rank 1 raises, the root, which waits for no flag, does not.
+// The rank named is the writer of the flag (tag_writer), which at more ranks the broadcast's forwarding and
+// a smaller call's flag layout make a matter of timing: those cases run at two ranks only.
+TEST_P(Collective, ChunkedCallsThatDifferAfterThePreambleRaiseOnTheRanksThatWaitForThem) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  // A wait for a flag that never comes (two-rank cases excepted, none should) gives up after 2 s.
+  const ContextOptions options = big_heap_timing_out(GetParam().world, std::chrono::milliseconds(2000));
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        if (std::getenv("IRIS_LL_MAX_BYTES") != nullptr) GTEST_SKIP() << "IRIS_LL_MAX_BYTES may make them LL";
+        const int w = ctx.world_size(), me = ctx.rank(), culprit = w - 1;
+        const int64_t m = 200, n = 400;
+        struct Case {
+          Op op;
+          const char* how;  // "fp16", "max", "half the rows"
+        };
+        const Case cases[] = {{Op::kAllGather, "fp16"},    {Op::kAllToAll, "fp16"},  {Op::kReduceScatter, "fp16"},
+                              {Op::kReduceScatter, "max"}, {Op::kBroadcast, "fp16"}, {Op::kAllGather, "half the rows"}};
+        uint64_t seed = 1700;
+        for (const Case& k : cases) {
+          const std::string how = k.how;
+          if (w > 2 && (k.op == Op::kBroadcast || how == "half the rows")) continue;
+          SCOPED_TRACE(detail::str_cat(op_name(k.op), ", the last rank's call: ", how));
+          OpCall c = make_call(ctx, k.op, m, n, DType::kBFloat16);
+          Workspace ws;
+          preamble(ctx, k.op, c.out.view, c.in.view, ws);
+          // A right call first on every rank: the flags then hold this call's tags, one parity of them.
+          c.in.upload(ctx.stream(), test::make_input(DType::kBFloat16, c.in.view.rows, n, n, seed++, me));
+          call(ctx, k.op, c.out.view, c.in.view, ws);
+          ctx.synchronize();
+          const uint64_t errors = ctx.device_timeouts();
+          Tensor in = c.in.view, out = c.out.view;
+          ReduceOp reduce = ReduceOp::kSum;
+          if (me == culprit) {
+            if (how == "fp16") in.dtype = out.dtype = DType::kFloat16;
+            if (how == "max") reduce = ReduceOp::kMax;
+            if (how == "half the rows") {
+              in.rows /= 2;
+              out.rows /= 2;
+            }
+          }
+          c.in.upload(ctx.stream(), test::make_input(DType::kBFloat16, c.in.view.rows, n, n, seed++, me));
+          c.out.poison(ctx.stream());
+          if (k.op == Op::kReduceScatter)
+            ccl::reduce_scatter(ctx, out, in, Config{}, ws, nullptr, reduce);
+          else
+            call(ctx, k.op, out, in, ws);
+          if (k.op == Op::kBroadcast && me == 0) {
+            EXPECT_NO_THROW(ctx.synchronize()) << "the root waits for no flag";
+            EXPECT_EQ(ctx.device_timeouts(), errors);
+          } else {
+            const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
+            EXPECT_EQ(err.rfind(detail::str_cat("iris device error in ", op_name(k.op)), 0), 0u) << err;
+            const size_t at = err.find(detail::str_cat(" on rank ", me, ": rank "));
+            ASSERT_NE(at, std::string::npos) << err;
+            const int named = std::atoi(err.c_str() + at + detail::str_cat(" on rank ", me, ": rank ").size());
+            if (me != culprit)
+              EXPECT_EQ(named, culprit) << err;
+            else if (w == 2)
+              EXPECT_EQ(named, 0) << err;
+            else
+              EXPECT_TRUE(named >= 0 && named < culprit) << err;
+            EXPECT_NE(err.find(" made another call on this workspace (the flag it set for this call carries the tag "),
+                      std::string::npos)
+                << err;
+            EXPECT_NE(err.find("), so the ranks' calls differ in shape, dtype, reduction, root or config. This rank's "
+                               "output of that call is not valid: the exchange stopped before it read rank "),
+                      std::string::npos)
+                << err;
+            EXPECT_NE(err.find("Call the preamble again on every rank before using the workspace."), std::string::npos)
+                << err;
+            EXPECT_EQ(ctx.device_timeouts(), errors + 1);
+            EXPECT_EQ(test::error_text<std::invalid_argument>([&] {
+                        call(ctx, k.op, out, in, ws);
+                      }).rfind(detail::str_cat(op_name(k.op), ": a device error"), 0),
+                      0u);
+          }
+          ctx.barrier();
+          c.out.release();
+          c.in.release();
+          // Prepared again (fp32 blocks of the same bytes), the workspace is right.
+          const Mode heap{0, true, false, "prepared again"};
+          if (k.op == Op::kBroadcast)
+            check_broadcast(ctx, Config{}, ws, DType::kFloat32, m / 2, n, heap, 0, seed++);
+          else
+            check_exchange(ctx, k.op, ws, m / 2, n, heap, seed++);
+          release(ctx, ws);
         }
       },
       options);

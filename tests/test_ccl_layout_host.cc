@@ -380,5 +380,55 @@ TEST(CclLayout, ParityHalvesNeverOverlapForAnyShapeAWorkspaceServes) {
   EXPECT_GT(pairs, 300);  // the loop above really checked something
 }
 
+// The call-tagged flags of the chunked exchanges (collective_kernels.hpp, tagged_epoch): the tag's marker bits,
+// the wrap-safe epoch comparison over 48 bits, and the claim that a tagged word is never taken for a reached
+// epoch by a plain wait (Cmp::kReached over 64 bits) nor a plain epoch by a tagged wait.
+TEST(ExchangeFlags, TaggedEpochsCompareTheirEpochBitsAndKeepTheCallsTag) {
+  using detail::call_tag;
+  using detail::kTaggedEpochMask;
+  using detail::tagged_epoch;
+  using detail::tagged_epoch_reached;
+  using detail::tagged_word_looks_reached;
+  const uint64_t keys[] = {0, ~uint64_t{0}, 0x0123456789abcdefull, 0x3fffull, 0xc000ull, uint64_t{1} << 63};
+  const uint64_t epochs[] = {1,
+                             2,
+                             3,
+                             1000,
+                             kTaggedEpochMask - 1,
+                             kTaggedEpochMask,
+                             kTaggedEpochMask + 1,
+                             kTaggedEpochMask + 2,
+                             (uint64_t{1} << 62) - 1};
+  for (const uint64_t key : keys) {
+    const uint64_t tag = call_tag(key);
+    EXPECT_EQ(tag >> 14, 3u) << std::hex << key;  // the two marker bits, 16 bits in all
+    for (const uint64_t e : epochs) {
+      const uint64_t word = tagged_epoch(key, e);
+      EXPECT_EQ(word >> detail::kTaggedEpochBits, tag);
+      EXPECT_EQ(word & kTaggedEpochMask, e & kTaggedEpochMask);
+      // The wait for e takes this call's word, and a later call's; not the word of call e - 2 (the same
+      // parity's previous call), nor one left long ago, across the 48-bit wrap too.
+      EXPECT_TRUE(tagged_epoch_reached(word, tagged_epoch(key, e)));
+      EXPECT_TRUE(tagged_epoch_reached(tagged_epoch(key ^ 1, e + 2), word));
+      EXPECT_FALSE(tagged_epoch_reached(tagged_epoch(key, e - 2), word)) << e;
+      EXPECT_FALSE(tagged_epoch_reached(tagged_epoch(key, e - 1), word)) << e;
+      EXPECT_FALSE(tagged_epoch_reached(tagged_epoch(key, e - (uint64_t{1} << 46)), word)) << e;
+      // A plain epoch (all_reduce's flags) left in the word: below this call's, so not taken; zero neither.
+      EXPECT_FALSE(tagged_epoch_reached(e - 1, word)) << e;
+      EXPECT_FALSE(tagged_epoch_reached(0, word)) << e;
+    }
+    // A tagged word left by any call is never reached for a plain wait of any epoch below 2^62.
+    for (const uint64_t left : {uint64_t{0}, uint64_t{1}, uint64_t{5}, kTaggedEpochMask})
+      for (const uint64_t e : epochs)
+        EXPECT_FALSE(tagged_word_looks_reached(tagged_epoch(key, left), e)) << left << " " << e;
+  }
+  // The extremes of the tag range against the extremes of the epochs.
+  for (const uint64_t word : {uint64_t{0xc000} << 48, ~uint64_t{0}})
+    for (const uint64_t e : {uint64_t{1}, (uint64_t{1} << 62) - 1}) EXPECT_FALSE(tagged_word_looks_reached(word, e));
+  // Keys that differ in one bit of any of their 16-bit parts' low 14 bits have different tags.
+  for (int bit = 0; bit < 64; ++bit)
+    if (bit % 16 < 14) EXPECT_NE(call_tag(keys[2]), call_tag(keys[2] ^ (uint64_t{1} << bit))) << bit;
+}
+
 }  // namespace
 }  // namespace iris::ccl

@@ -6,10 +6,12 @@
 // pipeline (pipelined_chunks: push chunk c_i, then receive chunk c_{i-1}):
 //   1. push     loads chunk c of its input once and stores it into slot [k-1] of rank me+k's staging
 //               for every k = 1..W-1 and into its own output block (unless in place); then bar.sync
-//               and one release per peer (system scope) of flag (k, c) on that peer;
+//               and one release per peer (system scope) of flag (k, c) on that peer, valued with the
+//               call's tagged epoch (collective_kernels.hpp: the epoch and a tag of the call's key);
 //   2. receive  for every source me-k: waits for its local flag (k, c) to reach the epoch (acquire,
-//               system scope; only the pusher's store crosses NVLink) and copies the chunk from its
-//               staging into the source's output block.
+//               system scope; only the pusher's store crosses NVLink), checks that its tag is this call's
+//               (else records that the calls differ, naming the source, and ends) and copies the chunk
+//               from its staging into the source's output block.
 // A receive waits only for the peers' pushes of its chunk, which come after their receives of lower
 // chunks only, so no block waits for one that cannot make progress (pipelined_chunks).
 //
@@ -54,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) all_gather_kernel(const __grid_const
         len);
     block_signal_each(
         ctx, peers, [&](int i) { return stage.flag(i + 1, c); }, [&](int i) { return ring_peer(me, i + 1, world); },
-        epoch);
+        tagged_epoch(ctx.call_key, epoch));
   };
   (void)pipelined_chunks(a.nchunks, push, [&](int64_t c) {
     return receive_pushed_chunk<U, kVec>(a, stage, epoch, out_block, "all_gather", c);

@@ -6,9 +6,11 @@
 // every rank, as a two-stage pipeline (pipelined_chunks: push chunk c_i, then receive chunk c_{i-1}):
 //   1. push     for every k = 1..W-1 copies chunk c of input block me+k into slot [k-1] of rank me+k's
 //               staging, copies chunk c of input block me into output block me; then bar.sync and one
-//               release per peer (system scope) of flag (k, c) on that peer;
+//               release per peer (system scope) of flag (k, c) on that peer, valued with the call's
+//               tagged epoch (collective_kernels.hpp);
 //   2. receive  for every source me-k: waits for its local flag (k, c) to reach the epoch (acquire,
-//               system scope) and copies the chunk from its staging into output block me-k.
+//               system scope), checks its tag (as all_gather's) and copies the chunk from its staging
+//               into output block me-k.
 // A receive waits only for the peers' pushes of its chunk, which come after their receives of lower
 // chunks only, so no block waits for one that cannot make progress (pipelined_chunks).
 //
@@ -57,7 +59,7 @@ __global__ void __launch_bounds__(kThreads) all_to_all_kernel(const __grid_const
                            len);
     block_signal_each(
         ctx, peers, [&](int i) { return stage.flag(i + 1, c); }, [&](int i) { return ring_peer(me, i + 1, world); },
-        epoch);
+        tagged_epoch(ctx.call_key, epoch));
   };
   (void)pipelined_chunks(a.nchunks, push, [&](int64_t c) {
     return receive_pushed_chunk<U, kVec>(a, stage, epoch, out_block, "all_to_all", c);

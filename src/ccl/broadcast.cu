@@ -4,8 +4,10 @@
 // tensor is cut into chunks (CopyPlan); the chunks form W-1 contiguous runs of per_owner chunks, run i
 // owned by rank root+1+i (mod W). Block b of the grid takes chunks c = b, b + G, ... on every rank:
 //   root       copies chunk c of in into its out (unless in place) and into the staging of owner(c),
-//              then bar.sync and a release (system scope) of flag c on owner(c);
-//   owner(c)   waits for its local flag c (acquire, system scope), copies chunk c from its staging
+//              then bar.sync and a release (system scope) of flag c on owner(c), valued with the call's
+//              tagged epoch (collective_kernels.hpp: the epoch and a tag of the call's key);
+//   owner(c)   waits for its local flag c (acquire, system scope; a tag other than this call's records
+//              that the calls differ, naming the signaller, and ends the kernel), copies chunk c from its staging
 //              into its out and into the staging of every rank but the root and itself, then bar.sync
 //              and one release of flag c on each of them;
 //   the rest   wait for their local flag c and copy chunk c from their staging into their out.
@@ -37,6 +39,7 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_consta
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, root = a.root;
   const uint64_t epoch = begin_call(a.ctx, a.state);
+  const uint64_t flag_word = tagged_epoch(ctx.call_key, epoch);  // what this call's flags carry
   U* const stage = static_cast<U*>(a.staging);
   const View<U> out{static_cast<U*>(a.out), a.cols, a.out_stride};
   auto length = [&](int64_t c) { return min(a.chunk, a.numel - c * a.chunk); };
@@ -60,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_consta
           [&](int64_t e) { return in.at(base + e); }, ndst,
           [&](int i, int64_t e) { return i < to_peer ? dev::translate(ctx, stage + base, d) + e : out.at(base + e); },
           length(c));
-      if (to_peer) block_signal(ctx, a.flags + c, epoch, d);
+      if (to_peer) block_signal(ctx, a.flags + c, flag_word, d);
     }
   } else {
     // Forward targets: ranks at distance 1..W-1 from me, skipping the root (at distance rk).
@@ -70,7 +73,7 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_consta
     // 1. forward the chunks I own (waiting only for the root).
     for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
       if (owner(c) != me) continue;
-      if (!block_wait_flag(ctx, a.flags + c, epoch, "broadcast (owner waits for the root)")) {
+      if (!block_wait_tagged(ctx, a.flags + c, epoch, root, "broadcast (owner waits for the root)")) {
         end_call_published(a.state, epoch);
         return;
       }
@@ -82,12 +85,12 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_consta
                             },
                             length(c));
       block_signal_each(
-          ctx, ntargets, [&](int) { return a.flags + c; }, target, epoch);
+          ctx, ntargets, [&](int) { return a.flags + c; }, target, flag_word);
     }
     // 2. copy the chunks other owners forwarded to me.
     for (int64_t c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
       if (owner(c) == me) continue;
-      if (!block_wait_flag(ctx, a.flags + c, epoch, "broadcast (waits for a chunk's owner)")) {
+      if (!block_wait_tagged(ctx, a.flags + c, epoch, owner(c), "broadcast (waits for a chunk's owner)")) {
         end_call_published(a.state, epoch);
         return;
       }

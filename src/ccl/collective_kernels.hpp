@@ -5,7 +5,7 @@
 // The three exchanges (all_gather, reduce_scatter, all_to_all) share one staging layout. Every rank
 // holds, in its workspace:
 //   staging  [2 parities][W-1 sources][slot]   data pushed by peers; source slot k-1 holds rank me-k's
-//   flags    [2 parities][W-1 sources][nchunks] one epoch-valued word per pushed chunk
+//   flags    [2 parities][W-1 sources][nchunks] one call-tagged epoch word per pushed chunk (tagged_epoch)
 // or, for small blocks, the LL layout of ll_exchange.cu (staging [2 parities][W sources][ll_slot_words]:
 // a header line, then the block's lines; no flags). Call e uses parity e & 1; the reuse argument is in each kernel's
 // header comment. Parity p starts at p x half the array's capacity, not at an offset computed from the call's shape, so
@@ -38,6 +38,50 @@
 #include "iris/device/device_context.hpp"
 
 namespace iris::ccl::detail {
+
+// ---- call-tagged flags --------------------------------------------------------------------------------
+//
+// The flags of all_gather, reduce_scatter, all_to_all and broadcast carry the signaller's call beside its
+// epoch: the word is tag << 48 | (epoch mod 2^48), the tag 14 bits of the call key (DeviceContext::call_key,
+// a hash of the call's signature, OpSignature::key) with the top two bits set. A wait takes the word once
+// its epoch bits reach this call's (wrap-safe over 48 bits: 2^47 calls, decades of them), then compares the
+// tags. A word of this call's epoch was written by the signaller's call of that epoch, so a tag that differs
+// says that the ranks' calls differ (a shape, dtype, reduction, root or config that no preamble compared:
+// without IRIS_CHECK_CALLS the calls after a preamble are not compared on the host). The wait then records
+// kDeviceErrorCallTagMismatch naming the signaller, and its block ends before it reads that peer's data
+// (wait_tagged below). Before 2026-12-06 these flags carried the epoch alone, and calls whose differences
+// left every wait satisfied (fp16 on one rank and bf16 on another, sum and max, a call on one rank smaller
+// than its peer's, whose chunks the peer also sends) returned wrong data without an error on one rank or
+// on all. It costs nothing on the path: the signal stores one word as before, and a satisfied wait
+// compares the word it loaded anyway. A tag has 14 bits: calls that differ have the same tag by a 2^-14
+// chance, and then go on as before (IRIS_CHECK_CALLS compares them all).
+// all_reduce's flags hold plain epochs in the same array; Workspace::prepare zeroes the flags when a workspace
+// moves to another op, so the two never meet in step. Were one left, neither would be taken for reached:
+// the top two bits put a tagged word within 2^62 below 2^64, so `word - e` is negative as a signed number
+// for every epoch 0 < e < 2^62 (tagged_word_looks_reached), and a plain epoch has epoch bits below the call's.
+inline constexpr int kTaggedEpochBits = 48;
+inline constexpr uint64_t kTaggedEpochMask = (uint64_t{1} << kTaggedEpochBits) - 1;
+
+// The tag of a call key: its four 16-bit parts folded, 14 bits kept, the top two set.
+constexpr uint64_t call_tag(uint64_t key) {
+  return 0xc000u | ((key ^ (key >> 16) ^ (key >> 32) ^ (key >> 48)) & 0x3fffu);
+}
+
+// The flag word that call `epoch` of a call with key `key` signals.
+constexpr uint64_t tagged_epoch(uint64_t key, uint64_t epoch) {
+  return call_tag(key) << kTaggedEpochBits | (epoch & kTaggedEpochMask);
+}
+
+// True when the epoch bits of `word` have reached those of `want` (wrap-safe over 48 bits).
+constexpr bool tagged_epoch_reached(uint64_t word, uint64_t want) {
+  return ((word - want) & kTaggedEpochMask) < (uint64_t{1} << (kTaggedEpochBits - 1));
+}
+
+// Whether a plain epoch wait for `epoch` (Cmp::kReached over 64 bits) would take `word`: never for a
+// tagged word and 0 < epoch < 2^62 (the host tests check it at the edges).
+constexpr bool tagged_word_looks_reached(uint64_t word, uint64_t epoch) {
+  return static_cast<int64_t>(word - epoch) >= 0;
+}
 
 // ---- chunk plan --------------------------------------------------------------------------------------
 
@@ -347,6 +391,75 @@ __device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epo
   }
 }
 
+// The peer whose call left `tag` in a flag this rank waits for in call `epoch`, for the error record: the
+// first peer, from `from` on, whose call words (DeviceContext::call_words, stored when its kernel started,
+// before its signals, which the caller acquired) name this epoch and a key of that tag; `from` when none
+// does. Where the ranks' calls lay their flags out alike (the same chunk count) that is always `from`; where
+// they do not, a peer may have signalled into the word meant for `from`. Not inlined: the cold path.
+inline __device__ __noinline__ int tag_writer(const DeviceContext& ctx, uint64_t tag, uint64_t epoch, int from) {
+  if (ctx.call_words == nullptr) return from;
+  for (int k = 0; k < ctx.world_size; ++k) {
+    const int r = (from + k) % ctx.world_size;
+    if (r == ctx.rank) continue;
+    const uint64_t* words = dev::translate(ctx, static_cast<const uint64_t*>(ctx.call_words), r);
+    const uint64_t e = dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(words);
+    const uint64_t key = dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(words + 1);
+    if (e == epoch && call_tag(key) == tag) return r;
+  }
+  return from;
+}
+
+// One thread: waits (acquire loads at system scope) until the local word at `flag`, which rank `from`
+// signals, carries call `epoch`, then compares its tag with this call's (ctx.call_key). True when the word
+// is this call's tagged epoch; false when the wait gave up (a timeout, recorded with the epoch bits, or another
+// thread's error) or the tag differs: then kDeviceErrorCallTagMismatch is recorded (`observed` the peer's
+// tag, `expected` this call's, `peer` the writer, tag_writer) unless an error was recorded first.
+__device__ __forceinline__ bool wait_tagged(const DeviceContext& ctx, const uint64_t* flag, uint64_t epoch, int from,
+                                            const char* op) {
+  const uint64_t want = tagged_epoch(ctx.call_key, epoch);
+  uint64_t seen = dev::load<dev::Order::kAcquire, dev::Scope::kSys>(flag);
+  if (seen == want) return true;  // the usual case: one load
+  if (!tagged_epoch_reached(seen, want)) {
+    dev::SpinBound bound(ctx);
+    do {
+      if (!bound.keep_waiting(ctx, op, flag, seen & kTaggedEpochMask, want & kTaggedEpochMask)) return false;
+      seen = dev::load<dev::Order::kAcquire, dev::Scope::kSys>(flag);
+    } while (!tagged_epoch_reached(seen, want));
+  }
+  const uint64_t tag = seen >> kTaggedEpochBits;
+  if (tag == want >> kTaggedEpochBits) return true;
+  dev::record_device_error(ctx, dev::kDeviceErrorCallTagMismatch, op, flag, tag, want >> kTaggedEpochBits, 0,
+                           tag_writer(ctx, tag, epoch, from));
+  return false;
+}
+
+// block_wait_flag (ccl_common.cuh) for a tagged flag that rank `from` signals. Every thread calls this.
+__device__ __forceinline__ bool block_wait_tagged(const DeviceContext& ctx, const uint64_t* flag, uint64_t epoch,
+                                                  int from, const char* op) {
+  __shared__ int ok;
+  if (threadIdx.x == 0) ok = wait_tagged(ctx, flag, epoch, from, op) ? 1 : 0;
+  __syncthreads();
+  const bool result = ok != 0;
+  __syncthreads();  // `ok` is reused by the next wait
+  return result;
+}
+
+// block_wait_each (ccl_common.cuh) for tagged flags: thread i (i < n) waits for the word at flag_at(i),
+// which rank from_at(i) signals, then bar.sync. Every thread calls this.
+template <typename FlagAt, typename FromAt>
+__device__ __forceinline__ bool block_wait_each_tagged(const DeviceContext& ctx, int n, FlagAt flag_at, FromAt from_at,
+                                                       uint64_t epoch, const char* op) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (!wait_tagged(ctx, flag_at(i), epoch, from_at(i), op)) failed = 1;
+  __syncthreads();
+  const bool ok = failed == 0;
+  __syncthreads();  // `failed` is reset by the next call
+  return ok;
+}
+
 // This block's chunks c_0 = blockIdx.x, c_1 = c_0 + G, ... (G = gridDim.x) as a two-stage software
 // pipeline: send(c_i), then take(c_{i-1}); take(c_last) after the loop. send pushes a chunk to peers and
 // never waits; take waits for what the peers sent of that chunk, then does the local pass (a copy or a
@@ -389,8 +502,8 @@ struct ExchangeStaging {
 };
 
 // The take of all_gather and all_to_all (pipelined_chunks): for every source me - k, wait for its flag
-// (k, c) to reach the epoch (acquire, system scope), then copy chunk c from slot k of the staging into
-// that source's output block, out_block(source). False on timeout (the kernel must end).
+// (k, c) to carry this call's tagged epoch (acquire, system scope; a tag that differs ends it), then copy chunk c from
+// slot k of the staging into that source's output block, out_block(source). False on timeout (the kernel must end).
 template <typename U, bool kVec, typename OutBlock>
 __device__ __forceinline__ bool receive_pushed_chunk(const ExchangeArgs& a, const ExchangeStaging<U>& stage,
                                                      uint64_t epoch, OutBlock out_block, const char* op, int64_t c) {
@@ -398,8 +511,9 @@ __device__ __forceinline__ bool receive_pushed_chunk(const ExchangeArgs& a, cons
   const int me = ctx.rank, world = ctx.world_size;
   const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
   for (int k = 1; k < world; ++k) {
-    if (!block_wait_flag(ctx, stage.flag(k, c), epoch, op)) return false;
-    const View<U> dst = out_block(ring_peer(me, world - k, world));
+    const int from = ring_peer(me, world - k, world);
+    if (!block_wait_tagged(ctx, stage.flag(k, c), epoch, from, op)) return false;
+    const View<U> dst = out_block(from);
     const U* src = stage.slot_of(k) + base;
     block_copy_to<U, kVec>([&](int64_t e) { return dst.at(base + e); }, [&](int64_t e) { return src + e; }, len);
   }

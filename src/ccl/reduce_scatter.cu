@@ -6,7 +6,8 @@
 // so the reduction, a local pass, overlaps the transfer of later chunks):
 //   1. push    for every k = 1..W-1 copies chunk c of input block me+k into slot [k-1] of rank me+k's
 //              staging; then bar.sync and one release per peer (system scope) of flag (k, c) there;
-//   2. reduce  waits for its W-1 local flags (k, c) (acquire, system scope, one thread per flag), then
+//   2. reduce  waits for its W-1 local flags (k, c) (acquire, system scope, one thread per flag; each
+//              valued with the pusher's tagged epoch, whose tag must be this call's, as in all_gather), then
 //              reduces the W parts of chunk c in rank order 0..W-1 (its own part read from its input,
 //              float32 accumulation for 16-bit types) into its output.
 // Every element is reduced once, by its owner, in a fixed order: results are deterministic. A block
@@ -56,11 +57,12 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(const __grid_c
     }
     block_signal_each(
         ctx, peers, [&](int i) { return stage.flag(i + 1, c); }, [&](int i) { return ring_peer(me, i + 1, world); },
-        epoch);
+        tagged_epoch(ctx.call_key, epoch));
   };
   auto reduce = [&](int64_t c) {
-    if (!block_wait_each(
-            ctx, peers, [&](int i) { return stage.flag(i + 1, c); }, epoch, "reduce_scatter"))
+    if (!block_wait_each_tagged(
+            ctx, peers, [&](int i) { return stage.flag(i + 1, c); },
+            [&](int i) { return ring_peer(me, world - 1 - i, world); }, epoch, "reduce_scatter"))
       return false;
     const int64_t base = c * a.chunk, len = min(a.chunk, a.numel - base);
     auto part = [&](int s, int64_t e) -> const T* {

@@ -625,6 +625,15 @@ void Context::check_device_error() {
     throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, ": rank ",
                                           copy.peer, what, differ_advice));
   }
+  // A chunked exchange's flag, set by the peer for this call, carries a tag of another call's key.
+  if (copy.code == device::kDeviceErrorCallTagMismatch)
+    throw InvalidArgument(detail::str_cat(
+        "iris device error in ", copy.op, " on rank ", copy.rank, ": rank ", copy.peer,
+        " made another call on this workspace (the flag it set for this call carries the tag ", theirs,
+        " of its call's key, this rank's call has ", ours,
+        "), so the ranks' calls differ in shape, dtype, reduction, root or config. This rank's output of that "
+        "call is not valid: the exchange stopped before it read rank ",
+        copy.peer, "'s data there, but may have written other parts of it.", differ_advice));
   char addr[32], seen[32], want[32];
   std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
   std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));

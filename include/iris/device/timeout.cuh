@@ -19,7 +19,8 @@
 //  * ctx.synchronize() / check_device_error() throws iris::TimeoutError with the op, rank, word and
 //    values (InvalidArgument naming the value and its range for a misuse, kDeviceErrorMisuse, and the
 //    peer for a call that differs from a peer's, kDeviceErrorCallMismatch, or kDeviceErrorCallMismatchLate
-//    when the exchange found it beside the data, whose output is then not valid; in an iris collective a
+//    when the exchange found it beside the data, whose output is then not valid, or kDeviceErrorCallTagMismatch
+//    when a chunked exchange found it in a peer's flag; in an iris collective a
 //    wait that gives up first reads its peers' call words, and raises a TimeoutError naming a peer in the
 //    same call with another key, kDeviceErrorCallDiffers, or a peer that has not started the call,
 //    kDeviceErrorPeerNotInCall: record_wait_timeout below), and
@@ -101,7 +102,8 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
         static_cast<unsigned long long>(elapsed_ns / 1000000));
     return true;
   }
-  if (code == kDeviceErrorCallMismatch || code == kDeviceErrorCallMismatchLate || code == kDeviceErrorCallDiffers) {
+  if (code == kDeviceErrorCallMismatch || code == kDeviceErrorCallMismatchLate || code == kDeviceErrorCallDiffers ||
+      code == kDeviceErrorCallTagMismatch) {
     printf("iris: device error in %s on rank %d (block %d): rank %d's call differs (%llx, this rank's %llx)\n",
            op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), peer,
            static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected));
