@@ -1387,9 +1387,10 @@ TEST_P(Collective, ChunkedCallsThatDifferAfterThePreambleRaiseOnTheRanksThatWait
             EXPECT_NE(err.find(" made another call on this workspace (the flag it set for this call carries the tag "),
                       std::string::npos)
                 << err;
-            EXPECT_NE(err.find("), so the ranks' calls differ in shape, dtype, reduction, root or config. This rank's "
-                               "output of that call is not valid: the exchange stopped before it read rank "),
-                      std::string::npos)
+            EXPECT_NE(
+                err.find("), so the ranks' calls differ in shape, dtype, reduction, root, bias or config. This rank's "
+                         "output of that call is not valid: the exchange stopped before it read rank "),
+                std::string::npos)
                 << err;
             EXPECT_NE(err.find("Call the preamble again on every rank before using the workspace."), std::string::npos)
                 << err;

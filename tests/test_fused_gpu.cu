@@ -1566,6 +1566,68 @@ TEST_P(FusedGpu, ACallMadeOnOneRankAloneTimesOutNamingAPeerNotInIt) {
       o);
 }
 
+// Without IRIS_CHECK_CALLS the calls after a preamble are not compared on the host. Here the last rank's
+// call has half its peers' K (a shallower call the workspace holds), every op and variant, banded: the
+// tiles, bands and flags are laid out alike, so before 2026-12-06 every wait was satisfied and each rank
+// returned a wrong sum (or gathered product) without an error. Now each call's ready flags carry a tag of
+// its call key (fused_begin_kernel), and every rank's wait for its peers' ready flags finds the other call:
+// each raises InvalidArgument at synchronize(), naming the rank whose call differs (the others name the last
+// rank; the last rank a peer, rank 0 at two ranks) and saying that no rank's output of that call is valid;
+// the workspace is refused until prepared again, and then right. M grows with the world, so that each rank's
+// block of rows has several tile rows and every flavor takes the band pipeline (an unfused call compares no K:
+// its collective's arguments are the same on every rank).
+TEST_P(FusedGpu, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheReadyFlags) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        const int w = ctx.world_size(), me = ctx.rank(), culprit = w - 1;
+        uint64_t seed = 2300;
+        for (const Flavor& flavor : kFlavors) {
+          const OpFns f = fns(flavor.op);
+          const std::string name = flavor_name(flavor);
+          SCOPED_TRACE(name);
+          const FusedConfig config = config_for(flavor, kGemmTileSmall, /*pipelined=*/true);
+          FusedWorkspace ws;
+          Problem deep(ctx, flavor, {grown({384, 512, 128}, w), kBF16, kBF16, false, kGemmTileSmall});
+          Problem shallow(ctx, flavor, {grown({384, 512, 64}, w), kBF16, kBF16, false, kGemmTileSmall});
+          call_and_check(ctx, deep, config, ws, seed++, nullptr, name + ": calls that agree");
+          const uint64_t errors = ctx.device_timeouts();
+          f.run(ctx, me == culprit ? shallow.operands() : deep.operands(), config, ws, nullptr);
+          const std::string err = error_text<std::invalid_argument>([&] { ctx.synchronize(); });
+          const std::string head =
+              detail::str_cat("iris device error in fused op: wait for a peer's ready flag on rank ", me, ": rank ");
+          ASSERT_EQ(err.rfind(head, 0), 0u) << err;
+          const int named = std::atoi(err.c_str() + head.size());
+          if (me != culprit)
+            EXPECT_EQ(named, culprit) << err;
+          else if (w == 2)
+            EXPECT_EQ(named, 0) << err;
+          else
+            EXPECT_TRUE(named >= 0 && named < culprit) << err;
+          EXPECT_NE(err.find(" made another call on this workspace (the flag it set for this call carries the tag "),
+                    std::string::npos)
+              << err;
+          EXPECT_NE(err.find("), so the ranks' calls differ in shape, dtype, reduction, root, bias or config. The "
+                             "outputs of that call are not valid on any rank: the op's later kernels and copies ran "
+                             "as after a timeout"),
+                    std::string::npos)
+              << err;
+          EXPECT_EQ(ctx.device_timeouts(), errors + 1);
+          EXPECT_EQ(error_text<std::invalid_argument>([&] {
+                      f.run(ctx, deep.operands(), config, ws, nullptr);
+                    }).rfind(std::string(f.name) + ": a device error", 0),
+                    0u);
+          ctx.barrier();
+          call_and_check(ctx, deep, config, ws, seed++, nullptr, name + ": prepared again");
+          release_workspace(ctx, ws);
+        }
+      },
+      options());
+}
+
 // A rank passing another K, valid or not, makes every rank raise from the preamble (none waits for the
 // others, none prepares); the ranks then agree again and a correct call works.
 TEST_P(FusedGpu, InvalidCallOnOneRankMakesEveryRankRaise) {

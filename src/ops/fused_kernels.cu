@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "ccl/ccl_common.cuh"
+#include "ccl/collective_kernels.hpp"
 #include "core/kernel_modules.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/error.hpp"
@@ -30,8 +31,12 @@ __global__ void fused_begin_kernel(const __grid_constant__ FusedSync s, int read
   // The call words, as a collective's begin_call stores them (ccl_common.cuh): every later kernel of the
   // call is ordered after this one, so a wait of theirs that gives up finds this call's words here.
   ccl::detail::store_call_words(s.ctx, epoch);
+  // The ready flag carries a tag of the call key beside the epoch (ccl/collective_kernels.hpp, tagged_epoch), so
+  // that every peer's ready wait compares this rank's call with its own before either moves data.
+  const uint64_t ready = ccl::detail::tagged_epoch(s.ctx.call_key, epoch);
   for (int p = 0; p < s.ctx.world_size; ++p)
-    if (p != s.ctx.rank) dev::signal<dev::Order::kRelease, dev::Scope::kSys>(s.ctx, s.flags + ready_base + s.ctx.rank, epoch, p);
+    if (p != s.ctx.rank)
+      dev::signal<dev::Order::kRelease, dev::Scope::kSys>(s.ctx, s.flags + ready_base + s.ctx.rank, ready, p);
 }
 
 __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first, int count, int stride, int skip,
@@ -42,8 +47,11 @@ __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first
                                : "fused op: wait for a peer's reduced rows";
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
     if (i == skip) continue;
-    (void)dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(s.ctx, s.flags + first + i * stride,
-                                                                  dev::Cmp::kReached, epoch, op);
+    if (what == static_cast<int>(FusedWait::kReady))  // rank i's ready flag, tagged: a call that differs is named
+      (void)ccl::detail::wait_tagged(s.ctx, s.flags + first + i * stride, epoch, i, op);
+    else
+      (void)dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(s.ctx, s.flags + first + i * stride,
+                                                                    dev::Cmp::kReached, epoch, op);
   }
 }
 

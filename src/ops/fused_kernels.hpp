@@ -4,7 +4,9 @@
 // Every call of a fused op is one *epoch*: fused_begin (first on the caller's stream) increments the
 // workspace's epoch word (block_state[0]) and tells every peer "ready for this epoch"; every later kernel
 // of the call reads the new value. Flags carry epochs and are never reset, so a CUDA-graph replay is a
-// new epoch like a new call. A rank writes into a peer's staging only after it has seen that peer's
+// new epoch like a new call. The ready flag carries a tag of the call key too (ccl/collective_kernels.hpp,
+// tagged_epoch), so that ranks whose calls differ (a shape, dtype, bias or config no preamble compared) find it
+// in every pipelined call, at its start. A rank writes into a peer's staging only after it has seen that peer's
 // ready flag for the epoch, i.e. after the peer finished every kernel of its previous call (they are
 // all ordered before its fused_begin), so one copy of each staging area suffices.
 #pragma once
@@ -28,10 +30,13 @@ struct FusedSync {
 // Names the wait in a timeout report.
 enum class FusedWait : int { kReady = 0, kData = 1, kReduced = 2 };
 
-// Epoch + 1, then flags[ready_base + rank] = epoch on every peer (release, system scope).
+// Epoch + 1, then flags[ready_base + rank] = the epoch tagged with the call key (ccl::detail::tagged_epoch) on
+// every peer (release, system scope).
 void launch_fused_begin(const FusedSync& s, int ready_base, cudaStream_t stream);
 // Waits (acquire, system scope, bounded) until flags[first + i * stride] reaches the epoch for every i in
-// [0, count) except i == skip. One small block.
+// [0, count) except i == skip. One small block. kReady: the ready flags of ranks i (first 0, stride 1), whose
+// tags must be this call's: one that differs records kDeviceErrorCallTagMismatch naming rank i (a peer's call
+// differs from this rank's), and the call's later kernels and copies run as after a timeout.
 void launch_fused_wait(const FusedSync& s, int first, int count, int stride, int skip, FusedWait what,
                        cudaStream_t stream);
 // flags[index] = epoch on rank `to`, or on every peer when to < 0 (release, system scope), after

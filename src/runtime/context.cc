@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "core/first_launch.hpp"
@@ -631,9 +632,15 @@ void Context::check_device_error() {
         "iris device error in ", copy.op, " on rank ", copy.rank, ": rank ", copy.peer,
         " made another call on this workspace (the flag it set for this call carries the tag ", theirs,
         " of its call's key, this rank's call has ", ours,
-        "), so the ranks' calls differ in shape, dtype, reduction, root or config. This rank's output of that "
-        "call is not valid: the exchange stopped before it read rank ",
-        copy.peer, "'s data there, but may have written other parts of it.", differ_advice));
+        "), so the ranks' calls differ in shape, dtype, reduction, root, bias or config. ",
+        std::string_view(copy.op).starts_with("fused op")
+            ? detail::str_cat("The outputs of that call are not valid on any rank: the op's later kernels and "
+                              "copies ran as after a timeout, into its peers' staging and, for the ops that "
+                              "write there, their C.")
+            : detail::str_cat("This rank's output of that call is not valid: the exchange stopped before it read "
+                              "rank ",
+                              copy.peer, "'s data there, but may have written other parts of it."),
+        differ_advice));
   char addr[32], seen[32], want[32];
   std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
   std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));
