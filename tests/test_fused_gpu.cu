@@ -51,6 +51,7 @@
 #include "iris/device.cuh"
 #include "iris/ops/fused.hpp"
 #include "iris/ops/gemm.hpp"
+#include "support/call_tag_error.hpp"
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
 #include "support/require_gemm_core.hpp"
@@ -1597,22 +1598,12 @@ TEST_P(FusedGpu, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheReadyFlag
           const uint64_t errors = ctx.device_timeouts();
           f.run(ctx, me == culprit ? shallow.operands() : deep.operands(), config, ws, nullptr);
           const std::string err = error_text<std::invalid_argument>([&] { ctx.synchronize(); });
-          const std::string head =
-              detail::str_cat("iris device error in fused op: wait for a peer's ready flag on rank ", me, ": rank ");
-          ASSERT_EQ(err.rfind(head, 0), 0u) << err;
-          const int named = std::atoi(err.c_str() + head.size());
-          if (me != culprit)
-            EXPECT_EQ(named, culprit) << err;
-          else if (w == 2)
-            EXPECT_EQ(named, 0) << err;
-          else
-            EXPECT_TRUE(named >= 0 && named < culprit) << err;
-          EXPECT_NE(err.find(" made another call on this workspace (the flag it set for this call carries the tag "),
-                    std::string::npos)
-              << err;
-          EXPECT_NE(err.find("), so the ranks' calls differ in shape, dtype, reduction, root, bias or config. The "
-                             "outputs of that call are not valid on any rank: the op's later kernels and copies ran "
-                             "as after a timeout"),
+          test::expect_call_tag_error_naming_the_culprit(
+              err,
+              detail::str_cat("iris device error in fused op: wait for a peer's ready flag on rank ", me, ": rank "),
+              me, w);
+          EXPECT_NE(err.find(" The outputs of that call are not valid on any rank: the op's later kernels and copies "
+                             "ran as after a timeout"),
                     std::string::npos)
               << err;
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);
