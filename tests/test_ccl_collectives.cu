@@ -1349,8 +1349,10 @@ TEST_P(Collective, ChunkedCallsThatDifferAfterThePreambleRaiseOnTheRanksThatWait
           OpCall c = make_call(ctx, k.op, m, n, DType::kBFloat16);
           Workspace ws;
           preamble(ctx, k.op, c.out.view, c.in.view, ws);
-          // A right call first on every rank: the flags then hold this call's tags, one parity of them.
+          // Two right calls first on every rank: the flags of both parities then hold their tags, and the call
+          // that differs (call 3, parity 1) finds call 1's words, of an older epoch, where it waits.
           c.in.upload(ctx.stream(), test::make_input(DType::kBFloat16, c.in.view.rows, n, n, seed++, me));
+          call(ctx, k.op, c.out.view, c.in.view, ws);
           call(ctx, k.op, c.out.view, c.in.view, ws);
           ctx.synchronize();
           const uint64_t errors = ctx.device_timeouts();

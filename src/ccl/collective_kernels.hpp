@@ -409,27 +409,41 @@ inline __device__ __noinline__ int tag_writer(const DeviceContext& ctx, uint64_t
   return from;
 }
 
-// One thread: waits (acquire loads at system scope) until the local word at `flag`, which rank `from`
-// signals, carries call `epoch`, then compares its tag with this call's (ctx.call_key). True when the word
-// is this call's tagged epoch; false when the wait gave up (a timeout, recorded with the epoch bits, or another
-// thread's error) or the tag differs: then kDeviceErrorCallTagMismatch is recorded (`observed` the peer's
-// tag, `expected` this call's, `peer` the writer, tag_writer) unless an error was recorded first.
+// One thread: waits (acquire loads at system scope) until the epoch bits of the local word at `flag` reach call
+// `epoch`'s, and leaves the word in `seen`. False when the wait gave up (a timeout, recorded with the epoch
+// bits, or another thread's error): the kernel must end. Its tag is the caller's to compare (wait_tagged).
+__device__ __forceinline__ bool wait_tagged_epoch(const DeviceContext& ctx, const uint64_t* flag, uint64_t epoch,
+                                                  const char* op, uint64_t& seen) {
+  const uint64_t want = tagged_epoch(ctx.call_key, epoch);
+  seen = dev::load<dev::Order::kAcquire, dev::Scope::kSys>(flag);
+  if (seen == want || tagged_epoch_reached(seen, want)) return true;  // the usual case: one load
+  dev::SpinBound bound(ctx);
+  do {
+    if (!bound.keep_waiting(ctx, op, flag, seen & kTaggedEpochMask, want & kTaggedEpochMask)) return false;
+    seen = dev::load<dev::Order::kAcquire, dev::Scope::kSys>(flag);
+  } while (!tagged_epoch_reached(seen, want));
+  return true;
+}
+
+// Records that the word `seen` at `flag`, which rank `from` signals for call `epoch`, carries another call's tag
+// (kDeviceErrorCallTagMismatch: `observed` the peer's tag, `expected` this call's, `peer` the writer,
+// tag_writer), unless an error was recorded first.
+__device__ __forceinline__ void record_tag_mismatch(const DeviceContext& ctx, const uint64_t* flag, uint64_t seen,
+                                                    uint64_t epoch, int from, const char* op) {
+  const uint64_t tag = seen >> kTaggedEpochBits;
+  dev::record_device_error(ctx, dev::kDeviceErrorCallTagMismatch, op, flag, tag, call_tag(ctx.call_key), 0,
+                           tag_writer(ctx, tag, epoch, from));
+}
+
+// One thread: waits until the local word at `flag`, which rank `from` signals, carries call `epoch`
+// (wait_tagged_epoch), then compares its tag with this call's (ctx.call_key). True when the word is this
+// call's tagged epoch; false when the wait gave up or the tag differs (then record_tag_mismatch).
 __device__ __forceinline__ bool wait_tagged(const DeviceContext& ctx, const uint64_t* flag, uint64_t epoch, int from,
                                             const char* op) {
-  const uint64_t want = tagged_epoch(ctx.call_key, epoch);
-  uint64_t seen = dev::load<dev::Order::kAcquire, dev::Scope::kSys>(flag);
-  if (seen == want) return true;  // the usual case: one load
-  if (!tagged_epoch_reached(seen, want)) {
-    dev::SpinBound bound(ctx);
-    do {
-      if (!bound.keep_waiting(ctx, op, flag, seen & kTaggedEpochMask, want & kTaggedEpochMask)) return false;
-      seen = dev::load<dev::Order::kAcquire, dev::Scope::kSys>(flag);
-    } while (!tagged_epoch_reached(seen, want));
-  }
-  const uint64_t tag = seen >> kTaggedEpochBits;
-  if (tag == want >> kTaggedEpochBits) return true;
-  dev::record_device_error(ctx, dev::kDeviceErrorCallTagMismatch, op, flag, tag, want >> kTaggedEpochBits, 0,
-                           tag_writer(ctx, tag, epoch, from));
+  uint64_t seen = 0;
+  if (!wait_tagged_epoch(ctx, flag, epoch, op, seen)) return false;
+  if (seen >> kTaggedEpochBits == call_tag(ctx.call_key)) return true;
+  record_tag_mismatch(ctx, flag, seen, epoch, from, op);
   return false;
 }
 

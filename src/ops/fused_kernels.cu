@@ -45,14 +45,34 @@ __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first
   const char* op = what == 0 ? "fused op: wait for a peer's ready flag"
                    : what == 1 ? "fused op: wait for a peer's data"
                                : "fused op: wait for a peer's reduced rows";
+  if (what != static_cast<int>(FusedWait::kReady)) {
+    for (int i = threadIdx.x; i < count; i += blockDim.x)
+      if (i != skip)
+        (void)dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(s.ctx, s.flags + first + i * stride,
+                                                                      dev::Cmp::kReached, epoch, op);
+    return;
+  }
+  // The ready flags of ranks i, tagged with their calls' keys. A tag that differs is recorded only once every
+  // thread's wait has ended: recorded at once, it would end the other threads' waits (they give up on any
+  // error of this rank) while a third rank may still be in its previous call, and the call's copies, which
+  // run on after a failed wait, would write into its staging under it. (At two ranks the one peer's flag
+  // has reached this epoch when its tag is seen.)
+  __shared__ int differs;  // the first i whose tag differs, or -1
+  __shared__ uint64_t differs_word;
+  if (threadIdx.x == 0) differs = -1;
+  __syncthreads();
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
     if (i == skip) continue;
-    if (what == static_cast<int>(FusedWait::kReady))  // rank i's ready flag, tagged: a call that differs is named
-      (void)ccl::detail::wait_tagged(s.ctx, s.flags + first + i * stride, epoch, i, op);
-    else
-      (void)dev::wait_until<dev::Order::kAcquire, dev::Scope::kSys>(s.ctx, s.flags + first + i * stride,
-                                                                    dev::Cmp::kReached, epoch, op);
+    const uint64_t* flag = s.flags + first + i * stride;
+    uint64_t seen = 0;
+    if (ccl::detail::wait_tagged_epoch(s.ctx, flag, epoch, op, seen) &&
+        seen >> ccl::detail::kTaggedEpochBits != ccl::detail::call_tag(s.ctx.call_key) &&
+        atomicCAS(&differs, -1, i) == -1)
+      differs_word = seen;
   }
+  __syncthreads();
+  if (threadIdx.x == 0 && differs >= 0)
+    ccl::detail::record_tag_mismatch(s.ctx, s.flags + first + differs * stride, differs_word, epoch, differs, op);
 }
 
 __global__ void fused_signal_kernel(const __grid_constant__ FusedSync s, int index, int to) {

@@ -36,7 +36,8 @@ void launch_fused_begin(const FusedSync& s, int ready_base, cudaStream_t stream)
 // Waits (acquire, system scope, bounded) until flags[first + i * stride] reaches the epoch for every i in
 // [0, count) except i == skip. One small block. kReady: the ready flags of ranks i (first 0, stride 1), whose
 // tags must be this call's: one that differs records kDeviceErrorCallTagMismatch naming rank i (a peer's call
-// differs from this rank's), and the call's later kernels and copies run as after a timeout.
+// differs from this rank's) once every ready flag has reached the epoch, and the call's later kernels and
+// copies run as after a timeout.
 void launch_fused_wait(const FusedSync& s, int first, int count, int stride, int skip, FusedWait what,
                        cudaStream_t stream);
 // flags[index] = epoch on rank `to`, or on every peer when to < 0 (release, system scope), after
