@@ -61,10 +61,11 @@ inline constexpr int32_t kDeviceErrorCallDiffers = 5;
 // `address` the word waited for. The host raises TimeoutError naming the peer and both calls.
 inline constexpr int32_t kDeviceErrorPeerNotInCall = 6;
 // A peer's call differs from this rank's, found by a chunked exchange's wait (all_gather, reduce_scatter,
-// all_to_all, broadcast): the flag the peer signalled for this call carries a tag of its call key that is not
-// this call's (src/ccl/collective_kernels.hpp, tagged_epoch). `observed` holds the peer's tag, `expected`
-// this rank's, `peer` the peer, `address` the flag. The wait's block ended before it read that peer's data,
-// but other blocks may have copied or reduced other chunks. The host raises InvalidArgument.
+// all_to_all, broadcast) or a fused op's ready wait: the flag the peer signalled for this call carries a tag of
+// its call key that is not this call's (src/ccl/collective_kernels.hpp, tagged_epoch). `observed` holds the
+// peer's tag, `expected` this rank's, `peer` the peer, `address` the flag. An exchange's block ended before it
+// read that peer's data, but other blocks may have copied or reduced other chunks; a fused op's later kernels
+// and copies ran on. The host raises InvalidArgument.
 inline constexpr int32_t kDeviceErrorCallTagMismatch = 7;
 
 }  // namespace iris::device

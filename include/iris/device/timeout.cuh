@@ -20,7 +20,7 @@
 //    values (InvalidArgument naming the value and its range for a misuse, kDeviceErrorMisuse, and the
 //    peer for a call that differs from a peer's, kDeviceErrorCallMismatch, or kDeviceErrorCallMismatchLate
 //    when the exchange found it beside the data, whose output is then not valid, or kDeviceErrorCallTagMismatch
-//    when a chunked exchange found it in a peer's flag; in an iris collective a
+//    when a chunked exchange or a fused op's ready wait found it in a peer's flag; in an iris collective a
 //    wait that gives up first reads its peers' call words, and raises a TimeoutError naming a peer in the
 //    same call with another key, kDeviceErrorCallDiffers, or a peer that has not started the call,
 //    kDeviceErrorPeerNotInCall: record_wait_timeout below), and
