@@ -1362,6 +1362,99 @@ TEST_P(AllReduce, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
       options);
 }
 
+// A rank whose call failed skips the calls it queued behind it on the workspace, and its peers name it, for every
+// variant. Every rank but rank 1 queues three all_reduces, and rank 1 none at first (a call without elements
+// launches nothing): their first call waits in its layout fence for rank 1 until the device timeout (500 ms
+// here) and raises a TimeoutError naming rank 1 as not started; their second and third return at once (the
+// workspace's stop word, ccl_common.cuh: begin_call) and leave their outputs poisoned. Rank 1's one call then
+// passes the fence on their first call's words and waits for data that call never pushed: it raises a
+// TimeoutError naming rank 0, stopped at its call 1. Before 2026-12-06 the queued calls fenced again and
+// signalled their fence words (their waits gave up at the first error poll), rank 1 found there the third
+// call's, and its error said only that a peer never signalled. The workspace is refused until prepared again,
+// and then right.
+TEST_P(AllReduce, CallsQueuedBehindAFailedCallSkipAndTheirPeersNameTheRankThatStopped) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks: one makes a call the others do not";
+  ContextOptions options = big_heap(GetParam().world);
+  options.device_timeout = std::chrono::milliseconds(500);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        const DType dt = DType::kFloat32;
+        const int me = ctx.rank();
+        std::vector<Config> configs(6);
+        configs[0].all_reduce_variant = configs[1].all_reduce_variant = AllReduceVariant::kOneShot;
+        configs[0].all_reduce_one_shot_protocol = OneShotProtocol::kLL;
+        configs[1].all_reduce_one_shot_protocol = OneShotProtocol::kSimple;
+        configs[2].all_reduce_variant = AllReduceVariant::kTwoShot;
+        configs[3].all_reduce_variant = AllReduceVariant::kRing;
+        configs[4].all_reduce_variant = AllReduceVariant::kAtomic;
+        configs[5].all_reduce_variant = AllReduceVariant::kSpinlock;
+        uint64_t seed = 1900;
+        for (const Config& cfg : configs) {
+          SCOPED_TRACE(call_name(cfg));
+          std::vector<TestTensor> in(3), out(3);
+          for (int k = 0; k < 3; ++k) {
+            in[k] = TestTensor::make(ctx, dt, 32, 1000, 1000, true);
+            out[k] = TestTensor::make(ctx, dt, 32, 1000, 1000, true);
+            in[k].upload(ctx.stream(), test::make_input(dt, 32, 1000, 1000, seed++, me));
+            out[k].poison(ctx.stream());
+          }
+          Workspace ws;
+          ccl::all_reduce_preamble(ctx, out[0].view, in[0].view, cfg, ws);
+          const uint64_t errors = ctx.device_timeouts();
+          if (me != 1) {
+            for (int k = 0; k < 3; ++k) ccl::all_reduce(ctx, out[k].view, in[k].view, cfg, ws);
+            IRIS_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));  // all three have ended; nothing raised yet
+          } else {
+            Tensor empty = in[0].view;
+            empty.rows = 0;
+            ccl::all_reduce(ctx, empty, empty, cfg, ws);  // launches nothing
+          }
+          ctx.bootstrap().barrier();  // rank 1 calls once its peers' calls have ended
+          if (me != 1) {
+            const std::string err = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+            EXPECT_NE(err.find(", and rank 1 has not started this call: this rank is in call 1 on this workspace, "
+                               "and the latest call rank 1 started there is none"),
+                      std::string::npos)
+                << err;
+            EXPECT_NO_THROW(ctx.synchronize()) << "the skipped calls record nothing while an error is pending";
+            for (int k = 1; k < 3; ++k) {
+              const std::vector<char> host = out[k].download(ctx.stream());
+              EXPECT_TRUE(
+                  std::all_of(host.begin(), host.end(), [](char b) { return static_cast<unsigned char>(b) == 0xFF; }))
+                  << "call " << k + 1 << " wrote its output";
+            }
+          } else {
+            ccl::all_reduce(ctx, out[0].view, in[0].view, cfg, ws);
+            const std::string err = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+            EXPECT_EQ(err.rfind("iris device timeout in all_reduce(", 0), 0u) << err;
+            EXPECT_NE(err.find(" on rank 1 (block "), std::string::npos) << err;
+            EXPECT_NE(err.find(", and rank 0 stopped its calls on this workspace at its call 1, where a wait of its "
+                               "own gave up (this rank is in call 1): a workspace stops at its first failed call"),
+                      std::string::npos)
+                << err;
+          }
+          EXPECT_EQ(ctx.device_timeouts(), errors + 1);
+          EXPECT_EQ(test::error_text<std::invalid_argument>([&] {
+                      ccl::all_reduce(ctx, out[0].view, in[0].view, cfg, ws);
+                    }).rfind("all_reduce: a device error", 0),
+                    0u);
+          ctx.barrier();
+          for (int k = 0; k < 3; ++k) {
+            out[k].release();
+            in[k].release();
+          }
+          check_once(ctx, cfg, ws, dt, ReduceOp::kSum, 32, 1000, 1000, false, true, seed++, "prepared again");
+          ctx.barrier();
+          ccl::ContextWorkspaceHost host_ws(ctx);
+          ws.release(host_ws);
+        }
+      },
+      options);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, AllReduce, ::testing::ValuesIn(test::any_world_rank_setups()), test::rank_setup_name);
 
 }  // namespace

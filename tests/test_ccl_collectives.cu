@@ -1458,6 +1458,118 @@ TEST_P(Collective, ACallThatOneRankDidNotMakeTimesOutNamingThatRank) {
       options);
 }
 
+// The output of the exchange `op` (not broadcast) of contiguous m x n fp32 blocks whose inputs came from `seed` on
+// every rank, against its reference (as check_all_gather and its siblings verify theirs).
+void verify_exchange(Context& ctx, Op op, const std::vector<char>& host, int64_t m, int64_t n, uint64_t seed,
+                     const std::string& what) {
+  const DType dt = DType::kFloat32;
+  const int world = ctx.world_size(), me = ctx.rank();
+  if (op == Op::kAllGather)
+    verify(
+        host, dt, world * m, n, n,
+        [&](int64_t r, int64_t c, char* dst) { input_bytes(dt, seed, static_cast<int>(r / m), (r % m) * n + c, dst); },
+        false, what);
+  if (op == Op::kReduceScatter)
+    verify(
+        host, dt, m, n, n,
+        [&](int64_t r, int64_t c, char* dst) {
+          reduced_bytes(dt, ReduceOp::kSum, seed, world, (me * m + r) * n + c, dst);
+        },
+        false, what);
+  if (op == Op::kAllToAll)
+    verify(
+        host, dt, world * m, n, n,
+        [&](int64_t r, int64_t c, char* dst) {
+          input_bytes(dt, seed, static_cast<int>(r / m), (me * m + r % m) * n + c, dst);
+        },
+        false, what);
+}
+
+bool all_poison(const std::vector<char>& host) {
+  return std::all_of(host.begin(), host.end(), [](char b) { return static_cast<unsigned char>(b) == 0xFF; });
+}
+
+// A rank whose call failed skips the calls it queued behind it on the workspace, and its peers name it. Every
+// rank but rank 1 queues three calls, and rank 1 none at first (a call without elements launches nothing):
+// their first call waits for rank 1 until the device timeout (500 ms here) and gives up, naming rank 1 as not
+// started; their second and third return at once (the workspace's stop word, ccl_common.cuh: begin_call) and
+// leave their outputs poisoned. Then rank 1 makes two calls: its first meets their first, whose data they
+// pushed before they gave up, and is right; its second waits for calls they skipped and raises a TimeoutError
+// naming rank 0, stopped at its call 1. Before 2026-12-06 the queued calls ran on after the failure (each wait
+// gives up at its first error poll, after the pushes before it) and pushed their data into rank 1's staging,
+// two calls ahead: rank 1's first call took rank 0's third call's data for its first's (the chunked exchanges:
+// a wrong result and no error) or timed out (LL). The workspace is refused until prepared again, and then right.
+TEST_P(Collective, CallsQueuedBehindAFailedCallSkipAndTheirPeersNameTheRankThatStopped) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks: one makes a call the others do not";
+  const ContextOptions options = big_heap_timing_out(GetParam().world, std::chrono::milliseconds(500));
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        const int me = ctx.rank();
+        const int64_t n = 100;
+        uint64_t seed = 1700;
+        for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}) {
+          for (const int64_t m : {int64_t{1}, int64_t{200}}) {  // LL and chunked
+            const std::string what = detail::str_cat(op_name(op), " ", m, " rows");
+            SCOPED_TRACE(what);
+            std::vector<OpCall> calls(3);
+            std::vector<uint64_t> seeds;
+            for (OpCall& c : calls) {
+              c = make_call(ctx, op, m, n);
+              seeds.push_back(seed++);
+              c.in.upload(ctx.stream(), test::make_input(DType::kFloat32, c.in.view.rows, n, n, seeds.back(), me));
+              c.out.poison(ctx.stream());
+            }
+            Workspace ws;
+            preamble(ctx, op, calls[0].out.view, calls[0].in.view, ws);
+            const uint64_t errors = ctx.device_timeouts();
+            if (me != 1) {
+              for (OpCall& c : calls) call(ctx, op, c.out.view, c.in.view, ws);
+              IRIS_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));  // all three have ended; nothing raised yet
+            } else {
+              Tensor in = calls[0].in.view, out = calls[0].out.view;
+              in.rows = out.rows = 0;
+              call(ctx, op, out, in, ws);  // launches nothing
+            }
+            ctx.bootstrap().barrier();  // rank 1 calls once its peers' calls have ended
+            if (me != 1) {
+              const std::string err = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+              EXPECT_NE(err.find(", and rank 1 has not started this call: this rank is in call 1 on this workspace, "
+                                 "and the latest call rank 1 started there is none"),
+                        std::string::npos)
+                  << err;
+              EXPECT_NO_THROW(ctx.synchronize()) << "the skipped calls record nothing while an error is pending";
+              for (int k = 1; k < 3; ++k)
+                EXPECT_TRUE(all_poison(calls[k].out.download(ctx.stream()))) << "call " << k + 1 << " wrote its output";
+            } else {
+              call(ctx, op, calls[0].out.view, calls[0].in.view, ws);
+              EXPECT_NO_THROW(ctx.synchronize());
+              verify_exchange(ctx, op, calls[0].out.download(ctx.stream()), m, n, seeds[0], "rank 1's first call");
+              call(ctx, op, calls[1].out.view, calls[1].in.view, ws);
+              const std::string err = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+              EXPECT_EQ(err.rfind("iris device timeout in ", 0), 0u) << err;
+              EXPECT_NE(err.find(" on rank 1 (block "), std::string::npos) << err;
+              EXPECT_NE(err.find(", and rank 0 stopped its calls on this workspace at its call 1, where a wait of its "
+                                 "own gave up (this rank is in call 2): a workspace stops at its first failed call"),
+                        std::string::npos)
+                  << err;
+            }
+            EXPECT_EQ(ctx.device_timeouts(), errors + 1);
+            ctx.barrier();
+            for (int k = 1; k < 3; ++k) {
+              calls[k].out.release();
+              calls[k].in.release();
+            }
+            refused_then_right_when_prepared_again(ctx, op, calls[0].out.view, calls[0].in.view, ws, calls[0], m, n,
+                                                   seed++);
+          }
+        }
+      },
+      options);
+}
+
 // IRIS_CHECK_CALLS (ContextOptions::check_calls): each call compares itself across ranks before it launches.
 // On a workspace prepared for 4 x 128 blocks, the last rank calls with 96 columns (broadcast: from another
 // root), which the workspace holds: every rank raises, naming both calls, and nothing is launched. The

@@ -537,7 +537,7 @@ TEST(CclWorkspace, ARankWhoseArraysCannotBeMadeRaisesWithItsPeerAtOnce) {
       auto sig = spinlock_sig(512, 512, 64, 64);
       sig.world_size = 2;
       WorkspaceNeeds needs = lock_needs(512, 512, 64, 64);
-      needs.block_state = 13;
+      needs.block_state = 14;
       if (r == 1) (mode == 2 ? host.capture_query_fails : host.zero_fails) = true;
       try {
         if (mode == 0)
@@ -577,7 +577,7 @@ TEST(CclWorkspace, ReleaseWhileAPeerMakesAnotherCallFreesNothingAndBothRaise) {
   on_two_ranks([&](FakeHost& host, int r) {
     Workspace ws;
     WorkspaceNeeds needs = lock_needs(512, 512, 64, 64);
-    needs.block_state = 13;
+    needs.block_state = 14;
     ws.reserve(host, needs);
     const int live = host.live;
     try {
@@ -790,13 +790,13 @@ TEST(CclWorkspace, ANeedSizedForFewerRanksIsRefusedByTheReservation) {
   const auto errors = raise_on_two_ranks([&](FakeHost& host, Workspace& ws, int) { ws.reserve(host, one_rank); });
   for (int r = 0; r < 2; ++r)
     EXPECT_EQ(errors[r],
-              "reserve_workspace: these needs hold 10 block state words, fewer than the 13 every op needs on 2 ranks; "
+              "reserve_workspace: these needs hold 11 block state words, fewer than the 14 every op needs on 2 ranks; "
               "size them with this context's world size (2) as the *_needs functions' and plans' world_size.")
         << "rank " << r;
   on_two_ranks([&](FakeHost& host, int) {
     Workspace ws;
     ws.reserve(host, all_reduce_needs(t, t, Config{}, 2));  // sized for the context: reserved
-    EXPECT_EQ(ws.block_state_capacity(), 13u);
+    EXPECT_EQ(ws.block_state_capacity(), 14u);
     ws.release(host);
   });
 }
@@ -1073,16 +1073,17 @@ TEST(CclNeeds, EveryOpSizesFromShapesAlone) {
   }
 }
 
-// Every op sizes the block state by the world size alone (7 + 3W words: the epoch words, all_reduce's layout
-// fence, the call words, then the LL exchanges' clean words), so a workspace prepared for one op serves the next whatever the order. Before 2026-12-03
-// all_gather, reduce_scatter, all_to_all and broadcast sized 2 words and all_reduce 3 + W: a workspace
-// prepared for all_gather first was refused by all_reduce's preamble ("Block state array too small").
+// Every op sizes the block state by the world size alone (8 + 3W words: the epoch words, all_reduce's layout
+// fence, the call words and the stop word, then the LL exchanges' clean words), so a workspace prepared for one op
+// serves the next whatever the order. Before 2026-12-03 all_gather, reduce_scatter, all_to_all and broadcast sized 2
+// words and all_reduce 3 + W: a workspace prepared for all_gather first was refused by all_reduce's preamble ("Block
+// state array too small").
 TEST(CclNeeds, EveryOpSizesTheSameBlockStateSoOneWorkspaceServesThemAll) {
   const Config cfg;
   const DType dt = DType::kFloat32;
   for (int w : {1, 2, 4, 8}) {
     SCOPED_TRACE("world " + std::to_string(w));
-    const size_t want = 7 + 3 * static_cast<size_t>(w);
+    const size_t want = 8 + 3 * static_cast<size_t>(w);
     EXPECT_EQ(all_gather_needs(shape(dt, w * 4, 100), shape(dt, 4, 100), cfg, w).block_state, want);
     EXPECT_EQ(reduce_scatter_needs(shape(dt, 4, 100), shape(dt, w * 4, 100), cfg, w).block_state, want);
     EXPECT_EQ(all_to_all_needs(shape(dt, w * 4, 100), shape(dt, w * 4, 100), cfg, w).block_state, want);

@@ -596,18 +596,18 @@ TEST(OpsFusedPlan, SignatureAndSmSplit) {
   // Copy engines move the data by default: the GEMM keeps every SM.
   EXPECT_EQ(p.comm_sms, 16);
   EXPECT_EQ(p.gemm_sms, 132);
-  EXPECT_EQ(p.needs.block_state, 7u + 3 * 2) << "the block state of every iris::ccl op: 7 + 3W words";
+  EXPECT_EQ(p.needs.block_state, 8u + 3 * 2) << "the block state of every iris::ccl op: 8 + 3W words";
   FusedConfig c;
   c.copy_engine = false;  // copy kernels beside the GEMM: the two split the SMs
   p = plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms);
   EXPECT_EQ(p.gemm_sms, 116);
-  EXPECT_EQ(p.needs.block_state, 7u + 3 * 2) << "whatever the split";
+  EXPECT_EQ(p.needs.block_state, 8u + 3 * 2) << "whatever the split";
   c.comm_sms = 20;
   c.gemm_sms = 100;
   p = plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms);
   EXPECT_EQ(p.comm_sms, 20);
   EXPECT_EQ(p.gemm_sms, 100);
-  EXPECT_EQ(p.needs.block_state, 7u + 3 * 2);
+  EXPECT_EQ(p.needs.block_state, 8u + 3 * 2);
   c.gemm_sms = 120;
   EXPECT_EQ(error_of([&] { plan_matmul_all_reduce(operands(512, 256, 128, 512), c, 2, kSms); }),
             "matmul_all_reduce: gemm_sms (120) + comm_sms (20) must leave at least one GEMM SM and fit the device's "

@@ -34,7 +34,8 @@ __global__ void __launch_bounds__(kThreads) all_gather_kernel(const __grid_const
   pdl_launch_dependents();
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, peers = world - 1;
-  const uint64_t epoch = begin_call(a.ctx, a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state, "all_gather");
+  if (epoch == kSkippedCall) return;  // a stopped workspace (begin_call)
   const ExchangeStaging<U> stage(a, epoch);
   const View<const U> in{static_cast<const U*>(a.in), a.cols, a.in_stride};
   auto out_block = [&](int r) {

@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kThreads) one_shot_simple_kernel(const __grid_
   const View<const T> in{static_cast<const T*>(a.io.in), a.io.cols, a.io.in_stride};
   const View<T> out{static_cast<T*>(a.io.out), a.io.cols, a.io.out_stride};
   const int64_t seg = a.plan.seg, nsegs = a.plan.nsegs, slot = a.plan.slot;
-  const uint64_t epoch = begin_call(a.ctx, a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state, kOpName);
+  if (epoch == kSkippedCall) return;  // a stopped workspace (begin_call)
   if (!layout_fence(ctx, a.state, a.layout_key, epoch, kOpName)) {
     end_call(a.state, epoch);
     return;

@@ -228,7 +228,8 @@ __global__ void __launch_bounds__(kThreads) atomic_kernel(const __grid_constant_
   T* res_stage = reinterpret_cast<T*>(static_cast<char*>(a.stage) +
                                       (a.tiles_per_rank * tile_elems * int64_t{sizeof(Acc)} + 255) / 256 * 256);
   const TileIo<T, kVec> io{a};
-  const uint64_t epoch = begin_call(a.ctx, a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state, "all_reduce(atomic)");
+  if (epoch == kSkippedCall) return;  // a stopped workspace (begin_call)
   bool fenced = false;
   if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(atomic)", &fenced)) {
     end_call(a.state, epoch);
@@ -274,7 +275,8 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
   T* res_stage = reinterpret_cast<T*>(static_cast<char*>(a.stage) +
                                       (a.tiles_per_rank * tile_elems * int64_t{sizeof(Acc)} + 255) / 256 * 256);
   const TileIo<T, kVec> io{a};
-  const uint64_t epoch = begin_call(a.ctx, a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state, "all_reduce(spinlock)");
+  if (epoch == kSkippedCall) return;  // a stopped workspace (begin_call)
   if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(spinlock)")) {
     end_call(a.state, epoch);
     return;
@@ -379,7 +381,8 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
   const int world = ctx.world_size;
   const int slice_n = a.tile_n / a.slices;
   const TileIo<T, kVec> io{a};
-  const uint64_t epoch = begin_call(a.ctx, a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state, "all_reduce(ring)");
+  if (epoch == kSkippedCall) return;  // a stopped workspace (begin_call)
   if (!layout_fence(ctx, a.state, a.layout_key, epoch, "all_reduce(ring)")) {
     end_call(a.state, epoch);
     return;

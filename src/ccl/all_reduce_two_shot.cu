@@ -76,7 +76,8 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
   const int64_t chunk = args.plan.chunk, nchunks = args.plan.nchunks;
   T* rs_stage = static_cast<T*>(args.rs_stage);
   T* ag_stage = static_cast<T*>(args.ag_stage);
-  const uint64_t epoch = begin_call(args.ctx, args.state);
+  const uint64_t epoch = begin_call(args.ctx, args.state, "all_reduce(two_shot)");
+  if (epoch == kSkippedCall) return;  // a stopped workspace (begin_call)
   if (!layout_fence(ctx, args.state, args.layout_key, epoch, "all_reduce(two_shot)")) {
     end_call(args.state, epoch);
     return;

@@ -34,7 +34,8 @@ __global__ void __launch_bounds__(kThreads) all_to_all_kernel(const __grid_const
   pdl_launch_dependents();
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, peers = world - 1;
-  const uint64_t epoch = begin_call(a.ctx, a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state, "all_to_all");
+  if (epoch == kSkippedCall) return;  // a stopped workspace (begin_call)
   const ExchangeStaging<U> stage(a, epoch);
   auto in_block = [&](int r) {
     return View<const U>{static_cast<const U*>(a.in) + r * a.block_rows * a.in_stride, a.cols, a.in_stride};

@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_consta
   pdl_launch_dependents();
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, root = a.root;
-  const uint64_t epoch = begin_call(a.ctx, a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state, "broadcast");
+  if (epoch == kSkippedCall) return;                             // a stopped workspace (begin_call)
   const uint64_t flag_word = tagged_epoch(ctx.call_key, epoch);  // what this call's flags carry
   U* const stage = static_cast<U*>(a.staging);
   const View<U> out{static_cast<U*>(a.out), a.cols, a.out_stride};

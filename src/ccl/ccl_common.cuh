@@ -223,23 +223,55 @@ void launch_collective(void (*kernel)(Params...), int blocks, int threads, cudaS
 // A reviewer's run; with this barrier the same test passed on an H200).
 __device__ __forceinline__ void sync_block_divergent() { asm volatile("barrier.sync 0;" ::: "memory"); }
 
-// Every thread of every block calls this first (after pdl_wait) and gets the call's epoch. Thread 0 of
-// each block also stores the call words (DeviceContext::call_words, when the host set them): the key,
-// then the epoch, relaxed, into this rank's own memory. They publish nothing and order nothing; a bounded
-// wait that gives up reads them, its own rank's and its peers', to say which peer is in another call or
-// has not started this one (timeout.cuh, record_wait_timeout). Every block stores them so that each
-// block's waits find this call's words whatever the blocks' order (the values are the same).
-// The call words of the call of `epoch`, when the host set them: the key, then the epoch (the order a
-// reader relies on, timeout.cuh). One thread; begin_call's, and the fused ops' first kernel's.
-__device__ __forceinline__ void store_call_words(const DeviceContext& ctx, uint64_t epoch) {
+// The call words of the call of `epoch`, when the host set them: the key (the call's, or kStoppedCallKey for
+// a call skipped on a stopped workspace), then the epoch (the order a reader relies on, timeout.cuh). One
+// thread; begin_call's, and the fused ops' first kernel's.
+__device__ __forceinline__ void store_call_words(const DeviceContext& ctx, uint64_t epoch, uint64_t key) {
   if (ctx.call_words == nullptr) return;
-  dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(ctx.call_words + 1, ctx.call_key);
+  dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(ctx.call_words + 1, key);
   dev::store<dev::Order::kRelaxed, dev::Scope::kSys>(ctx.call_words, epoch);
 }
 
-__device__ __forceinline__ uint64_t begin_call(const DeviceContext& ctx, const uint64_t* state) {
+// The stop word of the call's workspace (DeviceContext::call_words[2], timeout.cuh: stop_later_calls), when it
+// stops the call of `epoch`: the epoch of an earlier call of this rank on the workspace whose wait gave up,
+// else 0. A call whose own wait gave up stored its own epoch, which stops none of its blocks; every later call
+// finds an older epoch than its own, since the call that failed ended through end_call and advanced the state
+// (a skipped call does not: later calls get its epoch again, which is still not the failed call's). So every
+// thread of a call decides alike, without a barrier.
+__device__ __forceinline__ uint64_t stopped_by(const DeviceContext& ctx, uint64_t epoch) {
+  if (ctx.call_words == nullptr) return 0;
+  const uint64_t stop = dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(ctx.call_words + 2);
+  return stop != epoch ? stop : 0;
+}
+
+// A call that its workspace's stop word skips (one thread per block): its call words say so to the peers whose
+// waits for it give up (timeout.cuh: kDeviceErrorPeerStopped), and block 0 records kDeviceErrorCallStopped,
+// which is claimed only when no other error is pending (the one that stopped the workspace usually is).
+inline __device__ __noinline__ void skip_call(const DeviceContext& ctx, uint64_t epoch, uint64_t stop, const char* op) {
+  store_call_words(ctx, epoch, dev::kStoppedCallKey);
+  if (blockIdx.x == 0)
+    dev::record_device_error(ctx, dev::kDeviceErrorCallStopped, op, ctx.call_words + 2, stop, epoch, 0, ctx.rank);
+}
+
+// The epoch of a call that begin_call skips: no call's (epochs start at 1).
+inline constexpr uint64_t kSkippedCall = 0;
+
+// Every thread of every block calls this first (after pdl_wait) and gets the call's epoch. Thread 0 of
+// each block also stores the call words (DeviceContext::call_words, when the host set them): the key,
+// then the epoch, relaxed, into this rank's own memory. They publish nothing and order nothing; a bounded
+// wait that gives up reads them, its own rank's and its peers', to say which peer is in another call, has
+// not started this one or skipped it (timeout.cuh, record_wait_timeout). Every block stores them so that each
+// block's waits find this call's words whatever the blocks' order (the values are the same).
+// Returns kSkippedCall when the workspace has stopped (stopped_by): the kernel must then return at once, before
+// it touches its staging, its flags, its output or a peer, and without end_call. `op` names the kernel's call
+// in the error recorded then. Cost: one load of the stop word, beside the epoch's.
+__device__ __forceinline__ uint64_t begin_call(const DeviceContext& ctx, const uint64_t* state, const char* op) {
   const uint64_t epoch = dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state) + 1;
-  if (threadIdx.x == 0) store_call_words(ctx, epoch);
+  if (const uint64_t stop = stopped_by(ctx, epoch); stop != 0) {
+    if (threadIdx.x == 0) skip_call(ctx, epoch, stop, op);
+    return kSkippedCall;
+  }
+  if (threadIdx.x == 0) store_call_words(ctx, epoch, ctx.call_key);
   return epoch;
 }
 

@@ -48,12 +48,14 @@ inline constexpr int kCollectiveEpochWords = 2;
 // and two per rank (state[3 + W + 2s + parity]) for the keys the peers' calls fence with. The other
 // collectives use the epoch words, the fused ops state[0]. Before 2026-12-03 each op sized its own (2, 3 + W,
 // or 2 per fused block), and a workspace prepared for one op was refused by the next as "too small".
-// Then the two call words (DeviceContext::call_words: the epoch and key of the latest call a kernel started
-// on the workspace, stored by begin_call, read by a wait that gives up), from 2026-12-05; then, per parity,
-// the epoch at which the LL exchanges last cleaned that parity of the staging (ll_exchange.cu), from
-// 2026-12-05 too: 7 + 3W words.
+// Then the call words (DeviceContext::call_words: the epoch and key of the latest call a kernel started on
+// the workspace, stored by begin_call, read by a wait that gives up), from 2026-12-05, and the stop word (the
+// epoch of a call whose wait gave up, which skips the later calls), from 2026-12-06; then, per parity, the
+// epoch at which the LL exchanges last cleaned that parity of the staging (ll_exchange.cu), from 2026-12-05
+// too: 8 + 3W words.
+inline constexpr size_t kCallWords = 3;
 inline size_t call_words_offset(int world) { return static_cast<size_t>(kCollectiveEpochWords + 1 + 3 * world); }
-inline size_t ll_clean_offset(int world) { return call_words_offset(world) + 2; }
+inline size_t ll_clean_offset(int world) { return call_words_offset(world) + kCallWords; }
 inline size_t block_state_words(int world) { return ll_clean_offset(world) + 2; }
 
 // The DeviceContext of a collective's call of `sig` on `ws`: the context's, with the workspace's call words

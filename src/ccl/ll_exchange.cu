@@ -243,7 +243,8 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
     const int64_t first_row = kReduce ? 0 : r * a.block_rows;
     return View<T>{static_cast<T*>(a.out) + first_row * a.out_stride, a.cols, a.out_stride};
   };
-  const uint64_t epoch = begin_call(a.ctx, a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state, mode_name(kMode));
+  if (epoch == kSkippedCall) return;  // a stopped workspace (begin_call)
   const uint64_t tag = uint64_t{ll_tag(epoch)} << 32;
   // Read by every block before the last one stores this epoch there (end_call): all decide alike.
   const bool clean = epoch - dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(a.clean + (epoch & 1)) >= kCleanEvery;

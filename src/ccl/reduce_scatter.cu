@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(const __grid_c
   constexpr int kN = P::kN;
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, peers = world - 1;
-  const uint64_t epoch = begin_call(a.ctx, a.state);
+  const uint64_t epoch = begin_call(a.ctx, a.state, "reduce_scatter");
+  if (epoch == kSkippedCall) return;  // a stopped workspace (begin_call)
   const ExchangeStaging<T> stage(a, epoch);
   auto in_block = [&](int r) {
     return View<const T>{static_cast<const T*>(a.in) + r * a.block_rows * a.in_stride, a.cols, a.in_stride};

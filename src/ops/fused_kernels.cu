@@ -28,9 +28,15 @@ __global__ void fused_begin_kernel(const __grid_constant__ FusedSync s, int read
   if (threadIdx.x != 0) return;
   const uint64_t epoch = current_epoch(s.state) + 1;
   dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(s.state, epoch);
+  // A workspace stopped by a failed call (ccl_common.cuh, begin_call): no ready flag, and the call's later
+  // kernels return at once (stopped_by: the epoch advanced, so they find the failed call's older epoch there).
+  if (const uint64_t stop = ccl::detail::stopped_by(s.ctx, epoch); stop != 0) {
+    ccl::detail::skip_call(s.ctx, epoch, stop, "fused op");
+    return;
+  }
   // The call words, as a collective's begin_call stores them (ccl_common.cuh): every later kernel of the
   // call is ordered after this one, so a wait of theirs that gives up finds this call's words here.
-  ccl::detail::store_call_words(s.ctx, epoch);
+  ccl::detail::store_call_words(s.ctx, epoch, s.ctx.call_key);
   // The ready flag carries a tag of the call key beside the epoch (ccl/collective_kernels.hpp, tagged_epoch), so
   // that every peer's ready wait compares this rank's call with its own before either moves data.
   const uint64_t ready = ccl::detail::tagged_epoch(s.ctx.call_key, epoch);
@@ -42,6 +48,7 @@ __global__ void fused_begin_kernel(const __grid_constant__ FusedSync s, int read
 __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first, int count, int stride, int skip,
                                   int what) {
   const uint64_t epoch = current_epoch(s.state);
+  if (ccl::detail::stopped_by(s.ctx, epoch) != 0) return;  // a stopped workspace (fused_begin_kernel)
   const char* op = what == 0 ? "fused op: wait for a peer's ready flag"
                    : what == 1 ? "fused op: wait for a peer's data"
                                : "fused op: wait for a peer's reduced rows";
@@ -78,6 +85,7 @@ __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first
 __global__ void fused_signal_kernel(const __grid_constant__ FusedSync s, int index, int to) {
   if (threadIdx.x != 0) return;
   const uint64_t epoch = current_epoch(s.state);
+  if (ccl::detail::stopped_by(s.ctx, epoch) != 0) return;  // a stopped workspace (fused_begin_kernel)
   // The stream's earlier work (the copies this flag publishes: copy kernels, or copy-engine copies with
   // cudaMemcpy2DAsync) has completed before this kernel starts. That the completed writes, which this thread
   // neither made nor observed, are visible at the peer before the flag rests on stream order: a completed
@@ -222,6 +230,7 @@ __global__ void __launch_bounds__(kReduceThreads) tile_push_kernel(const __grid_
   const DeviceContext& ctx = r.ctx;
   const int me = ctx.rank, world = ctx.world_size;
   const uint64_t epoch = current_epoch(r.state);
+  if (ccl::detail::stopped_by(ctx, epoch) != 0) return;  // a stopped workspace (fused_begin_kernel)
   const int64_t tile_elems = int64_t{r.block_m} * r.block_n;
   const T* c = static_cast<const T*>(r.c);
   __shared__ int s_first, s_ok;
@@ -298,6 +307,7 @@ __global__ void __launch_bounds__(kReduceThreads) tile_finish_kernel(const __gri
   const DeviceContext& ctx = r.ctx;
   const int me = ctx.rank, world = ctx.world_size;
   const uint64_t epoch = current_epoch(r.state);
+  if (ccl::detail::stopped_by(ctx, epoch) != 0) return;  // a stopped workspace (fused_begin_kernel)
   const int64_t tile_elems = int64_t{r.block_m} * r.block_n;
   T* c = static_cast<T*>(r.c);
   T* res = static_cast<T*>(r.res);

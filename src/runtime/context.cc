@@ -659,6 +659,19 @@ void Context::check_device_error() {
         "could not see (one rank's exchange took the LL protocol and the other's did not, say). This rank's output "
         "of that call is not valid.",
         differ_advice));
+  // A call that a stopped workspace skipped (ccl_common.cuh, begin_call), recorded only when no other error was
+  // pending: after the host raised the one that stopped it.
+  if (copy.code == device::kDeviceErrorCallStopped)
+    throw InvalidArgument(detail::str_cat(
+        "iris device error in ", copy.op, " on rank ", copy.rank, ": call ", copy.expected,
+        " on its workspace did not run, because call ", copy.observed,
+        " there failed on this rank (the error raised for it says why) and a workspace stops at its first failed "
+        "call until its preamble runs again on every rank. ",
+        std::string_view(copy.op).starts_with("fused op")
+            ? "The op's kernels returned at once, but its copies by the copy engine ran. "
+            : "Its kernels returned at once: they wrote nothing, on this rank or a peer. ",
+        "Calls replayed by a CUDA graph captured before that failure skip so too: call the preamble again on every "
+        "rank, then replay."));
   if (copy.code == device::kDeviceErrorMisuse)
     throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, " (block ",
                                           copy.block, "): got ", static_cast<int64_t>(copy.observed),
@@ -677,6 +690,15 @@ void Context::check_device_error() {
         "rank), or has not reached this one (it waits for another stream, another rank or its host). "
         "IRIS_CHECK_CALLS=1 compares every iris call across ranks before its launch and names the first that "
         "differs."));
+  if (copy.code == device::kDeviceErrorPeerStopped)
+    throw TimeoutError(detail::str_cat(
+        waited, ", and rank ", copy.peer, " stopped its calls on this workspace at its call ", copy.observed,
+        ", where a wait of its own gave up (this rank is in call ", copy.expected,
+        "): a workspace stops at its first failed call, and its later calls there return at once, until its "
+        "preamble runs again on every rank. The error rank ",
+        copy.peer,
+        " raises for that call says why. This rank's output of that call is not valid. Call the preamble again on "
+        "every rank before using the workspace."));
   throw TimeoutError(
       detail::str_cat(waited, copy.peer >= 0 ? detail::str_cat(" owned by rank ", copy.peer) : std::string(),
                       "; last value ", seen, ", waiting for ", want,

@@ -67,6 +67,21 @@ inline constexpr int32_t kDeviceErrorPeerNotInCall = 6;
 // read that peer's data, but other blocks may have copied or reduced other chunks; a fused op's later kernels
 // and copies ran on. The host raises InvalidArgument.
 inline constexpr int32_t kDeviceErrorCallTagMismatch = 7;
+// Found by a collective's bounded wait that gave up: a peer's stop word (DeviceContext::call_words[2]) shows
+// that a wait of its own gave up in this call or an earlier one on the workspace, so that it skips its later
+// calls there. `observed` holds the epoch of the call that failed there, `expected` this call's, `peer` the
+// peer. The host raises TimeoutError naming the peer: its own error says why.
+inline constexpr int32_t kDeviceErrorPeerStopped = 8;
+// This rank's call did not run: a wait of an earlier call on its workspace gave up (the stop word), so its
+// kernels returned at once, without touching a peer. Recorded only when no other error is pending: after
+// the host raised that one (a CUDA graph that replays calls on the workspace, or a call on another stream).
+// `observed` holds the epoch of the call that gave up, `expected` this call's. The host raises InvalidArgument.
+inline constexpr int32_t kDeviceErrorCallStopped = 9;
+
+// The call key a collective's kernel stores in its call words when it skips its call on a stopped workspace
+// (ccl_common.cuh, begin_call), so that its peers' waits that give up name it. A call's own key (a hash,
+// OpSignature::key) equals it with probability 2^-64.
+inline constexpr uint64_t kStoppedCallKey = ~uint64_t{0};
 
 }  // namespace iris::device
 

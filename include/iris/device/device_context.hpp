@@ -26,8 +26,9 @@ namespace iris {
 // lives in pinned, mapped host memory so the host can read it even while a kernel still runs.
 struct DeviceErrorRecord {
   static constexpr int kOpNameSize = 48;
-  // 0 = no error; 1 = a bounded wait timed out; 2 = a misuse; 3 to 6 = calls that differ across ranks, or a
-  // peer not in the call (common.cuh). Claimed with an atomic CAS from 0 by the first failure.
+  // 0 = no error; 1 = a bounded wait timed out; 2 = a misuse; 3 to 9 = calls that differ across ranks, a
+  // peer not in the call or stopped, or a call skipped (common.cuh). Claimed with an atomic CAS from 0 by the first
+  // failure.
   int32_t code;
   int32_t rank;      // rank that observed the failure
   int32_t peer;      // rank that owns the waited-on word (-1 if unknown)
@@ -50,10 +51,14 @@ struct DeviceContext {
   // Bound on every device-side spin, in nanoseconds of %globaltimer.
   uint64_t timeout_ns;
   // Set by iris's collectives for the call their kernel runs, null and 0 in Context::device_context():
-  // this rank's two call words of the call's workspace ([0] the epoch of the latest call a kernel started
-  // on it, [1] that call's key, a hash of everything the ranks' calls must share) and this call's key. A
-  // bounded wait that gives up reads its peers' call words to say whether a peer is in another call, or
-  // has not started this one (timeout.cuh, record_wait_timeout).
+  // this rank's three call words of the call's workspace ([0] the epoch of the latest call a kernel started
+  // on it, [1] that call's key, a hash of everything the ranks' calls must share, or kStoppedCallKey when it
+  // skipped that call; [2] the stop word: 0, or the epoch of a call of this rank on the workspace whose wait
+  // gave up) and this call's key. A bounded wait that gives up sets the stop word, so that this rank's later
+  // calls on the workspace return at once instead of writing into peers that may still be in an earlier call
+  // (ccl_common.cuh, begin_call), until the preamble zeroes it; and it reads its peers' call words to say
+  // whether a peer is in another call, has not started this one, or skipped it (timeout.cuh,
+  // record_wait_timeout).
   uint64_t* call_words = nullptr;
   uint64_t call_key = 0;
 };

@@ -31,6 +31,10 @@
 //    the flags, epochs and counters of the ops involved (including a DeviceBarrier) are out of step
 //    between ranks. Peers that were waiting on this rank time out on their own bound and raise their
 //    own TimeoutError. Nothing is rolled back.
+//  * In an iris collective or fused op, the workspace of a call whose wait gave up stops on this rank (its
+//    stop word, stop_later_calls below): this rank's later calls on it, those already queued included, return
+//    at once without touching a peer (their outputs keep what they held), and the peers that wait for them
+//    raise a TimeoutError naming this rank as stopped. The fused ops' copies by the copy engine still run.
 //  * The Context itself stays valid (heap, allocations, stream): it can be destroyed collectively as
 //    usual. Reusing the affected flags/barriers is not safe; recreate them (collectively) or treat
 //    the error as fatal for the job, which is what a timeout usually means: a rank never signalled.
@@ -67,6 +71,22 @@ IRIS_DEVICE_INLINE bool device_error_raised(const DeviceContext& ctx) {
   return ctx.error != nullptr && load<Order::kRelaxed, Scope::kSys>(&ctx.error->code) != kDeviceErrorNone;
 }
 
+// The stop word of the workspace of this kernel's call (DeviceContext::call_words[2]), when an iris collective
+// launched it: set to this call's epoch (call_words[0], which every block stored when it started) by the first
+// of its threads to give up, and left as it is by the others, so that the word names the call that failed.
+// This rank's later calls on the workspace then return at once (ccl_common.cuh, begin_call): a rank whose
+// waits give up drains its queued calls within microseconds (every later wait gives up at its first error
+// poll), and without the word those calls would still write into their peers' staging and flags, where a
+// peer that is still in an earlier call (at three ranks and more, or a peer that is one call behind) would
+// read them as its own (2026-12-06). The preamble zeroes the word with the rest of the block state.
+IRIS_DEVICE_INLINE void stop_later_calls(const DeviceContext& ctx) {
+  if (ctx.call_words == nullptr) return;
+  const uint64_t epoch = load<Order::kRelaxed, Scope::kSys>(ctx.call_words);
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_device> stop(ctx.call_words[2]);
+  uint64_t none = 0;
+  stop.compare_exchange_strong(none, epoch, cuda::std::memory_order_relaxed);
+}
+
 // Claims ctx.error for this failure (CAS 0 -> code at system scope) and fills it in. Returns false
 // when another failure was recorded first (or the context has no error record); the record then
 // describes that one. Not inlined: it is the cold path of every wait. `peer`: the rank the record names,
@@ -74,6 +94,8 @@ IRIS_DEVICE_INLINE bool device_error_raised(const DeviceContext& ctx) {
 inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx, int32_t code, const char* op,
                                                         const void* address, uint64_t observed, uint64_t expected,
                                                         uint64_t elapsed_ns, int32_t peer = -2) {
+  // Any failure of a call stops the later calls on its workspace; a skipped call's own record does not.
+  if (code != kDeviceErrorCallStopped) stop_later_calls(ctx);
   DeviceErrorRecord* record = ctx.error;
   if (record == nullptr) return false;
   cuda::atomic_ref<int32_t, cuda::thread_scope_system> claim(record->code);
@@ -102,6 +124,21 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
         static_cast<unsigned long long>(elapsed_ns / 1000000));
     return true;
   }
+  if (code == kDeviceErrorPeerStopped) {
+    printf(
+        "iris: device timeout in %s on rank %d (block %d): rank %d stopped its calls on this workspace at its call "
+        "%llu, where a wait of its own gave up (this is call %llu), after %llu ms\n",
+        op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), peer,
+        static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected),
+        static_cast<unsigned long long>(elapsed_ns / 1000000));
+    return true;
+  }
+  if (code == kDeviceErrorCallStopped) {
+    printf("iris: device error in %s on rank %d: call %llu did not run: call %llu on its workspace failed here\n",
+           op != nullptr ? op : "?", ctx.rank, static_cast<unsigned long long>(expected),
+           static_cast<unsigned long long>(observed));
+    return true;
+  }
   if (code == kDeviceErrorCallMismatch || code == kDeviceErrorCallMismatchLate || code == kDeviceErrorCallDiffers ||
       code == kDeviceErrorCallTagMismatch) {
     printf("iris: device error in %s on rank %d (block %d): rank %d's call differs (%llx, this rank's %llx)\n",
@@ -127,10 +164,12 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
 // What a bounded wait records when it gives up. In a kernel of an iris collective (ctx.call_words set),
 // first the peers' call words: a peer in this call (the same epoch) with another key is in another call
 // on the workspace (kDeviceErrorCallDiffers: the ranks' calls differ in a way the kernels could not see,
-// such as one rank's exchange taking the LL protocol and the other's not), and a peer whose latest call
+// such as one rank's exchange taking the LL protocol and the other's not), a peer whose latest call
 // there is older has not started this one (kDeviceErrorPeerNotInCall: it made fewer calls on the
-// workspace, one without elements launching nothing, or waits elsewhere). Otherwise, or when a peer's
-// words change while read (it is not stuck), a plain kDeviceErrorTimeout. The call words are stored with
+// workspace, one without elements launching nothing, or waits elsewhere), and, when no peer is found so, a
+// peer whose stop word holds this call or an earlier one (a wait of its own gave up there, so it skips its
+// later calls: kDeviceErrorPeerStopped). Otherwise, or when a peer's words change while read (it is not stuck), a plain
+// kDeviceErrorTimeout. The call words are stored with
 // relaxed stores when a kernel starts (ccl_common.cuh, begin_call); they are read here only after a wait
 // of ctx.timeout_ns, long after a stuck peer's stores became visible. Each of this kernel's blocks stored
 // this call's words before its waits, so this rank's are this call's. Not inlined: the cold path.
@@ -138,16 +177,27 @@ inline __device__ __noinline__ bool record_wait_timeout(const DeviceContext& ctx
                                                         uint64_t observed, uint64_t expected, uint64_t elapsed_ns) {
   if (ctx.call_words != nullptr) {
     const uint64_t epoch = load<Order::kRelaxed, Scope::kSys>(ctx.call_words);
-    int behind = -1;
-    uint64_t behind_epoch = 0;
+    int behind = -1, stopped = -1;
+    uint64_t behind_epoch = 0, stopped_epoch = 0;
     for (int r = 0; r < ctx.world_size; ++r) {
       if (r == ctx.rank) continue;
       const uint64_t* theirs = translate(ctx, static_cast<const uint64_t*>(ctx.call_words), r);
       const uint64_t e = load<Order::kRelaxed, Scope::kSys>(theirs);
       const uint64_t key = load<Order::kRelaxed, Scope::kSys>(theirs + 1);
+      const uint64_t stop = load<Order::kRelaxed, Scope::kSys>(theirs + 2);
       if (load<Order::kRelaxed, Scope::kSys>(theirs) != e) continue;  // moving on: not what holds this wait
-      if (e == epoch && key != ctx.call_key)
+      if (e == epoch && key != ctx.call_key && key != kStoppedCallKey)
         return record_device_error(ctx, kDeviceErrorCallDiffers, op, address, key, ctx.call_key, elapsed_ns, r);
+      if (stop != 0 && static_cast<int64_t>(epoch - stop) >= 0) {
+        // A wait of its call `stop` (this one or an earlier one) gave up: it skips every later call. (One that
+        // failed past this call is not what holds this wait.)
+        if (stopped < 0) {
+          stopped = r;
+          stopped_epoch = stop;
+        }
+        continue;
+      }
+      if (key == kStoppedCallKey) continue;
       if (behind < 0 && static_cast<int64_t>(epoch - e) > 0) {
         behind = r;
         behind_epoch = e;
@@ -155,6 +205,8 @@ inline __device__ __noinline__ bool record_wait_timeout(const DeviceContext& ctx
     }
     if (behind >= 0)
       return record_device_error(ctx, kDeviceErrorPeerNotInCall, op, address, behind_epoch, epoch, elapsed_ns, behind);
+    if (stopped >= 0)
+      return record_device_error(ctx, kDeviceErrorPeerStopped, op, address, stopped_epoch, epoch, elapsed_ns, stopped);
   }
   return record_device_error(ctx, kDeviceErrorTimeout, op, address, observed, expected, elapsed_ns);
 }
@@ -180,7 +232,10 @@ class SpinBound {
     }
     if (now >= next_error_poll_) {
       next_error_poll_ = now + kErrorPollIntervalNs;
-      if (device_error_raised(ctx)) return false;
+      if (device_error_raised(ctx)) {
+        stop_later_calls(ctx);
+        return false;
+      }
     }
     return true;
   }
