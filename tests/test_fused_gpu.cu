@@ -175,10 +175,12 @@ constexpr Shape kManyAwkward{520, 776, 136};
 // each, where 128 x 256's 8 tiles of 64x64 stayed whole).
 constexpr Shape kDeepK{64, 256, 8192};
 
-// `s` with M grown with the world (times W / 2 from 4 ranks), so that a rank's block of M / W rows keeps
-// two or more tile rows at 4 and 8 ranks: the band pipelines of the gathering ops and the ring's two
-// sub-bands then run there too, where a fixed M leaves each rank one tile row (always one band).
-Shape grown(const Shape& s, int world) { return {s.m * std::max(1, world / 2), s.n, s.k}; }
+// `s` with M grown with the world (times ceil(W / 2) from 3 ranks), so that a rank's block of M / W rows keeps
+// two or more tile rows at 3, 4 and 8 ranks: the band pipelines of the gathering ops and the ring's two
+// sub-bands then run there too, where a fixed M leaves each rank one tile row (always one band). Before
+// 2026-12-06 it grew from 4 ranks only: at 3, 384 rows left each rank one 128-row tile row, so that
+// matmul_all_gather ran unfused where a test meant its pipeline (the first run at 3 ranks showed it).
+Shape grown(const Shape& s, int world) { return {s.m * std::max(1, (world + 1) / 2), s.n, s.k}; }
 
 // `s` as W ranks run it: M rounded down to a multiple of W (reduce_scatter and the gathers cut M into W
 // blocks). No M here changes at 1, 2, 4 or 8 ranks; at 3, kOneTile's 63 rows are still one tile.
@@ -1542,13 +1544,14 @@ TEST_P(FusedGpu, ACallMadeOnOneRankAloneTimesOutNamingAPeerNotInIt) {
         uint64_t seed = 2100;
         const Flavor flavor{Op::kMatmulAllGather};
         const OpFns f = fns(flavor.op);
-        Problem p(ctx, flavor, {kManyTiles, kBF16, kBF16, false, kGemmTileLarge});
+        // M grown: at 4 ranks 512 rows leave each rank one tile row, which runs unfused (no ready flags).
+        Problem p(ctx, flavor, {grown(kManyTiles, ctx.world_size()), kBF16, kBF16, false, kGemmTileLarge});
         const FusedConfig config = config_for(flavor, kGemmTileLarge, /*pipelined=*/true);
         FusedWorkspace ws;
         call_and_check(ctx, p, config, ws, seed++, nullptr, "before the call made alone");
         uint64_t calls = 0;  // the calls made on the workspace so far (its epoch), the same on every rank
         IRIS_CUDA_CHECK(cudaMemcpy(&calls, ws.block_state(), sizeof(calls), cudaMemcpyDeviceToHost));
-        ASSERT_GE(calls, 1u);
+        ASSERT_GE(calls, 1u) << "the band pipeline ran (an unfused call keeps no epoch here)";
         if (ctx.rank() == 0) {
           f.run(ctx, p.operands(), config, ws, nullptr);
           const std::string err = error_text<TimeoutError>([&] { ctx.synchronize(); });
@@ -1595,6 +1598,9 @@ TEST_P(FusedGpu, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheReadyFlag
           Problem deep(ctx, flavor, {grown({384, 512, 128}, w), kBF16, kBF16, false, kGemmTileSmall});
           Problem shallow(ctx, flavor, {grown({384, 512, 64}, w), kBF16, kBF16, false, kGemmTileSmall});
           call_and_check(ctx, deep, config, ws, seed++, nullptr, name + ": calls that agree");
+          uint64_t calls = 0;  // the pipeline's epoch: an unfused call (which compares no K) keeps none here
+          IRIS_CUDA_CHECK(cudaMemcpy(&calls, ws.block_state(), sizeof(calls), cudaMemcpyDeviceToHost));
+          ASSERT_GE(calls, 1u) << "the band pipeline ran";
           const uint64_t errors = ctx.device_timeouts();
           f.run(ctx, me == culprit ? shallow.operands() : deep.operands(), config, ws, nullptr);
           const std::string err = error_text<std::invalid_argument>([&] { ctx.synchronize(); });
