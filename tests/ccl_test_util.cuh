@@ -198,6 +198,11 @@ struct TestTensor {
     IRIS_CUDA_CHECK(cudaStreamSynchronize(s));
     return host;
   }
+  // True when every byte still holds poison()'s default 0xFF: nothing was written since.
+  bool still_poisoned(cudaStream_t s) const {
+    const std::vector<char> host = download(s);
+    return std::all_of(host.begin(), host.end(), [](char b) { return static_cast<unsigned char>(b) == 0xFF; });
+  }
 };
 
 // Host image (rows x stride elements, padding poisoned) of rank r's input.

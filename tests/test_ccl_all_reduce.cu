@@ -1417,12 +1417,8 @@ TEST_P(AllReduce, CallsQueuedBehindAFailedCallSkipAndTheirPeersNameTheRankThatSt
           if (me != 1) {
             test::expect_peer_made_no_call_error(test::error_text<TimeoutError>([&] { ctx.synchronize(); }), 1, 1);
             EXPECT_NO_THROW(ctx.synchronize()) << "the skipped calls record nothing while an error is pending";
-            for (int k = 1; k < 3; ++k) {
-              const std::vector<char> host = out[k].download(ctx.stream());
-              EXPECT_TRUE(
-                  std::all_of(host.begin(), host.end(), [](char b) { return static_cast<unsigned char>(b) == 0xFF; }))
-                  << "call " << k + 1 << " wrote its output";
-            }
+            for (int k = 1; k < 3; ++k)
+              EXPECT_TRUE(out[k].still_poisoned(ctx.stream())) << "call " << k + 1 << " wrote its output";
           } else {
             ccl::all_reduce(ctx, out[0].view, in[0].view, cfg, ws);
             test::expect_peer_stopped_error(test::error_text<TimeoutError>([&] { ctx.synchronize(); }),
