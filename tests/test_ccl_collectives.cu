@@ -818,9 +818,10 @@ void call(Context& ctx, Op op, const Tensor& out, const Tensor& in, Workspace& w
   }
 }
 
-// The exchange `op` (not broadcast) of m x n fp32 blocks, checked against its reference (check_all_gather and
-// its siblings: each runs the preamble on `ws`, then one call).
+// The collective `op` of m x n fp32 blocks (broadcast: from rank 0), checked against its reference (check_all_gather
+// and its siblings: each runs the preamble on `ws`, then one call).
 void check_exchange(Context& ctx, Op op, Workspace& ws, int64_t m, int64_t n, const Mode& mode, uint64_t seed) {
+  if (op == Op::kBroadcast) check_broadcast(ctx, Config{}, ws, DType::kFloat32, m, n, mode, 0, seed);
   if (op == Op::kAllGather) check_all_gather(ctx, Config{}, ws, DType::kFloat32, m, n, mode, seed);
   if (op == Op::kReduceScatter)
     check_reduce_scatter(ctx, Config{}, ws, DType::kFloat32, ReduceOp::kSum, m, n, mode, seed);
@@ -909,12 +910,13 @@ TEST_P(Collective, WorkspaceTooSmallForFlagsIsRejected) {
     const size_t peers = ctx.world_size() - 1;
     // 64x1000 fp32: 256000 bytes in 8 KiB chunks = 32 chunks. The workspace is prepared for 17x1000
     // (68000 bytes: 9 chunks, past the blocks the LL exchanges take, so it has flags). Flags are
-    // checked first.
+    // checked first. broadcast's flags are a done word per rank, then one per chunk.
     for (Op op : kOps) {
       const size_t per_chunk = op == Op::kBroadcast ? 1 : 2 * peers;
+      const size_t fixed = op == Op::kBroadcast ? peers + 1 : 0;
       expect_too_small(ctx, op, 64, 1000,
-                       "Flags array too small: have " + std::to_string(per_chunk * 9) + " but need " +
-                           std::to_string(per_chunk * 32) +
+                       "Flags array too small: have " + std::to_string(fixed + per_chunk * 9) + " but need " +
+                           std::to_string(fixed + per_chunk * 32) +
                            ". Pre-allocate workspace with the smallest block sizes you intend to use.",
                        17, 1000);
     }
@@ -1294,17 +1296,9 @@ TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaits
           c.in.upload(ctx.stream(), test::make_input(DType::kFloat32, c.in.view.rows, n, n, seed++, me));
           call(ctx, op, out, in, ws);
           const std::string err = test::error_text<iris::TimeoutError>([&] { ctx.synchronize(); });
-          EXPECT_EQ(err.rfind(detail::str_cat("iris device timeout in ", op_name(op), " on rank ", me, " (block "), 0),
-                    0u)
-              << err;
-          const int named = me == 0 ? 1 : 0;
-          EXPECT_NE(err.find(detail::str_cat(" ms for the word at 0x")), std::string::npos) << err;
-          EXPECT_NE(err.find(detail::str_cat(", and rank ", named,
-                                             " is in another call on this workspace: the same call by count, but "
-                                             "its call key is ")),
-                    std::string::npos)
-              << err;
-          EXPECT_NE(err.find("This rank's output of that call is not valid."), std::string::npos) << err;
+          test::expect_peer_in_another_call_error(
+              err, detail::str_cat("iris device timeout in ", op_name(op), " on rank ", me, " (block "),
+              me == 0 ? 1 : 0);
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);
           refused_then_right_when_prepared_again(ctx, op, out, in, ws, c, big, n, seed++);
         }
@@ -1321,7 +1315,9 @@ TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaits
 // epoch (collective_kernels.hpp, tagged_epoch): every rank that waits for a flag of the other call raises
 // InvalidArgument at synchronize(), naming the rank whose call differs, and the workspace is refused until
 // prepared again, and then right. The others name the last rank; the last rank names a peer (rank 0 at two
-// ranks). broadcast (from rank 0, two ranks): rank 1 raises, the root, which waits for no flag, does not.
+// ranks). broadcast (from rank 0, two ranks): rank 1 raises so; the root waits for its peers' ends (since
+// 2026-12-06; before, it waited for no flag and raised nothing), which rank 1's call, failed, never signals: its
+// wait gives up and raises a TimeoutError naming rank 1, in the same call with another key.
 // The rank named is the writer of the flag (tag_writer), which at more ranks the broadcast's forwarding and
 // a smaller call's flag layout make a matter of timing: those cases run at two ranks only.
 TEST_P(Collective, ChunkedCallsThatDifferAfterThePreambleRaiseOnTheRanksThatWaitForThem) {
@@ -1374,8 +1370,10 @@ TEST_P(Collective, ChunkedCallsThatDifferAfterThePreambleRaiseOnTheRanksThatWait
           else
             call(ctx, k.op, out, in, ws);
           if (k.op == Op::kBroadcast && me == 0) {
-            EXPECT_NO_THROW(ctx.synchronize()) << "the root waits for no flag";
-            EXPECT_EQ(ctx.device_timeouts(), errors);
+            const std::string err = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+            test::expect_peer_in_another_call_error(
+                err, "iris device timeout in broadcast (root waits for its peers' ends) on rank 0 (block 0)", 1);
+            EXPECT_EQ(ctx.device_timeouts(), errors + 1);
           } else {
             const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
             // broadcast's op names the wait; at two ranks rank 1 owns every chunk and waits for the root only.
@@ -1388,21 +1386,9 @@ TEST_P(Collective, ChunkedCallsThatDifferAfterThePreambleRaiseOnTheRanksThatWait
                       std::string::npos)
                 << err;
             EXPECT_EQ(ctx.device_timeouts(), errors + 1);
-            EXPECT_EQ(test::error_text<std::invalid_argument>([&] {
-                        call(ctx, k.op, out, in, ws);
-                      }).rfind(detail::str_cat(op_name(k.op), ": a device error"), 0),
-                      0u);
           }
-          ctx.barrier();
-          c.out.release();
-          c.in.release();
-          // Prepared again (fp32 blocks of the same bytes), the workspace is right.
-          const Mode heap{0, true, false, "prepared again"};
-          if (k.op == Op::kBroadcast)
-            check_broadcast(ctx, Config{}, ws, DType::kFloat32, m / 2, n, heap, 0, seed++);
-          else
-            check_exchange(ctx, k.op, ws, m / 2, n, heap, seed++);
-          release(ctx, ws);
+          // Refused, then, prepared again (fp32 blocks of the same bytes), right.
+          refused_then_right_when_prepared_again(ctx, k.op, out, in, ws, c, m / 2, n, seed++);
         }
       },
       options);
@@ -1412,8 +1398,9 @@ TEST_P(Collective, ChunkedCallsThatDifferAfterThePreambleRaiseOnTheRanksThatWait
 // call is a no-op, as in NCCL, and must be empty on every rank). Its peers' second call waits for rank 1
 // until the device timeout (500 ms here); the wait that gives up reads rank 1's call words and raises a
 // TimeoutError saying that rank 1 has not started this call, with the call counts (before 2026-12-05: only
-// that a peer never signalled). Rank 1 raises nothing. The exchanges, LL and chunked; not broadcast, whose
-// root waits only for its peers' previous call, and at two ranks has nobody else to wait for.
+// that a peer never signalled). Rank 1 raises nothing. The exchanges, LL and chunked, and broadcast from rank 0,
+// whose root waits for its peers' ends (before 2026-12-06 it waited only for their previous call, and at two
+// ranks raised nothing).
 TEST_P(Collective, ACallThatOneRankDidNotMakeTimesOutNamingThatRank) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
@@ -1424,8 +1411,8 @@ TEST_P(Collective, ACallThatOneRankDidNotMakeTimesOutNamingThatRank) {
         if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
         const int me = ctx.rank();
         uint64_t seed = 1600;
-        for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}) {
-          for (const int64_t m : {int64_t{1}, int64_t{200}}) {  // LL and chunked
+        for (Op op : kOps) {
+          for (const int64_t m : {int64_t{1}, int64_t{200}}) {  // LL and chunked (broadcast: one chunk and ten)
             SCOPED_TRACE(detail::str_cat(op_name(op), " ", m, " rows"));
             OpCall c = make_call(ctx, op, m, 100);
             Workspace ws;
@@ -1454,6 +1441,47 @@ TEST_P(Collective, ACallThatOneRankDidNotMakeTimesOutNamingThatRank) {
             c.out.release();
             c.in.release();
           }
+        }
+      },
+      options);
+}
+
+// Ranks that each pass themselves as broadcast's root, on a workspace prepared for root 0 (the preamble compared
+// that call; without IRIS_CHECK_CALLS the calls after it are not compared on the host): every rank sends its chunks
+// and waits for its peers' done words, which no rank sets, being a root itself. Before 2026-12-06 the root waited
+// for no flag, and each rank returned its own input as the broadcast's without an error; now every rank's wait
+// gives up (500 ms here), finds its peers in the same call with another key (the root is part of it) and raises a
+// TimeoutError naming one: rank 0 names rank 1, the others rank 0. Then the workspace is refused, and right once
+// prepared again. One chunk and ten, at every world size.
+TEST_P(Collective, RanksThatEachPassThemselvesAsTheBroadcastRootRaiseOnEveryRank) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  const ContextOptions options = big_heap_timing_out(GetParam().world, std::chrono::milliseconds(500));
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses these calls before launch";
+        const int me = ctx.rank();
+        const int64_t n = 100;
+        uint64_t seed = 1900;
+        for (const int64_t m : {int64_t{1}, int64_t{200}}) {
+          SCOPED_TRACE(detail::str_cat(m, " rows"));
+          OpCall c = make_call(ctx, Op::kBroadcast, m, n);
+          Workspace ws;
+          preamble(ctx, Op::kBroadcast, c.out.view, c.in.view, ws);  // root 0 on every rank
+          c.in.upload(ctx.stream(), test::make_input(DType::kFloat32, m, n, n, seed++, me));
+          call(ctx, Op::kBroadcast, c.out.view, c.in.view, ws);  // call 1, from rank 0
+          ctx.synchronize();
+          const uint64_t errors = ctx.device_timeouts();
+          ccl::broadcast(ctx, c.out.view, c.in.view, me, Config{}, ws);  // call 2: every rank its own root
+          const std::string err = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+          test::expect_peer_in_another_call_error(
+              err,
+              detail::str_cat("iris device timeout in broadcast (root waits for its peers' ends) on rank ", me,
+                              " (block 0)"),
+              me == 0 ? 1 : 0);
+          EXPECT_EQ(ctx.device_timeouts(), errors + 1);
+          refused_then_right_when_prepared_again(ctx, Op::kBroadcast, c.out.view, c.in.view, ws, c, m, n, seed++);
         }
       },
       options);
@@ -1507,8 +1535,8 @@ TEST_P(Collective, CallsQueuedBehindAFailedCallSkipAndTheirPeersNameTheRankThatS
         const int me = ctx.rank();
         const int64_t n = 100;
         uint64_t seed = 1700;
-        for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}) {
-          for (const int64_t m : {int64_t{1}, int64_t{200}}) {  // LL and chunked
+        for (Op op : kOps) {
+          for (const int64_t m : {int64_t{1}, int64_t{200}}) {  // LL and chunked (broadcast: one chunk and ten)
             const std::string what = detail::str_cat(op_name(op), " ", m, " rows");
             SCOPED_TRACE(what);
             std::vector<OpCall> calls(3);

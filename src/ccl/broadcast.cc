@@ -44,7 +44,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   if (world > 1) {
     p.per_owner = (p.chunks.nchunks + world - 2) / (world - 1);
     p.needs.staging_bytes = align256(static_cast<size_t>(out.numel()) * esz);
-    p.needs.flags = static_cast<size_t>(p.chunks.nchunks);
+    p.needs.flags = static_cast<size_t>(world + p.chunks.nchunks);  // done words, then chunk flags (broadcast.cu)
   } else {
     p.per_owner = p.chunks.nchunks;
   }

@@ -244,6 +244,12 @@ __device__ __forceinline__ uint64_t stopped_by(const DeviceContext& ctx, uint64_
   return stop != epoch ? stop : 0;
 }
 
+// True when a wait of this rank's call `epoch` gave up: the stop word holds that epoch. A thread that has
+// synchronized with every block of the call (end_call_published's last block) sees every such block's stop.
+__device__ __forceinline__ bool call_gave_up(const DeviceContext& ctx, uint64_t epoch) {
+  return ctx.call_words != nullptr && dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(ctx.call_words + 2) == epoch;
+}
+
 // A call that its workspace's stop word skips (one thread per block): its call words say so to the peers whose
 // waits for it give up (timeout.cuh: kDeviceErrorPeerStopped), and block 0 records kDeviceErrorCallStopped,
 // which is claimed only when no other error is pending (the one that stopped the workspace usually is).

@@ -11,7 +11,7 @@
 // header comment. Parity p starts at p x half the array's capacity, not at an offset computed from the call's shape, so
 // a call never touches the other parity's bytes whatever the shapes on one workspace (or the mix of LL and chunked
 // calls): the argument "a peer is at most one call ahead" then covers every mix of calls. broadcast uses one slot and
-// one flag per chunk (see broadcast.cu).
+// done word per rank and one flag per chunk (see broadcast.cu).
 //
 // Host helpers of these four ops: row_block, vec_ok, dispatch_bits (Tensor has overlaps and same_view); on the device
 // side block_fanout, pipelined_chunks and end_call_published (block_signal_each and block_wait_each are
@@ -148,7 +148,7 @@ struct BroadcastArgs {
   int64_t per_owner;  // chunks forwarded by each non-root rank: ceil(nchunks / (W-1))
   int root;
   void* staging;    // this rank's: [nchunks * chunk] elements (slot of chunk c at c * chunk)
-  uint64_t* flags;  // this rank's: [nchunks]
+  uint64_t* flags;  // this rank's: [W] done words (broadcast.cu), then [nchunks] chunk flags
   uint64_t* state;  // epoch (kCollectiveEpochWords); state[0] is read by the root of later calls
   bool vec;
   bool in_place;  // out == in on the root (no local copy)
@@ -380,15 +380,22 @@ __device__ __forceinline__ void block_copy_to(Dst dst_at, Src src_at, int64_t le
 // including all its reads: each block's accesses are ordered before its acq_rel count (bar.sync), the
 // last block's acq_rel count reads every other block's, and its release store is cumulative. (Unlike
 // end_call's relaxed count, the acq_rel here is the point: it is what broadcast's root relies on.)
-__device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epoch) {
+// `then` runs after that store on the last block's thread 0, so a release it makes (broadcast's done word on
+// its root) says the same.
+template <typename Then>
+__device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epoch, Then then) {
   sync_block_divergent();  // as end_call's: threads may arrive from different places
   if (threadIdx.x == 0) {
     const uint64_t done = dev::atomic_add<dev::Order::kAcqRel, dev::Scope::kGpu>(state + 1, uint64_t{1});
     if (done == gridDim.x - 1) {
       dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 1, uint64_t{0});
       dev::store<dev::Order::kRelease, dev::Scope::kSys>(state, epoch);
+      then();
     }
   }
+}
+__device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epoch) {
+  end_call_published(state, epoch, [] {});
 }
 
 // The peer whose call left `tag` in a flag this rank waits for in call `epoch`, for the error record: the

@@ -1,5 +1,6 @@
-// The checks shared by the tests in which a rank's wait gave up and its later calls on the workspace skip
-// (the stop word, src/ccl/ccl_common.cuh: begin_call): what the ranks whose waits then give up raise.
+// The checks shared by the tests in which a rank's wait gave up and read its peers' call words
+// (include/iris/device/timeout.cuh: record_wait_timeout): a peer in another call, one that has not started this
+// call, one whose workspace stopped (its later calls skip: src/ccl/ccl_common.cuh, begin_call).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -27,6 +28,19 @@ inline void expect_peer_stopped_error(const std::string& err, const std::string&
                      "using the workspace."),
             std::string::npos)
       << err;
+}
+
+// `err`, a TimeoutError's text, starts with `head` ("iris device timeout in all_gather on rank 0 (block ", say) and
+// names rank `peer` as in this call by count but with another call key.
+inline void expect_peer_in_another_call_error(const std::string& err, const std::string& head, int peer) {
+  EXPECT_EQ(err.rfind(head, 0), 0u) << err;
+  EXPECT_NE(err.find(" ms for the word at 0x"), std::string::npos) << err;
+  EXPECT_NE(err.find(detail::str_cat(", and rank ", peer,
+                                     " is in another call on this workspace: the same call by count, but its call key "
+                                     "is ")),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("This rank's output of that call is not valid."), std::string::npos) << err;
 }
 
 // `err`, a TimeoutError's text, names rank `peer` as not having started this rank's call `call` on the
