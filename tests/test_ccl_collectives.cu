@@ -887,13 +887,13 @@ TEST_P(Collective, WorkspaceTooSmallForStagingIsRejected) {
   if (GetParam().world < 2) GTEST_SKIP() << "one rank needs no staging";
   test::run_ranks(GetParam(), [](Context& ctx) {
     const size_t world = ctx.world_size();
-    // 1x1000 fp32, 4000 bytes. broadcast: one chunk, a 4096-byte slot (1x1: 256); the flags fit (one
-    // chunk). The exchanges take the LL path for blocks this small: 2 parities x W sources x (a header
-    // line and 500 lines) of 16 bytes, rounded up to 256 bytes (1x1: a header and one line each).
+    // 1x1000 fp32, 4000 bytes. Every op takes the LL path for blocks this small (broadcast too, since
+    // 2026-12-06; before, one chunk in a 4096-byte slot): 2 parities x W sources x (a header line and 500 lines)
+    // of 16 bytes, rounded up to 256 bytes (1x1: a header and one line each).
     auto round256 = [](size_t b) { return (b + 255) / 256 * 256; };
     for (Op op : kOps) {
-      const size_t have = op == Op::kBroadcast ? 256 : round256(2 * world * (1 + 1) * 16);
-      const size_t need = op == Op::kBroadcast ? 4096 : round256(2 * world * (1 + 500) * 16);
+      const size_t have = round256(2 * world * (1 + 1) * 16);
+      const size_t need = round256(2 * world * (1 + 500) * 16);
       expect_too_small(ctx, op, 1, 1000,
                        "Staging buffer too small: have " + std::to_string(have) + " bytes but need " +
                            std::to_string(need) +
@@ -1249,9 +1249,10 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
           EXPECT_NE(err.find(detail::str_cat(" on rank ", me, ": rank ", named,
                                              " made another call on this workspace (its call key is ",
                                              key(mode, n * (named + 1)), ", this rank's ", key(mode, n * m),
-                                             "; hex digits from the top: exchange, dtype, reduction, 0, then 12 of "
-                                             "elements per block), so the ranks' calls differ in shape, dtype or "
-                                             "reduction. This rank's output of that call is not valid")),
+                                             "; hex digits from the top: exchange, dtype, reduction and a 0 "
+                                             "(broadcast: two of the root), then 12 of elements per block), so the "
+                                             "ranks' calls differ in shape, dtype, reduction or root. This rank's "
+                                             "output of that call is not valid")),
                     std::string::npos)
               << err;
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);
@@ -1412,7 +1413,7 @@ TEST_P(Collective, ACallThatOneRankDidNotMakeTimesOutNamingThatRank) {
         const int me = ctx.rank();
         uint64_t seed = 1600;
         for (Op op : kOps) {
-          for (const int64_t m : {int64_t{1}, int64_t{200}}) {  // LL and chunked (broadcast: one chunk and ten)
+          for (const int64_t m : {int64_t{1}, int64_t{200}}) {  // LL and chunked (broadcast too)
             SCOPED_TRACE(detail::str_cat(op_name(op), " ", m, " rows"));
             OpCall c = make_call(ctx, op, m, 100);
             Workspace ws;
@@ -1447,12 +1448,13 @@ TEST_P(Collective, ACallThatOneRankDidNotMakeTimesOutNamingThatRank) {
 }
 
 // Ranks that each pass themselves as broadcast's root, on a workspace prepared for root 0 (the preamble compared
-// that call; without IRIS_CHECK_CALLS the calls after it are not compared on the host): every rank sends its chunks
-// and waits for its peers' done words, which no rank sets, being a root itself. Before 2026-12-06 the root waited
-// for no flag, and each rank returned its own input as the broadcast's without an error; now every rank's wait
-// gives up (500 ms here), finds its peers in the same call with another key (the root is part of it) and raises a
-// TimeoutError naming one: rank 0 names rank 1, the others rank 0. Then the workspace is refused, and right once
-// prepared again. One chunk and ten, at every world size.
+// that call; without IRIS_CHECK_CALLS the calls after it are not compared on the host). Before 2026-12-06 the root
+// waited for no flag, and each rank returned its own input as the broadcast's without an error. Now, chunked (200 x
+// 100 fp32, 80 KB: ten chunks), every rank sends its chunks and waits for its peers' done words, which no rank
+// sets, being a root itself: every rank's wait gives up (500 ms here), finds its peers in the same call with
+// another key (the root is part of it) and raises a TimeoutError naming one. LL (1 x 100), every rank reads its
+// peers' header lines, whose keys carry another root: InvalidArgument at once, naming one. Rank 0 names rank 1,
+// the others rank 0. Then the workspace is refused, and right once prepared again. At every world size.
 TEST_P(Collective, RanksThatEachPassThemselvesAsTheBroadcastRootRaiseOnEveryRank) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
@@ -1474,12 +1476,30 @@ TEST_P(Collective, RanksThatEachPassThemselvesAsTheBroadcastRootRaiseOnEveryRank
           ctx.synchronize();
           const uint64_t errors = ctx.device_timeouts();
           ccl::broadcast(ctx, c.out.view, c.in.view, me, Config{}, ws);  // call 2: every rank its own root
-          const std::string err = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
-          test::expect_peer_in_another_call_error(
-              err,
-              detail::str_cat("iris device timeout in broadcast (root waits for its peers' ends) on rank ", me,
-                              " (block 0)"),
-              me == 0 ? 1 : 0);
+          const int named = me == 0 ? 1 : 0;
+          if (m == 1) {
+            const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
+            // The LL key (ll_call_key): broadcast (5), float32 (0), the root in two digits, 100 elements.
+            auto key = [](int root) {
+              char text[32];
+              std::snprintf(text, sizeof(text), "%llx",
+                            static_cast<unsigned long long>(uint64_t{5} << 60 | uint64_t(root) << 48 | 100));
+              return std::string(text);
+            };
+            EXPECT_EQ(err.rfind(detail::str_cat("iris device error in broadcast on rank ", me, ": rank ", named,
+                                                " made another call on this workspace (its call key is ", key(named),
+                                                ", this rank's ", key(me), "; "),
+                                0),
+                      0u)
+                << err;
+          } else {
+            const std::string err = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+            test::expect_peer_in_another_call_error(
+                err,
+                detail::str_cat("iris device timeout in broadcast (root waits for its peers' ends) on rank ", me,
+                                " (block 0)"),
+                named);
+          }
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);
           refused_then_right_when_prepared_again(ctx, Op::kBroadcast, c.out.view, c.in.view, ws, c, m, n, seed++);
         }
@@ -1536,7 +1556,7 @@ TEST_P(Collective, CallsQueuedBehindAFailedCallSkipAndTheirPeersNameTheRankThatS
         const int64_t n = 100;
         uint64_t seed = 1700;
         for (Op op : kOps) {
-          for (const int64_t m : {int64_t{1}, int64_t{200}}) {  // LL and chunked (broadcast: one chunk and ten)
+          for (const int64_t m : {int64_t{1}, int64_t{200}}) {  // LL and chunked (broadcast too)
             const std::string what = detail::str_cat(op_name(op), " ", m, " rows");
             SCOPED_TRACE(what);
             std::vector<OpCall> calls(3);

@@ -53,7 +53,8 @@ TEST(CclLayout, LLLinesCarryEightDataBytesInSixteen) {
 
 // The call key an LL slot's header line carries (ll_exchange.cu): every field of the call that changes
 // what the lines mean gives another key, the copying exchanges ignore the reduction they are not doing,
-// and the hex digits read as the error message says (exchange, dtype, reduction, 0, 12 of elements).
+// and the hex digits read as the error message says (exchange, dtype, reduction, 0, 12 of elements; broadcast's
+// root, mod 256, in the two digits after the dtype).
 TEST(CclLayout, LLCallKeysTellEveryDifferenceOfTheCallAndReadAsTheMessageSays) {
   using detail::ll_call_key;
   using detail::LLMode;
@@ -64,6 +65,13 @@ TEST(CclLayout, LLCallKeysTellEveryDifferenceOfTheCallAndReadAsTheMessageSays) {
   EXPECT_EQ(ll_call_key(LLMode::kAllToAll, DType::kInt8, ReduceOp::kMax, 1),
             ll_call_key(LLMode::kAllToAll, DType::kInt8, ReduceOp::kSum, 1))
       << "a copy has no reduction";
+  EXPECT_EQ(ll_call_key(LLMode::kBroadcast, DType::kBFloat16, ReduceOp::kSum, 1000, 3), 0x52030000000003e8ull);
+  EXPECT_EQ(ll_call_key(LLMode::kBroadcast, DType::kBFloat16, ReduceOp::kMax, 1000, 259),
+            ll_call_key(LLMode::kBroadcast, DType::kBFloat16, ReduceOp::kSum, 1000, 3))
+      << "no reduction; the root mod 256";
+  EXPECT_EQ(ll_call_key(LLMode::kAllGather, DType::kBFloat16, ReduceOp::kSum, 1000, 3),
+            ll_call_key(LLMode::kAllGather, DType::kBFloat16, ReduceOp::kSum, 1000))
+      << "only broadcast has a root";
   std::vector<uint64_t> keys;
   for (LLMode mode : {LLMode::kAllReduce, LLMode::kReduceScatter, LLMode::kAllGather, LLMode::kAllToAll})
     for (DType dt : kAllDTypes)
@@ -73,10 +81,14 @@ TEST(CclLayout, LLCallKeysTellEveryDifferenceOfTheCallAndReadAsTheMessageSays) {
         for (int64_t numel : {int64_t{1}, int64_t{2}, int64_t{1000}, int64_t{1} << 20, (int64_t{1} << 48) - 1})
           keys.push_back(ll_call_key(mode, dt, op, numel));
       }
+  for (DType dt : kAllDTypes)
+    for (int root : {0, 1, 7})
+      for (int64_t numel : {int64_t{1}, int64_t{2}, int64_t{1000}, int64_t{1} << 20, (int64_t{1} << 48) - 1})
+        keys.push_back(ll_call_key(LLMode::kBroadcast, dt, ReduceOp::kSum, numel, root));
   EXPECT_EQ(std::count(keys.begin(), keys.end(), 0u), 0);
   std::sort(keys.begin(), keys.end());
   EXPECT_EQ(std::adjacent_find(keys.begin(), keys.end()), keys.end()) << "two calls share a key";
-  EXPECT_EQ(keys.size(), size_t{(2 * 5 + 2) * 10 * 5});
+  EXPECT_EQ(keys.size(), size_t{(2 * 5 + 2) * 10 * 5 + 10 * 3 * 5});
 }
 
 // An LL word's tag is a bijection of the epoch's low 32 bits that leaves no epoch as it is, so a

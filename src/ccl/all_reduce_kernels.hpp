@@ -100,8 +100,9 @@ void dispatch_reduction(DType dtype, ReduceOp op, bool vec, F&& f) {
 // Every rank sends one block (block_rows x cols) to every peer: its whole input (all_reduce,
 // all_gather) or its input's block p to rank p (reduce_scatter, all_to_all). The receiver reduces the
 // W blocks in rank order into out (all_reduce, reduce_scatter) or copies block s into out's block s
-// (all_gather, all_to_all). The protocol is in ll_exchange.cu.
-enum class LLMode { kAllReduce, kReduceScatter, kAllGather, kAllToAll };
+// (all_gather, all_to_all). broadcast: the root alone sends its input, the others a header line only, and
+// every rank copies the root's block into out. The protocol is in ll_exchange.cu.
+enum class LLMode { kAllReduce, kReduceScatter, kAllGather, kAllToAll, kBroadcast };
 
 struct LLArgs {
   DeviceContext ctx;
@@ -121,8 +122,9 @@ struct LLArgs {
   uint64_t* clean;       // state + ll_clean_offset: per parity, the epoch of its last clean (ll_exchange.cu)
   bool in_vec8;          // every block of in / out is contiguous and 8-byte aligned: a line is one access
   bool out_vec8;
-  bool in_place;  // all_gather: in is out's block `rank` (no local copy)
+  bool in_place;        // all_gather: in is out's block `rank` (no local copy); broadcast: in is out on the root
   uint64_t layout_key;  // all_reduce: layout_fence (ccl_common.cuh); 0 for the other ops
+  int root;             // broadcast: the rank whose input every rank receives (in is read there only)
 };
 // The tag an LL word of call `epoch` carries in its high 32 bits: a bijection of the epoch's low 32 bits
 // (murmur3's finalizer), not the epoch itself. A reader takes a line whose two words carry its call's tag,
@@ -159,8 +161,9 @@ inline constexpr int64_t kLLHeaderWords = 2;
 // (another exchange, dtype, reduction or block size: ranks that disagree on a batch size) learns it
 // instead of taking the other call's lines as its own. Hex digits from the top: the exchange (LLMode + 1),
 // the dtype, the reduction (0 for the copying exchanges), a zero, then 12 digits of elements per block
-// (numel < 2^48: check_needs_fit refuses larger). Never 0.
-uint64_t ll_call_key(LLMode mode, DType dtype, ReduceOp op, int64_t numel);
+// (numel < 2^48: check_needs_fit refuses larger); broadcast's two digits after the dtype hold its root (mod 256),
+// so ranks that name different roots differ here too. Never 0.
+uint64_t ll_call_key(LLMode mode, DType dtype, ReduceOp op, int64_t numel, int root = 0);
 // The grid of an LL launch over `words` LL words per slot between `world` ranks, at most `limit` blocks:
 // each block pushes about `block_bytes` (ll_block_bytes()) of lines in all, summed over the W - 1 peers
 // it sends to, and each thread one line, until the limit; then blocks of kThreads threads loop.

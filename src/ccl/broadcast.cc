@@ -19,6 +19,9 @@ struct Plan {
   int64_t per_owner = 1;
   bool in_place = false;
   int blocks = 1;
+  int threads = detail::kThreads;  // the LL exchange: ll_launch's; kThreads otherwise
+  bool ll = false;                 // a small tensor: the LL exchange (ll_exchange.cu), no flags
+  int64_t ll_words = 0;            // LL words of the tensor's lines (a staging slot adds the header line)
 };
 
 // `in` is looked at on the root only (it may be empty elsewhere); sizing ahead looks at it as the root does.
@@ -41,6 +44,17 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   const size_t esz = out.element_size();
   p.chunks = detail::plan_copy_chunks(out.numel(), out.dtype);
   p.needs.block_state = detail::block_state_words(world);
+  if (world > 1) p.sig.ll_max_bytes = static_cast<int64_t>(detail::ll_max_bytes(OpKind::kBroadcast));
+  p.ll = world > 1 && static_cast<size_t>(out.numel()) * esz <= detail::ll_max_bytes(OpKind::kBroadcast);
+  if (p.ll) {
+    p.ll_words = detail::ll_words(out.numel(), out.dtype);
+    p.needs.staging_bytes = detail::ll_staging_bytes(out.numel(), out.dtype, world);
+    const detail::LLLaunch grid =
+        detail::ll_launch(p.ll_words, world, detail::comm_block_limit(kOp, s, config), detail::ll_block_bytes());
+    p.blocks = grid.blocks;
+    p.threads = grid.threads;
+    return p;
+  }
   if (world > 1) {
     p.per_owner = (p.chunks.nchunks + world - 2) / (world - 1);
     p.needs.staging_bytes = align256(static_cast<size_t>(out.numel()) * esz);
@@ -78,6 +92,19 @@ void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, cons
   stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   const bool is_root = ctx.rank() == root;
+  if (p.ll) {
+    // The LL exchange of one source (ll_exchange.cu): in is read on the root only, so the views' shape comes from
+    // out elsewhere.
+    detail::LLArgs a = detail::ll_args(ctx, p.sig, is_root ? in : out, out, out.rows, p.ll_words, ws, p.in_place);
+    if (!is_root) a.in = nullptr;
+    a.root = root;
+    a.layout_key = detail::kBroadcastLLLayout;
+    ws.begin_call(stream);
+    detail::launch_ll(a, detail::LLMode::kBroadcast, out.dtype, ReduceOp::kSum, {p.blocks, p.threads}, stream);
+    IRIS_CUDA_CHECK_LAUNCH();
+    ws.end_call(stream);
+    return;
+  }
   detail::BroadcastArgs a{};
   a.ctx = detail::call_context(ctx, ws, p.sig);
   a.in = is_root ? in.data : nullptr;
@@ -95,6 +122,7 @@ void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, cons
   a.state = ws.block_state();
   a.vec = detail::vec_ok(out, 0) && (!is_root || detail::vec_ok(in, 0));
   a.in_place = p.in_place;
+  a.layout_key = detail::kBroadcastChunkedLayout;
   ws.begin_call(stream);
   detail::launch_broadcast(a, out.dtype, p.blocks, stream);
   IRIS_CUDA_CHECK_LAUNCH();

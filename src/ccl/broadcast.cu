@@ -55,7 +55,12 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_consta
   const DeviceContext& ctx = a.ctx;
   const int me = ctx.rank, world = ctx.world_size, root = a.root;
   const uint64_t epoch = begin_call(a.ctx, a.state, "broadcast");
-  if (epoch == kSkippedCall) return;                             // a stopped workspace (begin_call)
+  if (epoch == kSkippedCall) return;  // a stopped workspace (begin_call)
+  // After an LL call (its staging layout), nobody writes a peer's staging before every rank has ended it.
+  if (!layout_fence_after_a_call(ctx, a.state, a.layout_key, epoch, "broadcast")) {
+    end_call_published(a.state, epoch);
+    return;
+  }
   const uint64_t flag_word = tagged_epoch(ctx.call_key, epoch);  // what this call's flags carry
   U* const stage = static_cast<U*>(a.staging);
   uint64_t* const done = a.flags;                 // [W] done words
@@ -132,13 +137,13 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(const __grid_consta
                              length(c));
     }
     // 3. the last block tells the root that this rank's call is over, unless a wait of another block gave up.
-    end_call_published(a.state, epoch, [&] {
+    end_call_published(a.state, epoch, a.layout_key, [&] {
       if (!call_gave_up(ctx, epoch))
         dev::signal<dev::Order::kRelease, dev::Scope::kSys>(ctx, done + me, flag_word, root);
     });
     return;
   }
-  end_call_published(a.state, epoch);
+  end_call_published(a.state, epoch, a.layout_key);
 }
 
 }  // namespace

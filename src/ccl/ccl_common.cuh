@@ -314,7 +314,7 @@ __device__ __forceinline__ void end_call(uint64_t* state, uint64_t epoch, uint64
   }
 }
 
-// ---- layout fence (all_reduce) ----------------------------------------------------------------------
+// ---- layout fence (all_reduce, broadcast) ----------------------------------------------------------------------
 //
 // The reuse arguments of the all_reduce kernels ("a peer is at most one call ahead, so it cannot
 // overwrite what we still read") hold between calls with the same staging layout. One workspace may
@@ -373,6 +373,17 @@ __device__ __forceinline__ bool layout_fence(const DeviceContext& ctx, uint64_t*
   const bool ok = fence_ok != 0;
   __syncthreads();
   return ok;
+}
+
+// layout_fence, but not for the first call after a preamble (no layout key stored yet): broadcast's, whose paths
+// need a fence only between a call of one and a call of the other (collective_kernels.hpp, kBroadcastLLLayout),
+// and whose first call would otherwise wait for every peer to start it before its root sends anything (a rank
+// whose peers never make the call would then send nothing for the calls they did make). A preamble lets every
+// earlier call on the workspace end first.
+__device__ __forceinline__ bool layout_fence_after_a_call(const DeviceContext& ctx, uint64_t* state,
+                                                          uint64_t layout_key, uint64_t epoch, const char* op) {
+  if (dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2) == 0) return true;
+  return layout_fence(ctx, state, layout_key, epoch, op);
 }
 
 // ---- flags ------------------------------------------------------------------------------------------

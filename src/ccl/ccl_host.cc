@@ -124,6 +124,12 @@ bool pdl_enabled() {
 // chunked path pays a second local pass (the reduction), so LL stays ahead of it longer.
 constexpr size_t kLLMaxBytesCopy = size_t{4} << 10;
 constexpr size_t kLLMaxBytesReduce = size_t{64} << 10;
+// broadcast's chunked path takes two hops at two ranks (the root's chunk and flag to the owner, whose copy then
+// waits for them) and before 2026-12-06 a remote poll of the peers' epochs first: 5.76 / 5.76 / 6.04 / 6.21 us
+// at 1K / 4K / 8K / 64K (2 x H200, bf16, 2026-11-29), where all_gather's LL exchange, which pushes the same
+// lines per peer, took 2.95 / 3.40 / 4.03 / 5.12 (the table above). So broadcast takes LL up to 64 KiB. Not yet
+// measured for broadcast itself (no two-GPU machine since): IRIS_LL_MAX_BYTES moves it.
+constexpr size_t kLLMaxBytesBroadcast = size_t{64} << 10;
 
 std::optional<size_t> ll_max_bytes_from(const char* env) {
   if (env == nullptr || *env == '\0') return std::nullopt;
@@ -139,6 +145,7 @@ size_t ll_max_bytes(OpKind op) {
   // Read (and a bad value raised) at the first plan, which every rank makes together.
   static const std::optional<size_t> bytes = ll_max_bytes_from(std::getenv("IRIS_LL_MAX_BYTES"));
   if (bytes) return *bytes;
+  if (op == OpKind::kBroadcast) return kLLMaxBytesBroadcast;
   return op == OpKind::kReduceScatter ? kLLMaxBytesReduce : kLLMaxBytesCopy;
 }
 

@@ -89,7 +89,7 @@ inline cudaStream_t pick_stream(const Context& ctx, cudaStream_t s) { return s !
 // Rounds up to 256 bytes (heap alignment) so arrays carved from one staging buffer stay aligned.
 inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-// LL exchanges (ll_exchange.cu) serve all_gather, reduce_scatter and all_to_all blocks of at most
+// LL exchanges (ll_exchange.cu) serve all_gather, reduce_scatter, all_to_all and broadcast blocks of at most
 // ll_max_bytes(op) bytes: the measured rule in ccl_host.cc, or IRIS_LL_MAX_BYTES for every op (read
 // once; it must be the same on every rank: it is part of the exchange's OpSignature, which the preamble
 // compares).

@@ -151,9 +151,19 @@ struct BroadcastArgs {
   uint64_t* flags;  // this rank's: [W] done words (broadcast.cu), then [nchunks] chunk flags
   uint64_t* state;  // epoch (kCollectiveEpochWords); state[0] is read by the root of later calls
   bool vec;
-  bool in_place;  // out == in on the root (no local copy)
+  bool in_place;        // out == in on the root (no local copy)
+  uint64_t layout_key;  // kBroadcastChunkedLayout (layout_fence: a change from the LL path fences)
 };
 static_assert(std::is_trivially_copyable_v<BroadcastArgs>);
+
+// broadcast's layout keys (ccl_common.cuh, layout_fence), one per path and none with a shape: its LL exchange
+// (ll_exchange.cu) and its chunked path (broadcast.cu) lay the staging out differently, and their reuse arguments
+// hold only between calls of one path, so a call that takes the other path than the previous call on its
+// workspace fences first (layout_fence_after_a_call: not the first call after a preamble). Calls of one path need
+// none: the LL parities, and the chunked root's wait for every peer's previous call, cover any change of shape or
+// root.
+inline constexpr uint64_t kBroadcastLLLayout = 0xb70adca57011ull;
+inline constexpr uint64_t kBroadcastChunkedLayout = 0xb70adca57c4dull;
 
 void launch_broadcast(const BroadcastArgs& args, DType dtype, int blocks, cudaStream_t stream);
 
@@ -381,21 +391,22 @@ __device__ __forceinline__ void block_copy_to(Dst dst_at, Src src_at, int64_t le
 // last block's acq_rel count reads every other block's, and its release store is cumulative. (Unlike
 // end_call's relaxed count, the acq_rel here is the point: it is what broadcast's root relies on.)
 // `then` runs after that store on the last block's thread 0, so a release it makes (broadcast's done word on
-// its root) says the same.
+// its root) says the same. `layout_key`, when non-zero, is stored as the last call's layout (as end_call's).
 template <typename Then>
-__device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epoch, Then then) {
+__device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epoch, uint64_t layout_key, Then then) {
   sync_block_divergent();  // as end_call's: threads may arrive from different places
   if (threadIdx.x == 0) {
     const uint64_t done = dev::atomic_add<dev::Order::kAcqRel, dev::Scope::kGpu>(state + 1, uint64_t{1});
     if (done == gridDim.x - 1) {
+      if (layout_key != 0) dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 2, layout_key);
       dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(state + 1, uint64_t{0});
       dev::store<dev::Order::kRelease, dev::Scope::kSys>(state, epoch);
       then();
     }
   }
 }
-__device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epoch) {
-  end_call_published(state, epoch, [] {});
+__device__ __forceinline__ void end_call_published(uint64_t* state, uint64_t epoch, uint64_t layout_key = 0) {
+  end_call_published(state, epoch, layout_key, [] {});
 }
 
 // The peer whose call left `tag` in a flag this rank waits for in call `epoch`, for the error record: the

@@ -618,11 +618,13 @@ void Context::check_device_error() {
                   ours,
                   "), so the ranks' calls differ in shape, dtype, reduction, variant or config. The kernel ended "
                   "before it touched its peers' data.")
-            : detail::str_cat(" made another call on this workspace (its call key is ", theirs, ", this rank's ", ours,
-                              "; hex digits from the top: exchange, dtype, reduction, 0, then 12 of elements per "
-                              "block), so the ranks' calls differ in shape, dtype or reduction. This rank's output "
-                              "of that call is not valid: the exchange found the difference beside the data, which "
-                              "it may have combined already.");
+            : detail::str_cat(
+                  " made another call on this workspace (its call key is ", theirs, ", this rank's ", ours,
+                  "; hex digits from the top: exchange, dtype, reduction and a 0 (broadcast: two of the root), then 12 "
+                  "of elements per "
+                  "block), so the ranks' calls differ in shape, dtype, reduction or root. This rank's output "
+                  "of that call is not valid: the exchange found the difference beside the data, which "
+                  "it may have combined already.");
     throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, ": rank ",
                                           copy.peer, what, differ_advice));
   }
