@@ -1269,7 +1269,9 @@ TEST_P(Collective, LLCallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevic
 // peers' call words, finds a peer in the same call (by count) with another call key, and raises a
 // TimeoutError (a wait past its bound, DESIGN.md; InvalidArgument before 2026-12-05's second session) naming
 // that peer and saying that the call's output is not valid. Rank 0 names rank 1, the others rank 0 (the
-// first peer whose key differs). The workspace is refused until prepared again.
+// first peer whose key differs). The workspace is refused until prepared again. broadcast (from rank 0, LL since
+// 2026-12-06) too: rank 0's LL call waits for its peers' header lines (after a layout fence, its path having
+// changed, which they never join), they for its chunk flags.
 TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaitsGiveUp) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
@@ -1282,7 +1284,7 @@ TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaits
         const int w = ctx.world_size(), me = ctx.rank();
         const int64_t n = 100, big = 200;
         uint64_t seed = 1500;
-        for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}) {
+        for (Op op : kOps) {
           SCOPED_TRACE(op_name(op));
           OpCall c = make_call(ctx, op, big, n);
           Workspace ws;
@@ -1292,14 +1294,19 @@ TEST_P(Collective, CallsThatTakeDifferentProtocolsRaiseOnEveryRankWhenTheirWaits
           const uint64_t errors = ctx.device_timeouts();
           const int64_t m = me == 0 ? 1 : big;
           Tensor in = c.in.view, out = c.out.view;
-          in.rows = op == Op::kAllGather ? m : w * m;
-          out.rows = op == Op::kReduceScatter ? m : w * m;
+          in.rows = op == Op::kAllGather || op == Op::kBroadcast ? m : w * m;
+          out.rows = op == Op::kReduceScatter || op == Op::kBroadcast ? m : w * m;
           c.in.upload(ctx.stream(), test::make_input(DType::kFloat32, c.in.view.rows, n, n, seed++, me));
           call(ctx, op, out, in, ws);
           const std::string err = test::error_text<iris::TimeoutError>([&] { ctx.synchronize(); });
+          // broadcast's chunked waits name themselves: "broadcast (owner waits for the root)", say.
           test::expect_peer_in_another_call_error(
-              err, detail::str_cat("iris device timeout in ", op_name(op), " on rank ", me, " (block "),
+              err,
+              op == Op::kBroadcast && me != 0
+                  ? std::string("iris device timeout in broadcast (")
+                  : detail::str_cat("iris device timeout in ", op_name(op), " on rank ", me, " (block "),
               me == 0 ? 1 : 0);
+          EXPECT_NE(err.find(detail::str_cat(" on rank ", me, " (block ")), std::string::npos) << err;
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);
           refused_then_right_when_prepared_again(ctx, op, out, in, ws, c, big, n, seed++);
         }
