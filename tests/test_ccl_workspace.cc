@@ -1073,6 +1073,37 @@ TEST(CclNeeds, EveryOpSizesFromShapesAlone) {
   }
 }
 
+// broadcast's two paths size differently (since 2026-12-06): up to 64 KiB the LL exchange, its staging the LL
+// exchanges' (2 parities x W slots of a header line and the lines) and no flags; above, the chunked path, one
+// slot of the tensor and W done words then one flag per 8 KiB-or-more chunk. Not with IRIS_LL_MAX_BYTES, which
+// moves the bound.
+TEST(CclNeeds, BroadcastTakesTheLLExchangeUpTo64KiBAndChunksAbove) {
+  if (std::getenv("IRIS_LL_MAX_BYTES") != nullptr) GTEST_SKIP() << "IRIS_LL_MAX_BYTES moves the bound";
+  const Config cfg;
+  const DType dt = DType::kFloat32;
+  for (int w : {2, 4, 8}) {
+    SCOPED_TRACE("world " + std::to_string(w));
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{16384}}) {  // 4 B to 64 KiB
+      const WorkspaceNeeds ll = broadcast_needs(shape(dt, 1, n), shape(dt, 1, n), w - 1, cfg, w);
+      const size_t lines = (static_cast<size_t>(n) * 4 + 7) / 8;  // 8 data bytes per 16-byte line
+      const size_t bytes = 2 * static_cast<size_t>(w) * (1 + lines) * 16;
+      EXPECT_EQ(ll.staging_bytes, (bytes + 255) / 256 * 256) << n;
+      EXPECT_EQ(ll.flags, 0u) << n;
+      EXPECT_EQ(ll.locks, 0u) << n;
+    }
+    // 64 KiB + 4 bytes: chunked, 9 chunks of 8 KiB (the last of 4 bytes).
+    const WorkspaceNeeds chunked = broadcast_needs(shape(dt, 1, 16385), shape(dt, 1, 16385), 0, cfg, w);
+    EXPECT_EQ(chunked.staging_bytes, size_t{65792}) << "65540 bytes, to 256";
+    EXPECT_EQ(chunked.flags, static_cast<size_t>(w) + 9);
+  }
+  // One rank copies: no staging, no flags, on either side of the bound.
+  for (int64_t n : {int64_t{100}, int64_t{1} << 20}) {
+    const WorkspaceNeeds one = broadcast_needs(shape(dt, 1, n), shape(dt, 1, n), 0, cfg, 1);
+    EXPECT_EQ(one.staging_bytes, 0u);
+    EXPECT_EQ(one.flags, 0u);
+  }
+}
+
 // Every op sizes the block state by the world size alone (8 + 3W words: the epoch words, all_reduce's layout
 // fence, the call words and the stop word, then the LL exchanges' clean words), so a workspace prepared for one op
 // serves the next whatever the order. Before 2026-12-03 all_gather, reduce_scatter, all_to_all and broadcast sized 2
