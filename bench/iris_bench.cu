@@ -253,6 +253,8 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
       } catch (const std::exception&) {
         r.resolved.clear();
       }
+    } else {
+      r.resolved = p.exchange_path();  // "ll" or "chunked": the LL bounds are what these rows tune
     }
     iris::ccl::Workspace ws;
     iris::ccl::ContextWorkspaceHost host(ctx);

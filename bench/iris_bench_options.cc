@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "iris/ccl/collectives.hpp"
 #include "iris/context.hpp"
 #include "iris/core/error.hpp"
 
@@ -108,6 +109,33 @@ Problem make_problem(Op op, iris::DType dtype, size_t bytes, int world, int root
   p.count = bytes / iris::dtype_size(dtype);
   if (op == Op::kReduceScatter || op == Op::kAllToAll) p.count -= p.count % static_cast<size_t>(world);
   return p;
+}
+
+std::string Problem::exchange_path() const {
+  using iris::ccl::OpKind;
+  const size_t esz = iris::dtype_size(dtype);
+  OpKind kind = OpKind::kBroadcast;
+  size_t block = size_bytes();
+  switch (op) {
+    case Op::kAllReduce:
+      return "";
+    case Op::kAllGather:
+      kind = OpKind::kAllGather;
+      block = in_bytes();
+      break;
+    case Op::kReduceScatter:
+      kind = OpKind::kReduceScatter;
+      block = out_bytes();
+      break;
+    case Op::kAllToAll:
+      kind = OpKind::kAllToAll;
+      block = block_count() * esz;
+      break;
+    case Op::kBroadcast:
+      break;
+  }
+  if (world == 1) return "copy";
+  return iris::ccl::uses_ll_exchange(kind, block, world) ? "ll" : "chunked";
 }
 
 const char* Problem::redop_name() const { return is_reduction(op) ? iris::ccl::reduce_op_name(redop) : "none"; }

@@ -71,6 +71,9 @@ struct Problem {
   size_t block_count() const { return count / static_cast<size_t>(world); }
   // The `redop` column: the reduction's name, "none" for data movement.
   const char* redop_name() const;
+  // How iris moves an all_gather, reduce_scatter, all_to_all or broadcast of this size (iris::ccl::uses_ll_exchange
+  // on the op's block): "ll", "chunked", or "copy" at one rank; empty for all_reduce (its rows name their variant).
+  std::string exchange_path() const;
 };
 
 // The problem for a requested size in bytes: count rounded down to whole elements (reduce_scatter and

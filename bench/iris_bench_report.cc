@@ -176,7 +176,10 @@ void print_table_header(Op op, iris::DType dtype, const Options& o, const Machin
 void print_row(const Record& r, std::set<std::string>& printed_errors) {
   const Problem& p = r.problem;
   std::string variant = r.variant;
-  if (!r.resolved.empty() && r.resolved != r.variant) variant += "(" + r.resolved + ")";
+  if (variant == "-" && !r.resolved.empty())
+    variant = r.resolved;  // an exchange's path
+  else if (!r.resolved.empty() && r.resolved != r.variant)
+    variant += "(" + r.resolved + ")";
   std::printf("%12zu %12zu %9s %6s %5d  %9s %7s %7s %6s  %9s %7s  %9s %7s  %6s  %s\n", p.size_bytes(), p.count,
               iris::dtype_name(p.dtype), p.redop_name(), p.op == Op::kBroadcast ? p.root : -1,
               cell(r.iris, r.iris.time_us, "%.2f").c_str(), cell(r.iris, r.algbw(r.iris), "%.2f").c_str(),

@@ -45,7 +45,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   p.chunks = detail::plan_copy_chunks(out.numel(), out.dtype);
   p.needs.block_state = detail::block_state_words(world);
   if (world > 1) p.sig.ll_max_bytes = static_cast<int64_t>(detail::ll_max_bytes(OpKind::kBroadcast));
-  p.ll = world > 1 && static_cast<size_t>(out.numel()) * esz <= detail::ll_max_bytes(OpKind::kBroadcast);
+  p.ll = uses_ll_exchange(OpKind::kBroadcast, static_cast<size_t>(out.numel()) * esz, world);
   if (p.ll) {
     p.ll_words = detail::ll_words(out.numel(), out.dtype);
     p.needs.staging_bytes = detail::ll_staging_bytes(out.numel(), out.dtype, world);

@@ -3,7 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "iris/ccl/collectives.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "iris/core/error.hpp"
 
 namespace iris::ccl::detail {
 
@@ -167,3 +169,16 @@ size_t ll_block_bytes() {
 }
 
 }  // namespace iris::ccl::detail
+
+namespace iris::ccl {
+
+bool uses_ll_exchange(OpKind op, size_t block_bytes, int world_size) {
+  IRIS_CHECK_ARG(
+      op == OpKind::kAllGather || op == OpKind::kReduceScatter || op == OpKind::kAllToAll || op == OpKind::kBroadcast,
+      "uses_ll_exchange: ", op_name(op),
+      " has no LL exchange of its own here (all_gather, reduce_scatter, all_to_all and broadcast have; "
+      "all_reduce's one_shot protocol: resolve_one_shot_protocol).");
+  return world_size > 1 && block_bytes <= detail::ll_max_bytes(op);
+}
+
+}  // namespace iris::ccl

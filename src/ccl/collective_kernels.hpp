@@ -29,6 +29,7 @@
 
 #include "ccl/all_reduce_kernels.hpp"
 #include "ccl/ccl_host.hpp"
+#include "iris/ccl/collectives.hpp"
 #include "iris/ccl/config.hpp"
 #include "iris/ccl/workspace.hpp"
 #include "iris/context.hpp"
@@ -259,7 +260,7 @@ inline ExchangePlan plan_exchange_layout(OpKind op, int world, int64_t block_row
   p.chunks = plan_copy_chunks(numel, dtype);
   p.slot = static_cast<int64_t>(align256(static_cast<size_t>(numel) * esz) / esz);
   p.needs.block_state = block_state_words(world);
-  p.ll = world > 1 && static_cast<size_t>(numel) * esz <= ll_max_bytes(op);
+  p.ll = uses_ll_exchange(op, static_cast<size_t>(numel) * esz, world);
   if (p.ll) {
     p.ll_words = ll_words(numel, dtype);
     p.needs.staging_bytes = ll_staging_bytes(numel, dtype, world);

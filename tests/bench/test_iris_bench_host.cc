@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "iris/ccl/collectives.hpp"
 #include "iris/ccl/config.hpp"
 #include "iris_bench_data.hpp"
 #include "iris_bench_options.hpp"
@@ -158,6 +160,28 @@ TEST(BenchProblems, CountsFollowTheSizeConventions) {
   EXPECT_EQ(ag.out_count(), 4096u);
   EXPECT_EQ(std::string(make_problem(Op::kAllGather, DType::kInt8, 8, 2, 0, ReduceOp::kProd).redop_name()), "none");
   EXPECT_EQ(std::string(make_problem(Op::kAllReduce, DType::kInt8, 8, 2, 0, ReduceOp::kProd).redop_name()), "prod");
+}
+
+// The variant column of an exchange or broadcast says how iris moves it: the library's own rule
+// (iris::ccl::uses_ll_exchange) on the op's block, which each size convention places differently: all_gather's
+// is the size, reduce_scatter's and all_to_all's a world's share of it, broadcast's the tensor. Not with
+// IRIS_LL_MAX_BYTES, which moves the bounds (4 KiB for the copies, 64 KiB for reduce_scatter and broadcast).
+TEST(BenchProblems, ExchangeRowsNameTheirPathByTheLibrarysRule) {
+  if (std::getenv("IRIS_LL_MAX_BYTES") != nullptr) GTEST_SKIP() << "IRIS_LL_MAX_BYTES moves the bounds";
+  auto path = [](Op op, size_t bytes, int world) {
+    return make_problem(op, DType::kBFloat16, bytes, world, 0).exchange_path();
+  };
+  EXPECT_EQ(path(Op::kAllGather, 4096, 2), "ll");
+  EXPECT_EQ(path(Op::kAllGather, 8192, 2), "chunked");
+  EXPECT_EQ(path(Op::kAllToAll, 8192, 2), "ll") << "4 KiB to each rank";
+  EXPECT_EQ(path(Op::kAllToAll, 16384, 2), "chunked");
+  EXPECT_EQ(path(Op::kReduceScatter, 262144, 4), "ll") << "a 64 KiB output";
+  EXPECT_EQ(path(Op::kReduceScatter, 524288, 4), "chunked");
+  EXPECT_EQ(path(Op::kBroadcast, 65536, 8), "ll");
+  EXPECT_EQ(path(Op::kBroadcast, 131072, 8), "chunked");
+  EXPECT_EQ(path(Op::kBroadcast, 1024, 1), "copy");
+  EXPECT_EQ(path(Op::kAllReduce, 1024, 2), "") << "all_reduce rows name their variant";
+  EXPECT_THROW(iris::ccl::uses_ll_exchange(iris::ccl::OpKind::kAllReduce, 1024, 2), std::invalid_argument);
 }
 
 // TF per GPU is one rank's GEMM work: 1/W of 2*M*N*K where the op splits a dimension across ranks, the whole

@@ -53,6 +53,12 @@ AllReduceVariant resolve_all_reduce_variant(const Config& config, int world_size
 // The protocol one_shot uses for a tensor of `bytes` bytes: the config's, or for `auto` LL up to
 // 1 MiB (where `auto` picks one_shot at all) and simple above.
 OneShotProtocol resolve_one_shot_protocol(const Config& config, size_t bytes);
+// Whether all_gather, reduce_scatter, all_to_all or broadcast (`op`) moves a call whose block is `block_bytes`
+// bytes as LL lines (data and flag in one word, one hop) rather than in chunks with flags, at `world_size` ranks:
+// the measured rule, or IRIS_LL_MAX_BYTES. The block: all_gather's input, reduce_scatter's output, one rank's rows
+// of all_to_all's input, broadcast's tensor. The calls decide by this function. Throws InvalidArgument for any
+// other op.
+bool uses_ll_exchange(OpKind op, size_t block_bytes, int world_size);
 
 // ---- all_gather: out (W*m x n) = rows of every rank's in (m x n), rank r's block at rows [r*m, (r+1)*m). ----
 void all_gather_preamble(Context& ctx, const Tensor& out, const Tensor& in, const Config& config, Workspace& ws);
