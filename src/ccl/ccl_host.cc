@@ -178,6 +178,7 @@ bool uses_ll_exchange(OpKind op, size_t block_bytes, int world_size) {
       "uses_ll_exchange: ", op_name(op),
       " has no LL exchange of its own here (all_gather, reduce_scatter, all_to_all and broadcast have; "
       "all_reduce's one_shot protocol: resolve_one_shot_protocol).");
+  IRIS_CHECK_ARG(world_size >= 1, "uses_ll_exchange: world_size must be at least 1, got ", world_size, ".");
   return world_size > 1 && block_bytes <= detail::ll_max_bytes(op);
 }
 

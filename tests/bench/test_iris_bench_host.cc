@@ -182,6 +182,7 @@ TEST(BenchProblems, ExchangeRowsNameTheirPathByTheLibrarysRule) {
   EXPECT_EQ(path(Op::kBroadcast, 1024, 1), "copy");
   EXPECT_EQ(path(Op::kAllReduce, 1024, 2), "") << "all_reduce rows name their variant";
   EXPECT_THROW(iris::ccl::uses_ll_exchange(iris::ccl::OpKind::kAllReduce, 1024, 2), std::invalid_argument);
+  EXPECT_THROW(iris::ccl::uses_ll_exchange(iris::ccl::OpKind::kBroadcast, 1024, 0), std::invalid_argument);
 }
 
 // TF per GPU is one rank's GEMM work: 1/W of 2*M*N*K where the op splits a dimension across ranks, the whole

@@ -57,7 +57,7 @@ OneShotProtocol resolve_one_shot_protocol(const Config& config, size_t bytes);
 // bytes as LL lines (data and flag in one word, one hop) rather than in chunks with flags, at `world_size` ranks:
 // the measured rule, or IRIS_LL_MAX_BYTES. The block: all_gather's input, reduce_scatter's output, one rank's rows
 // of all_to_all's input, broadcast's tensor. The calls decide by this function. Throws InvalidArgument for any
-// other op.
+// other op and for world_size < 1.
 bool uses_ll_exchange(OpKind op, size_t block_bytes, int world_size);
 
 // ---- all_gather: out (W*m x n) = rows of every rank's in (m x n), rank r's block at rows [r*m, (r+1)*m). ----
