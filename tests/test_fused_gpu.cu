@@ -60,6 +60,7 @@
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
 #include "support/require_gemm_core.hpp"
+#include "support/stopped_error.hpp"
 
 namespace iris::ops {
 namespace {
@@ -1582,9 +1583,17 @@ TEST_P(FusedGpu, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
 // A call one rank made alone: rank 0's next call of a pipelined fused op waits for its peers' ready flags
 // until the device timeout (300 ms here); the wait that gives up reads their call words (stored by the
 // call's first kernel, fused_begin_kernel) and raises a TimeoutError naming rank 1, which has not started
-// the call, and both call counts (before 2026-12-05: only that a peer never signalled). Its peers raise
-// nothing; preparing again on every rank starts the workspace over.
-TEST_P(FusedGpu, ACallMadeOnOneRankAloneTimesOutNamingAPeerNotInIt) {
+// the call, and both call counts (before 2026-12-05: only that a peer never signalled). The wait also stops
+// the workspace, and the call's later kernels return at once (ccl_common.cuh, workspace_stopped): C is on the
+// heap here, where matmul_all_gather pushes each band straight into the same rows of every peer's C, and with
+// copy kernels (copy_engine false) the peers' C stays as poisoned; nor does rank 0 set their data flags, so
+// that each peer's own call made late raises a TimeoutError naming rank 0 as stopped at that call. Until the
+// second session of 2026-12-06 those kernels ran on: rank 0's rows landed in its peers' C, with no call of
+// theirs in flight (a peer still in an earlier call saw its staging or C change under it), and the late call
+// found rank 0's data flags set, took the data as its own and raised nothing. The copy engine's pushes still
+// land (no device word can stop them), but their flags no longer follow. Preparing again on every rank starts
+// the workspace over.
+TEST_P(FusedGpu, ACallMadeOnOneRankAloneTimesOutNamingAPeerNotInItAndSignalsNoPeer) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks: one calls alone";
   ContextOptions o = options();
@@ -1593,31 +1602,53 @@ TEST_P(FusedGpu, ACallMadeOnOneRankAloneTimesOutNamingAPeerNotInIt) {
       GetParam(),
       [](Context& ctx) {
         if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses a call made on one rank alone";
+        const int me = ctx.rank();
         uint64_t seed = 2100;
         const Flavor flavor{Op::kMatmulAllGather};
         const OpFns f = fns(flavor.op);
-        // M grown: at 4 ranks 512 rows leave each rank one tile row, which runs unfused (no ready flags).
-        Problem p(ctx, flavor, {grown(kManyTiles, ctx.world_size()), kBF16, kBF16, false, kGemmTileLarge});
-        const FusedConfig config = config_for(flavor, kGemmTileLarge, /*pipelined=*/true);
-        FusedWorkspace ws;
-        call_and_check(ctx, p, config, ws, seed++, nullptr, "before the call made alone");
-        uint64_t calls = 0;  // the calls made on the workspace so far (its epoch), the same on every rank
-        IRIS_CUDA_CHECK(cudaMemcpy(&calls, ws.block_state(), sizeof(calls), cudaMemcpyDeviceToHost));
-        ASSERT_GE(calls, 1u) << "the band pipeline ran (an unfused call keeps no epoch here)";
-        if (ctx.rank() == 0) {
-          f.run(ctx, p.operands(), config, ws, nullptr);
-          const std::string err = error_text<TimeoutError>([&] { ctx.synchronize(); });
-          EXPECT_EQ(err.rfind("iris device timeout in fused op: ", 0), 0u) << err;
-          EXPECT_NE(err.find(" on rank 0 (block "), std::string::npos) << err;
-          EXPECT_NE(err.find(detail::str_cat(", and rank 1 has not started this call: this rank is in call ", calls + 1,
-                                             " on this workspace, and the latest call rank 1 started there is call ",
-                                             calls, " (counted since the workspace's arrays were zeroed).")),
-                    std::string::npos)
-              << err;
+        for (const bool copy_engine : {false, true}) {
+          SCOPED_TRACE(copy_engine ? "copy engine" : "copy kernels");
+          // M grown: at 4 ranks 512 rows leave each rank one tile row, which runs unfused (no ready flags).
+          Problem p(ctx, flavor,
+                    {grown(kManyTiles, ctx.world_size()), kBF16, kBF16, false, kGemmTileLarge, /*bias=*/false,
+                     /*on_heap=*/true});
+          FusedConfig config = config_for(flavor, kGemmTileLarge, /*pipelined=*/true);
+          config.copy_engine = copy_engine;
+          FusedWorkspace ws;
+          call_and_check(ctx, p, config, ws, seed++, nullptr, "before the call made alone");
+          uint64_t calls = 0;  // the calls made on the workspace so far (its epoch), the same on every rank
+          IRIS_CUDA_CHECK(cudaMemcpy(&calls, ws.block_state(), sizeof(calls), cudaMemcpyDeviceToHost));
+          ASSERT_GE(calls, 1u) << "the band pipeline ran (an unfused call keeps no epoch here)";
+          p.upload(seed, ctx.stream());  // C poisoned again, on every rank
+          ctx.synchronize();
+          ctx.barrier();
+          if (me == 0) {
+            f.run(ctx, p.operands(), config, ws, nullptr);
+            const std::string err = error_text<TimeoutError>([&] { ctx.synchronize(); });
+            EXPECT_EQ(err.rfind("iris device timeout in fused op: ", 0), 0u) << err;
+            EXPECT_NE(err.find(" on rank 0 (block "), std::string::npos) << err;
+            EXPECT_NE(
+                err.find(detail::str_cat(", and rank 1 has not started this call: this rank is in call ", calls + 1,
+                                         " on this workspace, and the latest call rank 1 started "
+                                         "there is call ",
+                                         calls, " (counted since the workspace's arrays were zeroed).")),
+                std::string::npos)
+                << err;
+          }
+          ctx.barrier();
+          if (me != 0) {
+            if (!copy_engine)
+              EXPECT_EQ(p.written_bytes(ctx.stream()), 0)
+                  << "rank 0's call that gave up wrote into rank " << me << "'s C";
+            f.run(ctx, p.operands(), config, ws, nullptr);
+            test::expect_peer_stopped_error(error_text<TimeoutError>([&] { ctx.synchronize(); }),
+                                            "iris device timeout in fused op: ", me, /*stopped=*/0,
+                                            /*failed=*/calls + 1, /*call=*/calls + 1);
+          }
+          ctx.barrier();
+          call_and_check(ctx, p, config, ws, seed++, nullptr, "after its preamble again");
+          release_workspace(ctx, ws);
         }
-        ctx.barrier();
-        call_and_check(ctx, p, config, ws, seed++, nullptr, "after its preamble again");
-        release_workspace(ctx, ws);
       },
       o);
 }
@@ -1660,8 +1691,8 @@ TEST_P(FusedGpu, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheReadyFlag
               err,
               detail::str_cat("iris device error in fused op: wait for a peer's ready flag on rank ", me, ": rank "),
               me, w);
-          EXPECT_NE(err.find(" The outputs of that call are not valid on any rank: the op's later kernels and copies "
-                             "ran as after a timeout"),
+          EXPECT_NE(err.find(" The outputs of that call are not valid on any rank: its later kernels returned at once, "
+                             "as after a timeout, but its copies by the copy engine (FusedConfig::copy_engine) ran"),
                     std::string::npos)
               << err;
           EXPECT_EQ(ctx.device_timeouts(), errors + 1);

@@ -250,6 +250,15 @@ __device__ __forceinline__ bool call_gave_up(const DeviceContext& ctx, uint64_t 
   return ctx.call_words != nullptr && dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(ctx.call_words + 2) == epoch;
 }
 
+// True when the stop word is set at all: an earlier call on the workspace failed, or a wait of this call gave up.
+// The fused ops' kernels after their first (fused_begin_kernel) check it before they write to a peer or signal
+// one: their call runs as several kernels and copies in stream order, so a wait that gave up in one of them
+// (above all the ready wait, which orders every copy to a peer after it) must stop the rest, or they would push
+// into peers that never became ready for the call, which may still be reading their staging for an earlier one.
+__device__ __forceinline__ bool workspace_stopped(const DeviceContext& ctx) {
+  return ctx.call_words != nullptr && dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(ctx.call_words + 2) != 0;
+}
+
 // A call that its workspace's stop word skips (one thread per block): its call words say so to the peers whose
 // waits for it give up (timeout.cuh: kDeviceErrorPeerStopped), and block 0 records kDeviceErrorCallStopped,
 // which is claimed only when no other error is pending (the one that stopped the workspace usually is).

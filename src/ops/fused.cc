@@ -628,7 +628,8 @@ class Pipeline {
       signal(side_, flag, t);
     }
   }
-  // A copy kernel of `blocks` blocks on stream s (either side may be a peer's heap).
+  // A copy kernel of `blocks` blocks on stream s (either side may be a peer's heap); it writes nothing once the
+  // workspace has stopped (a wait of this call gave up, say), unlike a copy-engine push.
   void copy(cudaStream_t s, const Tensor& from, void* to, int64_t to_stride_elems, int blocks) {
     detail::Copy2D c;
     c.src = from.data;
@@ -638,6 +639,7 @@ class Pipeline {
     c.row_bytes = from.cols * esz;
     c.src_pitch = from.stride * esz;
     c.dst_pitch = to_stride_elems * esz;
+    if (sync_.ctx.call_words != nullptr) c.stop = sync_.ctx.call_words + 2;
     detail::launch_copy_2d(c, blocks, s);
   }
 

@@ -29,7 +29,7 @@ __global__ void fused_begin_kernel(const __grid_constant__ FusedSync s, int read
   const uint64_t epoch = current_epoch(s.state) + 1;
   dev::store<dev::Order::kRelaxed, dev::Scope::kGpu>(s.state, epoch);
   // A workspace stopped by a failed call (ccl_common.cuh, begin_call): no ready flag, and the call's later
-  // kernels return at once (stopped_by: the epoch advanced, so they find the failed call's older epoch there).
+  // kernels return at once (workspace_stopped), as they do once a wait of this call gives up.
   if (const uint64_t stop = ccl::detail::stopped_by(s.ctx, epoch); stop != 0) {
     ccl::detail::skip_call(s.ctx, epoch, stop, "fused op");
     return;
@@ -48,7 +48,7 @@ __global__ void fused_begin_kernel(const __grid_constant__ FusedSync s, int read
 __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first, int count, int stride, int skip,
                                   int what) {
   const uint64_t epoch = current_epoch(s.state);
-  if (ccl::detail::stopped_by(s.ctx, epoch) != 0) return;  // a stopped workspace (fused_begin_kernel)
+  if (ccl::detail::workspace_stopped(s.ctx)) return;  // by an earlier call or a wait of this one
   const char* op = what == 0 ? "fused op: wait for a peer's ready flag"
                    : what == 1 ? "fused op: wait for a peer's data"
                                : "fused op: wait for a peer's reduced rows";
@@ -61,9 +61,9 @@ __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first
   }
   // The ready flags of ranks i, tagged with their calls' keys. A tag that differs is recorded only once every
   // thread's wait has ended: recorded at once, it would end the other threads' waits (they give up on any
-  // error of this rank) while a third rank may still be in its previous call, and the call's copies, which
-  // run on after a failed wait, would write into its staging under it. (At two ranks the one peer's flag
-  // has reached this epoch when its tag is seen.)
+  // error of this rank) while a third rank may still be in its previous call, and the call's copy-engine copies,
+  // which no device word can stop (the later kernels, copy kernels included, return at once), would write into
+  // its staging under it. (At two ranks the one peer's flag has reached this epoch when its tag is seen.)
   __shared__ int differs;  // the first i whose tag differs, or -1
   __shared__ uint64_t differs_word;
   if (threadIdx.x == 0) differs = -1;
@@ -85,7 +85,7 @@ __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first
 __global__ void fused_signal_kernel(const __grid_constant__ FusedSync s, int index, int to) {
   if (threadIdx.x != 0) return;
   const uint64_t epoch = current_epoch(s.state);
-  if (ccl::detail::stopped_by(s.ctx, epoch) != 0) return;  // a stopped workspace (fused_begin_kernel)
+  if (ccl::detail::workspace_stopped(s.ctx)) return;  // by an earlier call or a wait of this one
   // The stream's earlier work (the copies this flag publishes: copy kernels, or copy-engine copies with
   // cudaMemcpy2DAsync) has completed before this kernel starts. That the completed writes, which this thread
   // neither made nor observed, are visible at the peer before the flag rests on stream order: a completed
@@ -102,6 +102,8 @@ __global__ void fused_signal_kernel(const __grid_constant__ FusedSync s, int ind
 // Four independent vectors per thread per step: more loads in flight for the remote (NVLink) side.
 template <typename V>
 __global__ void __launch_bounds__(kCopyThreads) copy_2d_kernel(const __grid_constant__ Copy2D c) {
+  // A stopped workspace: this call or an earlier one failed here, and the copy may target a peer that is not in it.
+  if (c.stop != nullptr && dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(c.stop) != 0) return;
   constexpr int kUnroll = 4;
   const int64_t per_row = c.row_bytes / static_cast<int64_t>(sizeof(V));
   const int64_t total = c.rows * per_row;
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(kReduceThreads) tile_push_kernel(const __grid_
   const DeviceContext& ctx = r.ctx;
   const int me = ctx.rank, world = ctx.world_size;
   const uint64_t epoch = current_epoch(r.state);
-  if (ccl::detail::stopped_by(ctx, epoch) != 0) return;  // a stopped workspace (fused_begin_kernel)
+  if (ccl::detail::workspace_stopped(ctx)) return;  // by an earlier call or a wait of this one
   const int64_t tile_elems = int64_t{r.block_m} * r.block_n;
   const T* c = static_cast<const T*>(r.c);
   __shared__ int s_first, s_ok;
@@ -307,7 +309,7 @@ __global__ void __launch_bounds__(kReduceThreads) tile_finish_kernel(const __gri
   const DeviceContext& ctx = r.ctx;
   const int me = ctx.rank, world = ctx.world_size;
   const uint64_t epoch = current_epoch(r.state);
-  if (ccl::detail::stopped_by(ctx, epoch) != 0) return;  // a stopped workspace (fused_begin_kernel)
+  if (ccl::detail::workspace_stopped(ctx)) return;  // by an earlier call or a wait of this one
   const int64_t tile_elems = int64_t{r.block_m} * r.block_n;
   T* c = static_cast<T*>(r.c);
   T* res = static_cast<T*>(r.res);

@@ -8,7 +8,10 @@
 // tagged_epoch), so that ranks whose calls differ (a shape, dtype, bias or config no preamble compared) find it
 // in every pipelined call, at its start. A rank writes into a peer's staging only after it has seen that peer's
 // ready flag for the epoch, i.e. after the peer finished every kernel of its previous call (they are
-// all ordered before its fused_begin), so one copy of each staging area suffices.
+// all ordered before its fused_begin), so one copy of each staging area suffices. A wait that gives up
+// stops the workspace (its stop word): the call's later kernels (waits, signals, copy kernels, tile
+// reductions) return at once, so that nothing of it reaches a peer that never became ready, except what the
+// copy engine copies (FusedConfig::copy_engine), which no device word can stop.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,16 +39,18 @@ void launch_fused_begin(const FusedSync& s, int ready_base, cudaStream_t stream)
 // Waits (acquire, system scope, bounded) until flags[first + i * stride] reaches the epoch for every i in
 // [0, count) except i == skip. One small block. kReady: the ready flags of ranks i (first 0, stride 1), whose
 // tags must be this call's: one that differs records kDeviceErrorCallTagMismatch naming rank i (a peer's call
-// differs from this rank's) once every ready flag has reached the epoch, and the call's later kernels and
-// copies run as after a timeout.
+// differs from this rank's) once every ready flag has reached the epoch, and the call's later kernels return
+// at once, as after a timeout (the stop word: ccl_common.cuh, workspace_stopped); its copy-engine copies run.
 void launch_fused_wait(const FusedSync& s, int first, int count, int stride, int skip, FusedWait what,
                        cudaStream_t stream);
 // flags[index] = epoch on rank `to`, or on every peer when to < 0 (release, system scope), after
-// everything earlier on the stream.
+// everything earlier on the stream; nothing when the workspace has stopped (a wait of this call gave up, say).
 void launch_fused_signal(const FusedSync& s, int index, int to, cudaStream_t stream);
 
 // rows x row_bytes bytes from src (pitch in bytes) to dst; either side may be a peer's translated
-// heap address. `blocks` blocks of 512 threads.
+// heap address. `blocks` blocks of 512 threads. `stop`, when set, is the workspace's stop word
+// (DeviceContext::call_words[2]): the copy writes nothing when it is non-zero (a wait of this call or of an
+// earlier one on the workspace gave up), as the call's other kernels after its first.
 struct Copy2D {
   const void* src = nullptr;
   void* dst = nullptr;
@@ -53,6 +58,7 @@ struct Copy2D {
   int64_t row_bytes = 0;
   int64_t src_pitch = 0;
   int64_t dst_pitch = 0;
+  const uint64_t* stop = nullptr;
 };
 void launch_copy_2d(const Copy2D& c, int blocks, cudaStream_t stream);
 

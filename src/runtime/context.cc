@@ -636,9 +636,9 @@ void Context::check_device_error() {
         " of its call's key, this rank's call has ", ours,
         "), so the ranks' calls differ in shape, dtype, reduction, root, bias or config. ",
         std::string_view(copy.op).starts_with("fused op")
-            ? detail::str_cat("The outputs of that call are not valid on any rank: the op's later kernels and "
-                              "copies ran as after a timeout, into its peers' staging and, for the ops that "
-                              "write there, their C.")
+            ? detail::str_cat("The outputs of that call are not valid on any rank: its later kernels returned at "
+                              "once, as after a timeout, but its copies by the copy engine (FusedConfig::copy_engine) "
+                              "ran, into its peers' staging and, for the ops that write there, their C.")
             : detail::str_cat("This rank's output of that call is not valid: the exchange stopped before it read "
                               "rank ",
                               copy.peer, "'s data there, but may have written other parts of it."),

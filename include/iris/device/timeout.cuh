@@ -34,7 +34,10 @@
 //  * In an iris collective or fused op, the workspace of a call whose wait gave up stops on this rank (its
 //    stop word, stop_later_calls below): this rank's later calls on it, those already queued included, return
 //    at once without touching a peer (their outputs keep what they held), and the peers that wait for them
-//    raise a TimeoutError naming this rank as stopped. The fused ops' copies by the copy engine still run.
+//    raise a TimeoutError naming this rank as stopped. So do the later kernels of a fused op's call whose wait
+//    gave up (its waits, signals, copy kernels and tile reductions: a fused call is several kernels in stream
+//    order). The fused ops' copies by the copy engine still run, in that call and later ones: no device word
+//    can stop them.
 //  * The Context itself stays valid (heap, allocations, stream): it can be destroyed collectively as
 //    usual. Reusing the affected flags/barriers is not safe; recreate them (collectively) or treat
 //    the error as fatal for the job, which is what a timeout usually means: a rank never signalled.
