@@ -340,6 +340,30 @@ TEST(CclLayout, OverlappingBuffersAreRefusedUnlessTheSameView) {
             "op: output and input overlap; pass separate buffers.");
 }
 
+// all_gather's input and reduce_scatter's output may be exactly this rank's rows of the other buffer (in place);
+// any other overlap is refused with the rows to pass, and sizing ahead, which has no buffers, checks none.
+TEST(CclLayout, RankRowsAreInPlaceAndOtherOverlapsAreRefused) {
+  alignas(16) static float buf[96];
+  const Tensor whole = Tensor::matrix(buf, DType::kFloat32, 6, 8);  // 3 ranks' 2 rows
+  const auto rows = [](int64_t first, int64_t count) { return Tensor::matrix(buf + first * 8, DType::kFloat32, count, 8); };
+  detail::PlanScope s;
+  s.rank = 1;
+  s.world = 3;
+  EXPECT_TRUE(detail::rank_rows_in_place("all_gather", s, whole, "output", rows(2, 2), "input"));
+  EXPECT_FALSE(detail::rank_rows_in_place("all_gather", s, whole, "output", rows(6, 2), "input"));  // apart
+  EXPECT_FALSE(detail::rank_rows_in_place("all_gather", s, whole, "output", rows(2, 0), "input"));  // empty
+  EXPECT_EQ(test::error_text<InvalidArgument>(
+                [&] { detail::rank_rows_in_place("all_gather", s, whole, "output", rows(0, 2), "input"); }),
+            "all_gather: input overlaps the output without being the output's rows of this rank (2 to 4); pass "
+            "separate buffers, or exactly those rows for in-place.");
+  EXPECT_EQ(test::error_text<InvalidArgument>(
+                [&] { detail::rank_rows_in_place("reduce_scatter", s, whole, "input", rows(3, 2), "output"); }),
+            "reduce_scatter: output overlaps the input without being the input's rows of this rank (2 to 4); pass "
+            "separate buffers, or exactly those rows for in-place.");
+  s.shapes_only = true;
+  EXPECT_FALSE(detail::rank_rows_in_place("reduce_scatter", s, whole, "input", rows(3, 2), "output"));
+}
+
 // For every pair (shape the workspace was prepared for, shape it then serves) with every world size
 // and dtype: both parities of the served call fit in the arrays, and parity 0's bytes end before
 // parity 1's begin, whether the call is LL or chunked and whatever the call before it was.

@@ -20,16 +20,12 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   config.validate(world);
   detail::check_view(kOp, "input", in, s);
   detail::check_view(kOp, "output", out, s);
-  IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
-                 dtype_name(out.dtype), ".");
+  detail::check_matching(kOp, out, in, /*same_shape=*/false);
   IRIS_CHECK_ARG(out.rows == world * in.rows && out.cols == in.cols, kOp, ": input is ", in.rows, "x", in.cols,
                  " on each of ", world, " ranks, so the output must be ", world * in.rows, "x", in.cols, ", got ",
                  out.rows, "x", out.cols, ".");
   Plan p;
-  p.in_place = in.numel() > 0 && in.same_view(detail::row_block(out, s.rank * in.rows, in.rows));
-  IRIS_CHECK_ARG(s.shapes_only || p.in_place || !in.overlaps(out), kOp,
-                 ": input overlaps the output without being the output's rows of this rank (", s.rank * in.rows, " to ",
-                 (s.rank + 1) * in.rows, "); pass separate buffers, or exactly those rows for in-place.");
+  p.in_place = detail::rank_rows_in_place(kOp, s, out, "output", in, "input");
   p.x = detail::plan_exchange(s, detail::collective_signature(OpKind::kAllGather, in, world, config), in.rows, in.cols,
                               in.dtype, config);
   return p;

@@ -70,10 +70,7 @@ void validate(const char* op, const detail::PlanScope& s, const Tensor& out, con
   config.validate(s.world);
   detail::check_view(op, "input", in, s);
   detail::check_view(op, "output", out, s);
-  IRIS_CHECK_ARG(in.dtype == out.dtype, op, ": input is ", dtype_name(in.dtype), " but output is ",
-                 dtype_name(out.dtype), ".");
-  IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, op, ": input is ", in.rows, "x", in.cols,
-                 " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
+  detail::check_matching(op, out, in, /*same_shape=*/true);
   if (!s.shapes_only) detail::check_no_partial_overlap(op, out, in, /*allow_same=*/true);
   IRIS_CHECK_ARG(valid_reduce_op(rop), op, ": unknown reduce op ", static_cast<int>(rop), ".");
 }

@@ -15,10 +15,7 @@ detail::ExchangePlan make_plan(const detail::PlanScope& s, const Tensor& out, co
   config.validate(world);
   detail::check_view(kOp, "input", in, s);
   detail::check_view(kOp, "output", out, s);
-  IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
-                 dtype_name(out.dtype), ".");
-  IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, kOp, ": input is ", in.rows, "x", in.cols,
-                 " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
+  detail::check_matching(kOp, out, in, /*same_shape=*/true);
   IRIS_CHECK_ARG(in.rows % world == 0, kOp, ": ", in.rows, " rows do not split into ", world,
                  " equal blocks (one per rank).");
   IRIS_CHECK_ARG(s.shapes_only || !in.overlaps(out), kOp, ": output and input overlap; pass separate buffers.");

@@ -33,10 +33,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   Plan p;
   if (s.rank == root || s.shapes_only) {
     detail::check_view(kOp, "input", in, s);
-    IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
-                   dtype_name(out.dtype), ".");
-    IRIS_CHECK_ARG(in.rows == out.rows && in.cols == out.cols, kOp, ": input is ", in.rows, "x", in.cols,
-                   " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
+    detail::check_matching(kOp, out, in, /*same_shape=*/true);
     if (!s.shapes_only) detail::check_no_partial_overlap(kOp, out, in, /*allow_same=*/true);
     p.in_place = out.numel() > 0 && in.same_view(out);
   }

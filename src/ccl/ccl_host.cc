@@ -1,5 +1,7 @@
 #include "ccl/ccl_host.hpp"
 
+#include "ccl/collective_kernels.hpp"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -27,6 +29,23 @@ void check_view(const char* op, const char* what, const Tensor& t, const PlanSco
   if (s.ctx == nullptr) return;
   const std::string where = s.ctx->heap_span_problem(t.data, t.span_bytes());
   IRIS_CHECK_ARG(where.empty(), op, ": ", what, " ", t.describe(), " ", where);
+}
+
+void check_matching(const char* op, const Tensor& out, const Tensor& in, bool same_shape) {
+  IRIS_CHECK_ARG(in.dtype == out.dtype, op, ": input is ", dtype_name(in.dtype), " but output is ",
+                 dtype_name(out.dtype), ".");
+  IRIS_CHECK_ARG(!same_shape || (in.rows == out.rows && in.cols == out.cols), op, ": input is ", in.rows, "x",
+                 in.cols, " but output is ", out.rows, "x", out.cols, "; they must have the same shape.");
+}
+
+bool rank_rows_in_place(const char* op, const PlanScope& s, const Tensor& whole, const char* whole_name,
+                        const Tensor& part, const char* part_name) {
+  const int64_t r0 = s.rank * part.rows;
+  const bool in_place = part.numel() > 0 && part.same_view(row_block(whole, r0, part.rows));
+  IRIS_CHECK_ARG(s.shapes_only || in_place || !part.overlaps(whole), op, ": ", part_name, " overlaps the ",
+                 whole_name, " without being the ", whole_name, "'s rows of this rank (", r0, " to ", r0 + part.rows,
+                 "); pass separate buffers, or exactly those rows for in-place.");
+  return in_place;
 }
 
 void check_no_partial_overlap(const char* op, const Tensor& a, const Tensor& b, bool allow_same) {

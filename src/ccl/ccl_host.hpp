@@ -70,6 +70,14 @@ DeviceContext call_context(const Context& ctx, const Workspace& ws, const OpSign
 // (Context::heap_span_problem: a peer's memory, a freed block, or an output described larger than it
 // was allocated, whose writes would land in the next heap object).
 void check_view(const char* op, const char* what, const Tensor& t, const PlanScope& s);
+// Throws InvalidArgument naming `op` unless `in` and `out` have one dtype and, with `same_shape` (the ops whose
+// output is shaped as their input), one shape.
+void check_matching(const char* op, const Tensor& out, const Tensor& in, bool same_shape);
+// all_gather's input in its output, reduce_scatter's output in its input: `part` (named `part_name`) is either
+// exactly this rank's rows of `whole` (named `whole_name`), in place (returns true), or apart from it; a view
+// that overlaps it otherwise throws InvalidArgument naming `op`. Sizing ahead (s.shapes_only) knows no buffers.
+bool rank_rows_in_place(const char* op, const PlanScope& s, const Tensor& whole, const char* whole_name,
+                        const Tensor& part, const char* part_name);
 // Throws when a and b partly overlap (identical views are allowed when `allow_same`).
 void check_no_partial_overlap(const char* op, const Tensor& a, const Tensor& b, bool allow_same);
 // True when the view is contiguous and its data 16-byte aligned.

@@ -16,16 +16,12 @@ detail::ExchangePlan make_plan(const detail::PlanScope& s, const Tensor& out, co
   config.validate(world);
   detail::check_view(kOp, "input", in, s);
   detail::check_view(kOp, "output", out, s);
-  IRIS_CHECK_ARG(in.dtype == out.dtype, kOp, ": input is ", dtype_name(in.dtype), " but output is ",
-                 dtype_name(out.dtype), ".");
+  detail::check_matching(kOp, out, in, /*same_shape=*/false);
   IRIS_CHECK_ARG(in.rows == world * out.rows && in.cols == out.cols, kOp, ": output is ", out.rows, "x", out.cols,
                  " on each of ", world, " ranks, so the input must be ", world * out.rows, "x", out.cols, ", got ",
                  in.rows, "x", in.cols, ".");
   IRIS_CHECK_ARG(valid_reduce_op(rop), kOp, ": unknown reduce op ", static_cast<int>(rop), ".");
-  const bool in_place = out.numel() > 0 && out.same_view(detail::row_block(in, s.rank * out.rows, out.rows));
-  IRIS_CHECK_ARG(s.shapes_only || in_place || !in.overlaps(out), kOp,
-                 ": output overlaps the input without being the input's rows of this rank (", s.rank * out.rows, " to ",
-                 (s.rank + 1) * out.rows, "); pass separate buffers, or exactly those rows for in-place.");
+  detail::rank_rows_in_place(kOp, s, in, "input", out, "output");
   return detail::plan_exchange(s, detail::collective_signature(OpKind::kReduceScatter, in, world, config, -1, rop),
                                out.rows, out.cols, in.dtype, config);
 }
