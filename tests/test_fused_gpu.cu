@@ -1584,15 +1584,19 @@ TEST_P(FusedGpu, AfterADeviceTimeoutTheWorkspaceIsRefusedUntilPreparedAgain) {
 // until the device timeout (300 ms here); the wait that gives up reads their call words (stored by the
 // call's first kernel, fused_begin_kernel) and raises a TimeoutError naming rank 1, which has not started
 // the call, and both call counts (before 2026-12-05: only that a peer never signalled). The wait also stops
-// the workspace, and the call's later kernels return at once (ccl_common.cuh, workspace_stopped): C is on the
-// heap here, where matmul_all_gather pushes each band straight into the same rows of every peer's C, and with
-// copy kernels (copy_engine false) the peers' C stays as poisoned; nor does rank 0 set their data flags, so
-// that each peer's own call made late raises a TimeoutError naming rank 0 as stopped at that call. Until the
-// second session of 2026-12-06 those kernels ran on: rank 0's rows landed in its peers' C, with no call of
-// theirs in flight (a peer still in an earlier call saw its staging or C change under it), and the late call
-// found rank 0's data flags set, took the data as its own and raised nothing. The copy engine's pushes still
-// land (no device word can stop them), but their flags no longer follow. Preparing again on every rank starts
-// the workspace over.
+// the workspace, and the call's later kernels return at once (ccl_common.cuh, workspace_stopped), so nothing
+// of the call reaches a peer but what the copy engine copies (no device word can stop those):
+//  * matmul_all_gather with C on the heap pushes each band straight into the same rows of every peer's C: with
+//    copy kernels (copy_engine false) the peers' C stays as poisoned;
+//  * matmul_all_reduce atomic and spinlock push their tiles into the owners' accumulators on SMs, and no
+//    longer reach them;
+// and in every flavor rank 0 sets none of its peers' flags, so that each peer's own call made late raises a
+// TimeoutError naming rank 0 as stopped at that call. Until the second session of 2026-12-06 those kernels ran
+// on: rank 0's rows landed in its peers' C with no call of theirs in flight (a peer still in an earlier call saw
+// its staging or C change under it), and matmul_all_gather's late call found rank 0's flags set, took the data as
+// its own and raised nothing (one H100, 2 processes: 392627 bytes of a peer's C written, no error). atomic and
+// spinlock raised then too: rank 0's finish kernel, which publishes its owned tiles, gave up waiting for its
+// peers, so the late call waited for those in vain. Preparing again on every rank starts the workspace over.
 TEST_P(FusedGpu, ACallMadeOnOneRankAloneTimesOutNamingAPeerNotInItAndSignalsNoPeer) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks: one calls alone";
@@ -1604,21 +1608,30 @@ TEST_P(FusedGpu, ACallMadeOnOneRankAloneTimesOutNamingAPeerNotInItAndSignalsNoPe
         if (ctx.check_calls()) GTEST_SKIP() << "IRIS_CHECK_CALLS refuses a call made on one rank alone";
         const int me = ctx.rank();
         uint64_t seed = 2100;
-        const Flavor flavor{Op::kMatmulAllGather};
-        const OpFns f = fns(flavor.op);
-        for (const bool copy_engine : {false, true}) {
-          SCOPED_TRACE(copy_engine ? "copy engine" : "copy kernels");
+        struct Way {
+          Flavor flavor;
+          bool copy_engine;
+          const char* head;  // how the late call's error starts
+        };
+        for (const Way& way : {Way{{Op::kMatmulAllGather}, false, "iris device timeout in fused op: "},
+                               Way{{Op::kMatmulAllGather}, true, "iris device timeout in fused op: "},
+                               Way{{Op::kMatmulAllReduce, AllReduceVariant::kAtomic}, false,
+                                   "iris device timeout in matmul_all_reduce(atomic): "},
+                               Way{{Op::kMatmulAllReduce, AllReduceVariant::kSpinlock}, false,
+                                   "iris device timeout in matmul_all_reduce(spinlock): "}}) {
+          const OpFns f = fns(way.flavor.op);
+          SCOPED_TRACE(flavor_name(way.flavor) + (way.copy_engine ? ", copy engine" : ", copy kernels"));
           // M grown: at 4 ranks 512 rows leave each rank one tile row, which runs unfused (no ready flags).
-          Problem p(ctx, flavor,
+          Problem p(ctx, way.flavor,
                     {grown(kManyTiles, ctx.world_size()), kBF16, kBF16, false, kGemmTileLarge, /*bias=*/false,
                      /*on_heap=*/true});
-          FusedConfig config = config_for(flavor, kGemmTileLarge, /*pipelined=*/true);
-          config.copy_engine = copy_engine;
+          FusedConfig config = config_for(way.flavor, kGemmTileLarge, /*pipelined=*/true);
+          config.copy_engine = way.copy_engine;
           FusedWorkspace ws;
           call_and_check(ctx, p, config, ws, seed++, nullptr, "before the call made alone");
           uint64_t calls = 0;  // the calls made on the workspace so far (its epoch), the same on every rank
           IRIS_CUDA_CHECK(cudaMemcpy(&calls, ws.block_state(), sizeof(calls), cudaMemcpyDeviceToHost));
-          ASSERT_GE(calls, 1u) << "the band pipeline ran (an unfused call keeps no epoch here)";
+          ASSERT_GE(calls, 1u) << "the pipeline ran (an unfused call keeps no epoch here)";
           p.upload(seed, ctx.stream());  // C poisoned again, on every rank
           ctx.synchronize();
           ctx.barrier();
@@ -1627,23 +1640,21 @@ TEST_P(FusedGpu, ACallMadeOnOneRankAloneTimesOutNamingAPeerNotInItAndSignalsNoPe
             const std::string err = error_text<TimeoutError>([&] { ctx.synchronize(); });
             EXPECT_EQ(err.rfind("iris device timeout in fused op: ", 0), 0u) << err;
             EXPECT_NE(err.find(" on rank 0 (block "), std::string::npos) << err;
-            EXPECT_NE(
-                err.find(detail::str_cat(", and rank 1 has not started this call: this rank is in call ", calls + 1,
-                                         " on this workspace, and the latest call rank 1 started "
-                                         "there is call ",
-                                         calls, " (counted since the workspace's arrays were zeroed).")),
-                std::string::npos)
+            EXPECT_NE(err.find(detail::str_cat(", and rank 1 has not started this call: this rank is in call ",
+                                               calls + 1, " on this workspace, and the latest call rank 1 started "
+                                               "there is call ",
+                                               calls, " (counted since the workspace's arrays were zeroed).")),
+                      std::string::npos)
                 << err;
           }
           ctx.barrier();
           if (me != 0) {
-            if (!copy_engine)
-              EXPECT_EQ(p.written_bytes(ctx.stream()), 0)
-                  << "rank 0's call that gave up wrote into rank " << me << "'s C";
+            if (!way.copy_engine)
+              EXPECT_EQ(p.written_bytes(ctx.stream()), 0) << "rank 0's call that gave up wrote into rank " << me
+                                                          << "'s C";
             f.run(ctx, p.operands(), config, ws, nullptr);
-            test::expect_peer_stopped_error(error_text<TimeoutError>([&] { ctx.synchronize(); }),
-                                            "iris device timeout in fused op: ", me, /*stopped=*/0,
-                                            /*failed=*/calls + 1, /*call=*/calls + 1);
+            test::expect_peer_stopped_error(error_text<TimeoutError>([&] { ctx.synchronize(); }), way.head, me,
+                                            /*stopped=*/0, /*failed=*/calls + 1, /*call=*/calls + 1);
           }
           ctx.barrier();
           call_and_check(ctx, p, config, ws, seed++, nullptr, "after its preamble again");
