@@ -1,10 +1,9 @@
 #include "ccl/ccl_host.hpp"
 
-#include "ccl/collective_kernels.hpp"
-
 #include <cstdlib>
 #include <cstring>
 
+#include "ccl/collective_kernels.hpp"
 #include "iris/ccl/collectives.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/error.hpp"
