@@ -1,6 +1,6 @@
-// iris::CallOrder (include/iris/core/call_order.hpp): one event per object, recorded after each call made
-// outside capture (within a capture: on the last call's stream at a switch), waited on by a call on another
-// stream.
+// iris::CallOrder (include/iris/core/call_order.hpp): an event recorded after each call made outside capture,
+// waited on by the next eager call on another stream, and one recorded within a capture on the last call's
+// stream at a switch, waited on by the call on the other stream.
 #include "iris/core/call_order.hpp"
 
 #include <utility>
@@ -15,9 +15,12 @@ CallOrder& CallOrder::operator=(CallOrder&& other) noexcept {
   if (this != &other) {
     destroy();
     event_ = std::exchange(other.event_, nullptr);
+    capture_event_ = std::exchange(other.capture_event_, nullptr);
     stream_ = std::exchange(other.stream_, nullptr);
+    eager_stream_ = std::exchange(other.eager_stream_, nullptr);
     capture_ = std::exchange(other.capture_, 0);
     called_ = std::exchange(other.called_, false);
+    eager_called_ = std::exchange(other.eager_called_, false);
   }
   return *this;
 }
@@ -25,9 +28,13 @@ CallOrder& CallOrder::operator=(CallOrder&& other) noexcept {
 CallOrder::~CallOrder() { destroy(); }
 
 void CallOrder::destroy() noexcept {
-  if (event_ != nullptr) (void)cudaEventDestroy(event_);  // a device reset since leaves nothing to free
-  event_ = nullptr;
+  // A device reset since leaves nothing to free.
+  for (cudaEvent_t* e : {&event_, &capture_event_}) {
+    if (*e != nullptr) (void)cudaEventDestroy(*e);
+    *e = nullptr;
+  }
   called_ = false;
+  eager_called_ = false;
 }
 
 namespace {
@@ -41,34 +48,44 @@ unsigned long long capture_of(cudaStream_t stream) {
 }  // namespace
 
 void CallOrder::before(cudaStream_t stream) {
-  if (!called_ || stream == stream_) return;  // one stream orders its calls itself
+  // One stream orders its calls itself: nothing to add when the last call, and the last eager one, were on it.
+  if (!called_ || (stream == stream_ && (!eager_called_ || stream == eager_stream_))) return;
   const unsigned long long capture = capture_of(stream);
-  if (capture != capture_) return;  // across a capture's edge (see the class)
-  if (capture != 0) {
-    // Both calls in one capture sequence, which is still active, so the last call's stream still takes part
-    // in it: what it has captured so far ends with the last call (and whatever the caller captured on it
-    // since, which only adds an edge). Recorded now rather than after every captured call, so that a graph
-    // whose calls keep to one stream is the same graph as without the order.
-    create_event();
-    IRIS_CUDA_CHECK(cudaEventRecord(event_, stream_));
+  if (capture == 0) {
+    // An eager call waits for the last eager call, on whichever stream it was made, whatever calls were captured
+    // since (their graphs' replays are another matter: see the class). Before 2026-12-06 a call captured in
+    // between made this wait be skipped: eager calls on streams A, then B, with a capture on A between them,
+    // could run at once on one workspace.
+    if (eager_called_ && stream != eager_stream_) IRIS_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+    return;
   }
-  IRIS_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+  if (capture != capture_ || stream == stream_) return;  // across a capture's edge (see the class)
+  // Both calls in one capture sequence, which is still active, so the last call's stream still takes part in
+  // it: what it has captured so far ends with the last call (and whatever the caller captured on it since,
+  // which only adds an edge). Recorded now rather than after every captured call, so that a graph whose calls
+  // keep to one stream is the same graph as without the order; into an event of its own, so that the last
+  // eager call's record stays for the eager calls after the capture.
+  create_event(capture_event_);
+  IRIS_CUDA_CHECK(cudaEventRecord(capture_event_, stream_));
+  IRIS_CUDA_CHECK(cudaStreamWaitEvent(stream, capture_event_, 0));
 }
 
 void CallOrder::after(cudaStream_t stream) {
   const unsigned long long capture = capture_of(stream);
   // Outside capture the record must be made now: by the next call on another stream this one may be gone.
   if (capture == 0) {
-    create_event();
+    create_event(event_);
     IRIS_CUDA_CHECK(cudaEventRecord(event_, stream));
+    eager_stream_ = stream;
+    eager_called_ = true;
   }
   stream_ = stream;
   capture_ = capture;
   called_ = true;
 }
 
-void CallOrder::create_event() {
-  if (event_ == nullptr) IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+void CallOrder::create_event(cudaEvent_t& event) {
+  if (event == nullptr) IRIS_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
 }
 
 }  // namespace iris

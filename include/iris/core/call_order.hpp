@@ -10,9 +10,10 @@
 // ordering calls on different streams to the caller (NCCL_LAUNCH_ORDER_IMPLICIT asks for it); here it
 // costs an event record per call, so the objects that hold state between calls always keep it.
 //
-// A call whose stream differs from the last call's waits for the last call when both were made outside any
-// CUDA graph capture (an event recorded after every such call: by the next call its stream may be gone), or
-// both within one capture (an event recorded on the last call's stream at the switch, which that capture
+// A call made outside any CUDA graph capture waits for the last call made outside capture when their streams
+// differ (an event recorded after every such call: by the next call its stream may be gone), whatever calls were
+// captured between them; a call made within a capture waits for the last call when both were made within that
+// capture on different streams (an event recorded on the last call's stream at the switch, which that capture
 // keeps alive: the wait is then an edge of the graph, so the graph's replays keep the order, and a graph
 // whose calls keep to one stream gets nothing added). Across the edge of a capture there is nothing to wait
 // for at the time of the call: a call made eagerly after calls captured into a graph is ordered after that
@@ -49,12 +50,15 @@ class CallOrder {
   void after(cudaStream_t stream);
 
  private:
-  void create_event();
+  static void create_event(cudaEvent_t& event);
   void destroy() noexcept;
-  cudaEvent_t event_ = nullptr;
-  cudaStream_t stream_ = nullptr;   // the last call's stream (compared only, never used: it may be gone)
-  unsigned long long capture_ = 0;  // the capture sequence the last call was made in; 0: none
-  bool called_ = false;             // a call was made (stream_ and capture_ say where)
+  cudaEvent_t event_ = nullptr;          // recorded after the last call made outside capture
+  cudaEvent_t capture_event_ = nullptr;  // recorded within a capture, at a switch of streams
+  cudaStream_t stream_ = nullptr;        // the last call's stream (compared only, never used: it may be gone)
+  cudaStream_t eager_stream_ = nullptr;  // the last eager call's stream (compared only)
+  unsigned long long capture_ = 0;       // the capture sequence the last call was made in; 0: none
+  bool called_ = false;                  // a call was made (stream_ and capture_ say where)
+  bool eager_called_ = false;            // a call was made outside capture (eager_stream_ says where)
 };
 
 }  // namespace iris

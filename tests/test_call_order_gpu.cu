@@ -1,0 +1,85 @@
+// GPU tests of iris::CallOrder (include/iris/core/call_order.hpp) with plain kernels on one device, no ranks:
+// calls made eagerly on two streams run in the order made, also when calls captured into a CUDA graph come
+// between them.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "iris/core/call_order.hpp"
+#include "iris/core/cuda_check.hpp"
+#include "iris/device.cuh"
+#include "support/ranks.hpp"
+
+namespace iris {
+namespace {
+
+// Spins `ns` nanoseconds by the device's global timer, then sets *word.
+__global__ void hold_then_set(unsigned* word, uint64_t ns) {
+  const uint64_t start = device::global_timer_ns();
+  while (device::global_timer_ns() - start < ns) {
+  }
+  *static_cast<volatile unsigned*>(word) = 1u;
+}
+// What *word holds when it runs, into *seen.
+__global__ void look(const unsigned* word, unsigned* seen) { *seen = *static_cast<const volatile unsigned*>(word); }
+__global__ void nothing() {}
+
+class Stream {
+ public:
+  Stream() { IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() { (void)cudaStreamDestroy(s_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// A first eager call on stream A holds A for 100 ms and then sets a word; calls captured into a graph (never
+// launched) come next, on A or on a third stream, or none; the second eager call, on stream B, reads the word.
+// It must find it set: it waits for the first. Before 2026-12-06 CallOrder skipped that wait after a captured
+// call (it saw the last call in a capture and B in none, "across a capture's edge"), so the two eager calls ran
+// at once, as two collectives on one workspace would, and B's read 0.
+TEST(CallOrderGpu, EagerCallsKeepTheirOrderWhenCallsCapturedBetweenThemCameFirst) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  Stream a, b, c;
+  unsigned* words = nullptr;  // [0]: set by the first call; [1]: what the second saw
+  IRIS_CUDA_CHECK(cudaMalloc(&words, 2 * sizeof(unsigned)));
+  for (const char* between : {"nothing", "a capture on A", "a capture on a third stream"}) {
+    SCOPED_TRACE(std::string("between the eager calls: ") + between);
+    IRIS_CUDA_CHECK(cudaMemset(words, 0, 2 * sizeof(unsigned)));
+    IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+    CallOrder order;
+    order.before(a.get());
+    hold_then_set<<<1, 1, 0, a.get()>>>(words, 100'000'000ull);
+    IRIS_CUDA_CHECK_LAUNCH();
+    order.after(a.get());
+    if (std::string(between) != "nothing") {
+      const cudaStream_t s = std::string(between) == "a capture on A" ? a.get() : c.get();
+      IRIS_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int k = 0; k < 2; ++k) {
+        order.before(s);
+        nothing<<<1, 1, 0, s>>>();
+        IRIS_CUDA_CHECK_LAUNCH();
+        order.after(s);
+      }
+      cudaGraph_t graph = nullptr;
+      IRIS_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+    order.before(b.get());
+    look<<<1, 1, 0, b.get()>>>(words, words + 1);
+    IRIS_CUDA_CHECK_LAUNCH();
+    order.after(b.get());
+    IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+    unsigned seen = 0;
+    IRIS_CUDA_CHECK(cudaMemcpy(&seen, words + 1, sizeof(seen), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(seen, 1u) << "the second eager call ran before the first had finished";
+  }
+  IRIS_CUDA_CHECK(cudaFree(words));
+}
+
+}  // namespace
+}  // namespace iris
