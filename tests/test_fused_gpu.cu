@@ -787,6 +787,24 @@ TEST_P(FusedGpu, MatmulAllReduceSpinlockMatchesFp64Reference) {
   run_correctness(GetParam(), {Op::kMatmulAllReduce, AllReduceVariant::kSpinlock});
 }
 
+// Prepares `ws` with the largest arrays that any of the matmul_all_reduce calls of `problems` (with `configs`)
+// needs, so that one workspace serves them all.
+void prepare_for_every_call(Context& ctx, const std::vector<std::unique_ptr<Problem>>& problems,
+                            const std::vector<FusedConfig>& configs, FusedWorkspace& ws) {
+  int sms = 0;
+  IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
+  ccl::WorkspaceNeeds most;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const ccl::WorkspaceNeeds n = plan_matmul_all_reduce(problems[i]->operands(), configs[i], ctx.world_size(), sms).needs;
+    most.locks = std::max(most.locks, n.locks);
+    most.flags = std::max(most.flags, n.flags);
+    most.staging_bytes = std::max(most.staging_bytes, n.staging_bytes);
+    most.block_state = std::max(most.block_state, n.block_state);
+  }
+  ccl::ContextWorkspaceHost host(ctx);
+  ws.prepare(host, plan_matmul_all_reduce(problems[0]->operands(), configs[0], ctx.world_size(), sms).sig, most);
+}
+
 // The four matmul_all_reduce variants share the flag and staging arrays of one workspace, which each
 // reads in its own layout: atomic's accumulators and spinlock's first-writer marks may hold another
 // variant's bytes. Calls of every variant, pipelined and unfused (the unfused ones run the GEMM, then
@@ -801,27 +819,14 @@ TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
         const V order[] = {V::kTwoShot, V::kAtomic, V::kSpinlock, V::kOneShot, V::kSpinlock,
                            V::kAtomic,  V::kAtomic, V::kTwoShot,  V::kSpinlock};
         const Case c{kManyAwkward, kBF16, kBF16, true, kGemmTileSmall, /*bias=*/true};
-        int sms = 0;
-        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
         std::vector<std::unique_ptr<Problem>> problems;
         std::vector<FusedConfig> configs;
-        ccl::WorkspaceNeeds most;
         for (size_t i = 0; i < std::size(order); ++i) {
           problems.push_back(std::make_unique<Problem>(ctx, Flavor{Op::kMatmulAllReduce, order[i]}, c));
           configs.push_back(config_for(problems.back()->flavor(), c.tile, /*pipelined=*/i % 2 == 0));
-          const ccl::WorkspaceNeeds n =
-              plan_matmul_all_reduce(problems.back()->operands(), configs.back(), ctx.world_size(), sms).needs;
-          most.locks = std::max(most.locks, n.locks);
-          most.flags = std::max(most.flags, n.flags);
-          most.staging_bytes = std::max(most.staging_bytes, n.staging_bytes);
-          most.block_state = std::max(most.block_state, n.block_state);
         }
         FusedWorkspace ws;
-        {
-          ccl::ContextWorkspaceHost host(ctx);
-          ws.prepare(host, plan_matmul_all_reduce(problems[0]->operands(), configs[0], ctx.world_size(), sms).sig,
-                     most);
-        }
+        prepare_for_every_call(ctx, problems, configs, ws);
         // The unfused calls (GEMM, then the iris::ccl all_reduce) need the collective's workspace, which
         // an unfused call's preamble prepares; it keeps the larger arrays prepared above.
         matmul_all_reduce_preamble(ctx, problems[1]->operands(), configs[1], ws);
@@ -834,6 +839,51 @@ TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
           problems[i]->expect_matches(problems[i]->reference(first_seed + i), ctx.stream(),
                                       "call " + std::to_string(i) + ": " + ccl::variant_name(order[i]) +
                                           (i % 2 == 0 ? " pipelined" : " unfused"));
+        release_workspace(ctx, ws);
+      },
+      options());
+}
+
+// atomic's owners zero their accumulators (acc, then res, in their staging) for each call, while a peer may
+// still be copying res of the owner's previous call (the finish kernel's copies, which the owner does not
+// wait for). A larger call puts acc where the smaller one's res was, so since 2026-12-06 an owner zeroes only
+// once every peer is ready for the call (all done with the previous one) and then tells them, and the peers'
+// adds wait for that (fused.cc, run_matmul_all_reduce_tiles). Before, it zeroed before its ready flag, and a
+// call of more tiles right after one of fewer could zero tiles a peer had not copied yet, leaving zeros in its
+// C with no error (found by reading the code; not seen in a run). Pipelined atomic and spinlock calls whose
+// tile count grows and shrinks, back to back on one stream with no host synchronization in between, each into
+// its own C, must all be right. (Whether the old order's race shows here depends on timing.)
+TEST_P(FusedGpu, AtomicCallsOfGrowingShapesBackToBackOnOneWorkspace) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        using V = AllReduceVariant;
+        const int w = ctx.world_size();
+        const Shape smaller{128 * w, 256, 128}, larger{256 * w, 256, 128};
+        const struct {
+          V variant;
+          Shape shape;
+        } calls[] = {{V::kAtomic, smaller}, {V::kAtomic, larger},   {V::kAtomic, smaller}, {V::kSpinlock, smaller},
+                     {V::kAtomic, larger},  {V::kAtomic, smaller},  {V::kAtomic, larger},  {V::kAtomic, larger}};
+        std::vector<std::unique_ptr<Problem>> problems;
+        std::vector<FusedConfig> configs;
+        for (const auto& call : calls) {
+          problems.push_back(std::make_unique<Problem>(ctx, Flavor{Op::kMatmulAllReduce, call.variant},
+                                                       Case{call.shape, kBF16, kBF16, false, kGemmTileSmall}));
+          configs.push_back(config_for(problems.back()->flavor(), kGemmTileSmall, /*pipelined=*/true));
+        }
+        FusedWorkspace ws;
+        prepare_for_every_call(ctx, problems, configs, ws);
+        const uint64_t first_seed = 1400;
+        for (size_t i = 0; i < problems.size(); ++i) problems[i]->upload(first_seed + i, ctx.stream());
+        for (size_t i = 0; i < problems.size(); ++i)
+          matmul_all_reduce(ctx, problems[i]->operands(), configs[i], ws, nullptr);
+        finish(ctx, nullptr);
+        for (size_t i = 0; i < problems.size(); ++i)
+          problems[i]->expect_matches(problems[i]->reference(first_seed + i), ctx.stream(),
+                                      "call " + std::to_string(i) + ": " + ccl::variant_name(calls[i].variant) + " " +
+                                          shape_name(calls[i].shape));
         release_workspace(ctx, ws);
       },
       options());

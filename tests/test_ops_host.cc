@@ -834,9 +834,10 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   auto mar = [&](AllReduceVariant v) {
     return plan_matmul_all_reduce(operands(512, 256, 128, 512), banded(128, 128, v), w, kSms).needs;
   };
-  // atomic, spinlock: ready by source + arrivals by (tile, source) + done by tile (+ spinlock's first-writer
-  // marks by tile); each rank owns 4 of the 8 tiles: 4 float32 accumulators, then 4 bf16 results.
-  EXPECT_EQ(mar(AllReduceVariant::kAtomic).flags, 2u + 2 * 8 + 8);
+  // atomic, spinlock: ready by source + arrivals by (tile, source) + done by tile, then atomic's
+  // accumulators-zeroed words by owner or spinlock's first-writer marks by tile; each rank owns 4 of the 8
+  // tiles: 4 float32 accumulators, then 4 bf16 results.
+  EXPECT_EQ(mar(AllReduceVariant::kAtomic).flags, 2u + 2 * 8 + 8 + 2);
   EXPECT_EQ(mar(AllReduceVariant::kSpinlock).flags, 2u + 2 * 8 + 8 + 8);
   for (auto v : {AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock}) {
     EXPECT_EQ(mar(v).locks, 8u);
@@ -845,7 +846,7 @@ TEST(OpsFusedPlan, NeedsByOpAndVariant) {
   // Three ranks own ceil(8 / 3) = 3 tiles each (rank 2 one fewer; the arrays are sized alike).
   const auto three =
       plan_matmul_all_reduce(operands(512, 256, 128, 512), banded(128, 128, AllReduceVariant::kAtomic), 3, kSms).needs;
-  EXPECT_EQ(three.flags, 3u + 3 * 8 + 8);
+  EXPECT_EQ(three.flags, 3u + 3 * 8 + 8 + 3);
   EXPECT_EQ(three.staging_bytes, 3u * 128 * 128 * 4 + 3u * 128 * 128 * 2);
   // one_shot: ready by source + data by (source, band of 4); one 512 x 256 slot per rank.
   EXPECT_EQ(mar(AllReduceVariant::kOneShot).flags, 2u + 2 * 4);
@@ -1207,12 +1208,12 @@ TEST(OpsFusedWorkspace, FlagsTooSmallButTheBlockStateServesAnySplit) {
   ws.release(host);
   const auto atomic = plan_matmul_all_reduce(mm, blocks(128, 128, AllReduceVariant::kAtomic), 1, kSms);
   ws.prepare(host, atomic.sig, atomic.needs);
-  EXPECT_EQ(ws.flag_capacity(), 33u) << "1 ready + 16 arrivals + 16 done";
+  EXPECT_EQ(ws.flag_capacity(), 34u) << "1 ready + 16 arrivals + 16 done + 1 zeroed";
   auto one_shot =
       plan_matmul_all_reduce(operands(512, 512, 256, 512), blocks(128, 128, AllReduceVariant::kOneShot), 8, kSms);
   EXPECT_EQ(one_shot.needs.flags, 8u * 5) << "8 ready + 8 x 4 data flags";
   EXPECT_EQ(error_of([&] { ws.check_capacity(one_shot.needs); }),
-            "Flags array too small: have 33 but need 40. Pre-allocate workspace with the smallest block sizes you "
+            "Flags array too small: have 34 but need 40. Pre-allocate workspace with the smallest block sizes you "
             "intend to use.");
   ws.release(host);
   EXPECT_EQ(host.live, 0);

@@ -334,12 +334,13 @@ FusedPlan plan_matmul_all_reduce(const MatmulOperands& mm, const FusedConfig& co
   switch (config.all_reduce_variant) {
     case AllReduceVariant::kAtomic:
     case AllReduceVariant::kSpinlock: {
-      // Ready by source, arrivals by (tile, source), done by tile, and (spinlock) the first-writer
-      // marks by tile; the owned tiles' float32 accumulators, then their results in C's type.
+      // Ready by source, arrivals by (tile, source), done by tile, then (spinlock) the first-writer marks
+      // by tile or (atomic) the accumulators-zeroed words by owner; the owned tiles' float32 accumulators,
+      // then their results in C's type.
       const bool spin = config.all_reduce_variant == AllReduceVariant::kSpinlock;
       const size_t owned = static_cast<size_t>(ceil_div(p.tiles, world_size));
       const size_t tile_elems = static_cast<size_t>(p.tile.m) * static_cast<size_t>(p.tile.n);
-      p.needs.flags = w + w * t + t + (spin ? t : 0);
+      p.needs.flags = w + w * t + t + (spin ? t : w);
       p.needs.staging_bytes = align256(owned * tile_elems * sizeof(float)) + align256(owned * tile_elems * esz);
       break;
     }
@@ -857,9 +858,14 @@ void run_matmul_all_reduce_one_shot(Pipeline& pl, const MatmulOperands& mm, cons
 // adds the band's tiles into their owners' accumulators; the last band's push, with no GEMM beside it,
 // runs on the caller's stream with every SM. Once every band is pushed, the finish kernel
 // reduces the owned tiles and copies the others from their owners. atomic zeroes the owned
-// accumulators before the call's ready flag, so no peer adds into them before; spinlock needs no zeroing
-// (the first writer of a call overwrites). Staging: acc (float32), then res (C's type), each holding
-// ceil(T / W) tiles of block_size_m x block_size_n.
+// accumulators once every peer is ready for the call, and then tells its peers (flags[zeroed(rank)] =
+// epoch), whose push kernels wait for that word of each owner before they add: the zeroing may not
+// come before the ready wait, because a peer may still be reading this rank's res of the previous call
+// (the finish kernel's copies), and a call of another shape puts acc where res was. (Before 2026-12-06 it
+// came first: a larger call after a smaller one on one workspace could zero tiles a peer was still
+// copying, with no error; found by reading the code.) spinlock needs no zeroing (the first writer of a
+// call overwrites). Staging: acc (float32), then res (C's type), each holding ceil(T / W) tiles of
+// block_size_m x block_size_n.
 void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan, bool spinlock) {
   const int me = pl.rank(), w = pl.world();
   const int64_t m = mm.a.rows, n = mm.c.cols;
@@ -883,8 +889,11 @@ void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const F
   r.res = pl.staging(align256(acc_bytes));
   r.spinlock = spinlock;
   const int bands = pick_bands(m, n, kOneShotBands, plan.tile, plan.min_band_tiles);
-  if (!spinlock) IRIS_CUDA_CHECK(cudaMemsetAsync(r.acc, 0, acc_bytes, pl.main()));
   pl.begin_and_wait_ready();
+  if (!spinlock) {
+    IRIS_CUDA_CHECK(cudaMemsetAsync(r.acc, 0, acc_bytes, pl.main()));
+    pl.signal(pl.main(), static_cast<int>(w + w * plan.tiles + plan.tiles + me), -1);  // zeroed(me): fused_kernels.hpp
+  }
   for (int b = 0; b < bands; ++b) {
     const TileRowBand band_b = tile_row_band(m, plan.tile.m, bands, b);
     pl.gemm(mm, rows_of(mm.a, band_b.row0, band_b.rows), rows_of(mm.c, band_b.row0, band_b.rows), me == 0,

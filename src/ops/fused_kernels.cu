@@ -224,6 +224,9 @@ __device__ __forceinline__ int64_t done_flag(const TileReduce& r, int64_t t) {
 __device__ __forceinline__ int64_t mark_flag(const TileReduce& r, int64_t t) {
   return r.ctx.world_size + r.ctx.world_size * r.tiles + r.tiles + t;
 }
+__device__ __forceinline__ int64_t zeroed_flag(const TileReduce& r, int o) {
+  return r.ctx.world_size + r.ctx.world_size * r.tiles + r.tiles + o;
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kReduceThreads) tile_push_kernel(const __grid_constant__ TileReduce r) {
@@ -235,6 +238,13 @@ __global__ void __launch_bounds__(kReduceThreads) tile_push_kernel(const __grid_
   if (ccl::detail::workspace_stopped(ctx)) return;  // by an earlier call or a wait of this one
   const int64_t tile_elems = int64_t{r.block_m} * r.block_n;
   const T* c = static_cast<const T*>(r.c);
+  // atomic: every owner's accumulators are zeroed for this call before any add (fused.cc,
+  // run_matmul_all_reduce_tiles); one local word per owner, set long before in the common case.
+  if (!r.spinlock &&
+      !ccl::detail::block_wait_each(
+          ctx, world, [&](int o) { return o == me ? nullptr : r.flags + zeroed_flag(r, o); }, epoch,
+          "matmul_all_reduce(atomic): an owner's zeroed accumulators"))
+    return;
   __shared__ int s_first, s_ok;
   for (int64_t t = r.tile_begin + blockIdx.x; t < r.tile_end; t += gridDim.x) {
     const int o = static_cast<int>(t % world);

@@ -79,8 +79,10 @@ void launch_reduce_slots(const ReduceSlots& r, DType dtype, int blocks, cudaStre
 // ceil(rows / block_m) x ceil(cols / block_n) grid of C) is owned by rank t % W and kept, on the owner,
 // at local index l = t / W of two tile-local arrays (block_n elements per row): `acc` (float32) and
 // `res` (C's type). Each rank's GEMM leaves its partial product in its own C; then
-//   push    for each tile of [tile_begin, tile_end) it does not own: atomic adds it into the owner's
-//           acc with 16-byte float reductions (acc zeroed before the call's ready flag); spinlock
+//   push    for each tile of [tile_begin, tile_end) it does not own: atomic waits for the owner's
+//           flags[zeroed(o)] = epoch (the owner zeroes its acc once every peer is ready for the call, then
+//           sets that word on every peer), then adds it into the owner's acc with 16-byte float
+//           reductions; spinlock
 //           takes the owner's lock word, overwrites acc (the call's first writer, told by
 //           flags[mark(t)] < epoch) or adds into it with plain accesses, then unlocks. Either way it
 //           then sets flags[arrive(t, rank)] = epoch on the owner (release, system scope).
@@ -91,7 +93,8 @@ void launch_reduce_slots(const ReduceSlots& r, DType dtype, int blocks, cudaStre
 //           which peers' partials reach acc varies from call to call (not bitwise reproducible over
 //           calls); with W = 2 there is one peer and the sum is exact-commutative.
 // Flags (64-bit, epoch-valued): [0, W) ready, arrive(t, s) = W + t * W + s, done(t) = W + W * T + t,
-// mark(t) = W + W * T + T + t (spinlock). Locks: one 32-bit word per tile (0 = free).
+// mark(t) = W + W * T + T + t (spinlock), zeroed(o) = W + W * T + T + o (atomic; set by the host pipeline's
+// signal after its zeroing). Locks: one 32-bit word per tile (0 = free).
 struct TileReduce {
   DeviceContext ctx;
   uint64_t* state = nullptr;  // the epoch word

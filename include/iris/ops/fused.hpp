@@ -89,14 +89,16 @@
 // grid each rank's GEMM computes, with the plan's tile (FusedPlan::tile: the config's, or by default
 // select_fused_tile's for the GEMM, so shapes that pick different tiles need different arrays): M x N
 // (matmul_all_reduce, matmul_reduce_scatter, all_gather_matmul, all_gather_matmul_k_sharded) or M/W x N
-// (matmul_all_gather). Every op has one lock word per tile and the block state every iris::ccl op has (3 + 3W
+// (matmul_all_gather). Every op has one lock word per tile and the block state every iris::ccl op has (8 + 3W
 // words, by the world size alone; word 0 holds the call's epoch). Flags (64-bit, epoch-valued) and staging:
 //   matmul_all_reduce one_shot           flags W + 4W (ready; data by source and band)  staging W slots of M x N
 //   matmul_all_reduce two_shot           flags W + 2(W-1) + 2W (ready; data by ring step and sub-band;
 //                                        gathered by source and sub-band)  staging 3W - 2 bands of ceil(M/W) x N
-//   matmul_all_reduce atomic             flags W + W*T + T (ready; arrivals by tile and source; done)
+//   matmul_all_reduce atomic             flags W + W*T + T + W (ready; arrivals by tile and source; done;
+//                                        accumulators zeroed, by owner)
 //                                        staging ceil(T/W) tiles float32 + ceil(T/W) tiles of C's type
-//   matmul_all_reduce spinlock           as atomic, flags + T (the first writer's mark by tile)
+//   matmul_all_reduce spinlock           flags W + W*T + T + T (as atomic, but the first writer's mark by
+//                                        tile in place of the zeroed words)
 //   matmul_reduce_scatter                flags W + 2(W-1) (ready; data by ring step and sub-band)
 //                                        staging 2(W-1) bands of M/W x N (sent and received sums)
 //   all_gather_matmul                    flags 2W (ready, data)           staging M x K of A's type (W slots)
