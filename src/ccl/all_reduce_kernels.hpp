@@ -123,7 +123,7 @@ struct LLArgs {
   bool in_vec8;          // every block of in / out is contiguous and 8-byte aligned: a line is one access
   bool out_vec8;
   bool in_place;        // all_gather: in is out's block `rank` (no local copy); broadcast: in is out on the root
-  uint64_t layout_key;  // all_reduce: layout_fence (ccl_common.cuh); 0 for the other ops
+  uint64_t layout_key;  // all_reduce and broadcast: layout_fence (ccl_common.cuh); 0 for the other ops
   int root;             // broadcast: the rank whose input every rank receives (in is read there only)
 };
 // The tag an LL word of call `epoch` carries in its high 32 bits: a bijection of the epoch's low 32 bits

@@ -17,9 +17,10 @@
 // A non-root's last block (end_call_published), once every block of its call is over, releases its done word
 // on the root with the call's tagged epoch, unless a wait of the call gave up (call_gave_up): the root's wait
 // then gives up too, naming this rank as stopped. A non-root block forwards its own chunks before it waits for
-// anyone else's. Every wait is for the same block index on the root (whose chunk loop never waits) or on an
-// owner (which waits only for the root), and the root's block 0 waits for the peers' ends only after its own
-// chunks, so no block waits for one that cannot run.
+// anyone else's. Every wait within the call is for the same block index on the root (whose chunk loop never
+// waits) or on an owner (which waits only for the root), and the root's block 0 waits for the peers' ends only
+// after its own chunks, so no block waits for one that cannot run. (Before their chunk loop the root's blocks
+// also wait until every peer's previous call is over, which depends on no block of this call.)
 //
 // The root waits for its peers' done words so that ranks whose calls differ raise on the root too: a peer
 // whose call has another tag (another shape, dtype or root) fails its tagged wait there, and ranks that each

@@ -27,7 +27,8 @@
 // The header line carries the writer's call key (ll_call_key: exchange, dtype, reduction, elements per
 // block), tagged like the data. Nothing else tells the ranks that their calls differ: LL calls of
 // different sizes never fence (all_reduce's layout key has no shape, so that a decode loop of changing
-// batch sizes does not pay a round trip per call; the other exchanges have no fence). Without the key,
+// batch sizes does not pay a round trip per call; broadcast's fences only where it changes path, LL to chunked
+// or back; the other exchanges have no fence). Without the key,
 // a rank whose call is smaller took the first lines of its peers' larger call as its own and returned a
 // wrong result without an error, and its peers waited for lines that never came until their device
 // timeout. The grid's first thread pushes the headers with its first lines and, before it checks any

@@ -5,7 +5,7 @@
 //   locks        one 32-bit word per output tile                      (spinlock)
 //   flags        total_tiles * flags_per_tile 64-bit words             (ring, two_shot, atomic)
 //   staging      bytes for data pushed by peers                         (one_shot, two_shot, ...)
-//   block_state  3 + 3 * world_size 64-bit words (epoch, layout fence) (every op alike)
+//   block_state  8 + 3 * world_size 64-bit words (epochs, layout fence, call words, LL cleans) (every op alike)
 //
 // Preparing (a *preamble*) is collective: it compares the call's parameters across ranks (ranks that
 // disagree all raise together), allocates every array that is missing, keeps an array larger than
