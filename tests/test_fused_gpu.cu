@@ -42,6 +42,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -805,6 +806,20 @@ void prepare_for_every_call(Context& ctx, const std::vector<std::unique_ptr<Prob
   ws.prepare(host, plan_matmul_all_reduce(problems[0]->operands(), configs[0], ctx.world_size(), sms).sig, most);
 }
 
+// Uploads each problem's inputs (seeds first_seed, first_seed + 1, ...), makes their matmul_all_reduce calls
+// back to back on the context's stream with no host synchronization in between, each into its own C, then checks
+// every C against its reference; name(i) says which call i was.
+void call_back_to_back_and_check(Context& ctx, const std::vector<std::unique_ptr<Problem>>& problems,
+                                 const std::vector<FusedConfig>& configs, FusedWorkspace& ws, uint64_t first_seed,
+                                 const std::function<std::string(size_t)>& name) {
+  for (size_t i = 0; i < problems.size(); ++i) problems[i]->upload(first_seed + i, ctx.stream());
+  for (size_t i = 0; i < problems.size(); ++i) matmul_all_reduce(ctx, problems[i]->operands(), configs[i], ws, nullptr);
+  finish(ctx, nullptr);
+  for (size_t i = 0; i < problems.size(); ++i)
+    problems[i]->expect_matches(problems[i]->reference(first_seed + i), ctx.stream(),
+                                "call " + std::to_string(i) + ": " + name(i));
+}
+
 // The four matmul_all_reduce variants share the flag and staging arrays of one workspace, which each
 // reads in its own layout: atomic's accumulators and spinlock's first-writer marks may hold another
 // variant's bytes. Calls of every variant, pipelined and unfused (the unfused ones run the GEMM, then
@@ -830,15 +845,9 @@ TEST_P(FusedGpu, MatmulAllReduceVariantsBackToBackOnOneWorkspace) {
         // The unfused calls (GEMM, then the iris::ccl all_reduce) need the collective's workspace, which
         // an unfused call's preamble prepares; it keeps the larger arrays prepared above.
         matmul_all_reduce_preamble(ctx, problems[1]->operands(), configs[1], ws);
-        const uint64_t first_seed = 1300;
-        for (size_t i = 0; i < problems.size(); ++i) problems[i]->upload(first_seed + i, ctx.stream());
-        for (size_t i = 0; i < problems.size(); ++i)
-          matmul_all_reduce(ctx, problems[i]->operands(), configs[i], ws, nullptr);
-        finish(ctx, nullptr);
-        for (size_t i = 0; i < problems.size(); ++i)
-          problems[i]->expect_matches(problems[i]->reference(first_seed + i), ctx.stream(),
-                                      "call " + std::to_string(i) + ": " + ccl::variant_name(order[i]) +
-                                          (i % 2 == 0 ? " pipelined" : " unfused"));
+        call_back_to_back_and_check(ctx, problems, configs, ws, 1300, [&](size_t i) {
+          return std::string(ccl::variant_name(order[i])) + (i % 2 == 0 ? " pipelined" : " unfused");
+        });
         release_workspace(ctx, ws);
       },
       options());
@@ -875,15 +884,9 @@ TEST_P(FusedGpu, AtomicCallsOfGrowingShapesBackToBackOnOneWorkspace) {
         }
         FusedWorkspace ws;
         prepare_for_every_call(ctx, problems, configs, ws);
-        const uint64_t first_seed = 1400;
-        for (size_t i = 0; i < problems.size(); ++i) problems[i]->upload(first_seed + i, ctx.stream());
-        for (size_t i = 0; i < problems.size(); ++i)
-          matmul_all_reduce(ctx, problems[i]->operands(), configs[i], ws, nullptr);
-        finish(ctx, nullptr);
-        for (size_t i = 0; i < problems.size(); ++i)
-          problems[i]->expect_matches(problems[i]->reference(first_seed + i), ctx.stream(),
-                                      "call " + std::to_string(i) + ": " + ccl::variant_name(calls[i].variant) + " " +
-                                          shape_name(calls[i].shape));
+        call_back_to_back_and_check(ctx, problems, configs, ws, 1400, [&](size_t i) {
+          return std::string(ccl::variant_name(calls[i].variant)) + " " + shape_name(calls[i].shape);
+        });
         release_workspace(ctx, ws);
       },
       options());
