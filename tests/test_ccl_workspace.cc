@@ -318,6 +318,13 @@ TEST(CclWorkspace, NeedsPastWhatAGpuAddressesAreRefused) {
             "reserve_workspace" + flags_message);
   EXPECT_EQ(host.allocs, 0);
   EXPECT_EQ(ws.flag_capacity(), 0u);
+  // The same needs passed to prepare by a caller of its own (before the second session of 2026-12-06 only
+  // reserve and heap_bytes checked, and prepare allocated the wrapped 8 bytes).
+  EXPECT_EQ(test::error_text<std::invalid_argument>(
+                [&] { ws.prepare(host, spinlock_sig(512, 512, 128, 128), huge); }),
+            "prepare" + flags_message);
+  EXPECT_EQ(host.allocs, 0);
+  EXPECT_EQ(ws.flag_capacity(), 0u);
   EXPECT_EQ(test::error_text<std::invalid_argument>([&] { (void)heap_bytes(huge); }), "heap_bytes" + flags_message);
   // Each array by its own element size: 2^46 locks of 4 bytes fit, one more does not; staging by the byte.
   WorkspaceNeeds edge;

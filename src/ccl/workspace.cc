@@ -34,7 +34,8 @@ const char* op_name(OpKind op) {
 
 namespace {
 // The needs no GPU can hold: an array past 2^48 bytes (Tensor::kMaxSpanBytes, what a GPU addresses). Checked
-// where needs come from the caller (reserve, heap_bytes), before any count is multiplied by its element size:
+// where needs come from the caller (reserve, heap_bytes, prepare), before any count is multiplied by its element
+// size:
 // a count near 2^61 flags wrapped to an 8-byte array whose recorded capacity then passed every later check.
 void check_needs_fit(const char* who, const WorkspaceNeeds& needs) {
   const std::pair<const char*, std::pair<size_t, size_t>> arrays[] = {
@@ -324,6 +325,7 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   check_heap_sequences(host, all);
   // 2. Capacity: from the arguments and the workspaces' states, which every rank has now seen to be the same,
   //    so every rank decides the same way.
+  check_needs_fit("prepare", needs);
   if (lock_capacity_ > 0) check_lock_capacity(lock_capacity_, needs.locks);
   if (flag_capacity_ > 0) check_flag_capacity(flag_capacity_, needs.flags);
   if (staging_capacity_ > 0) check_staging_capacity(staging_capacity_, needs.staging_bytes);
