@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -1014,6 +1016,65 @@ TEST_P(Collective, PreambleUnderCaptureAndWorkspaceOffTheHeapAreRefused) {
         }
       },
       big_heap(GetParam().world));
+}
+
+// A context created after another was destroyed may map its heap at the destroyed one's addresses (the
+// driver hands the same range out again), where a workspace left holding the destroyed heap's arrays
+// points inside the new context's own allocations. Before 2026-12-06 only "is it a live allocation" was
+// asked: the preamble kept the arrays as its own and zeroed them, and the kernels wrote locks into the
+// new context's data. The heap's id, recorded with the arrays, refuses them: in the preamble, the call and
+// release(), which frees nothing of the new heap.
+TEST(CollectiveThreads, AWorkspaceOfADestroyedContextIsRefusedByOneAtItsAddresses) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  ContextOptions o;
+  o.device = 0;
+  o.heap_size = size_t{64} << 20;
+  const int64_t m = 64, n = 256;
+  const size_t bytes = static_cast<size_t>(m * n) * sizeof(float);
+  Config cfg;
+  cfg.all_reduce_variant = ccl::AllReduceVariant::kSpinlock;
+  Workspace ws;
+  const char* first_base = nullptr;
+  {
+    Context first(make_thread_bootstraps(1, std::chrono::seconds(30))[0], o);
+    first_base = first.heap_base(0);
+    void* in = first.alloc(bytes);
+    void* out = first.alloc(bytes);
+    ccl::all_reduce_preamble(first, Tensor::matrix(out, DType::kFloat32, m, n, n),
+                             Tensor::matrix(in, DType::kFloat32, m, n, n), cfg, ws);
+    ASSERT_NE(ws.locks(), nullptr);
+  }  // destroyed with the workspace's arrays on its heap
+  Context second(make_thread_bootstraps(1, std::chrono::seconds(30))[0], o);
+  // One allocation over the first 8 MiB, where the first context placed its buffers and the arrays.
+  auto* data = static_cast<unsigned char*>(second.alloc(size_t{8} << 20));
+  IRIS_CUDA_CHECK(cudaMemset(data, 0x5A, size_t{8} << 20));
+  const bool same_addresses = second.heap_base(0) == first_base;
+  if (same_addresses) EXPECT_TRUE(second.is_symmetric(ws.locks())) << "the stale arrays lie in the new allocation";
+  std::printf("[ note ] the second context's heap %s the first's addresses\n", same_addresses ? "reuses" : "avoids");
+  const Tensor in = Tensor::matrix(data, DType::kFloat32, m, n, n);
+  const Tensor out = Tensor::matrix(data + bytes, DType::kFloat32, m, n, n);
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::all_reduce_preamble(second, out, in, cfg, ws); }),
+            "all_reduce: the workspace's arrays are not on this context's heap (it was prepared with another "
+            "Context, or with one since destroyed); give this context a workspace of its own (on every rank).");
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ccl::all_reduce(second, out, in, cfg, ws); }),
+            "all_reduce: the workspace's arrays are not on this context's heap (it was prepared with another "
+            "Context, or with one since destroyed); call all_reduce_preamble with a workspace of this context (on "
+            "every rank).");
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { release(second, ws); }),
+            "release: the workspace's arrays are not on this context's heap (it was prepared with another Context, "
+            "or with one since destroyed); nothing was freed. Release it with the context that prepared it, or, "
+            "when that context is destroyed (its heap went with it), assign it a fresh Workspace.");
+  EXPECT_TRUE(second.is_symmetric(data)) << "release() freed nothing of this heap";
+  std::vector<unsigned char> host(size_t{8} << 20);
+  IRIS_CUDA_CHECK(cudaMemcpy(host.data(), data, host.size(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::count(host.begin(), host.end(), 0x5A), static_cast<std::ptrdiff_t>(host.size()))
+      << "no byte of the new context's data changed";
+  ws = Workspace();  // what the release refusal says to do
+  ccl::all_reduce_preamble(second, out, in, cfg, ws);
+  ccl::all_reduce(second, out, in, cfg, ws);
+  IRIS_CUDA_CHECK(cudaStreamSynchronize(second.stream()));
+  release(second, ws);
+  second.free(data);
 }
 
 // A view that lies in the heap must lie within one live allocation of this rank's heap. An all_gather

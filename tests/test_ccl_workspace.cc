@@ -529,6 +529,28 @@ TEST(CclWorkspace, ReleaseWaitsForEveryRanksDeviceBeforeFreeing) {
   for (auto& t : threads) t.join();
 }
 
+// A free that throws partway through release() (a heap guard check after a sticky CUDA error) leaves the
+// workspace fresh all the same, with its other arrays freed: before 2026-12-06 it kept every pointer, and
+// the next release() freed the arrays already freed again (or a preamble zeroed whatever the heap had
+// placed there since).
+TEST(CclWorkspace, ReleaseEmptiesTheWorkspaceWhenAFreeThrows) {
+  FakeHost host;
+  Workspace ws;
+  WorkspaceNeeds needs = lock_needs(512, 512, 64, 64);
+  needs.flags = 64;
+  needs.block_state = 14;
+  ws.prepare(host, spinlock_sig(512, 512, 64, 64), needs);
+  ASSERT_EQ(host.live, 3);
+  host.free_fails_at = 1;  // the second array's free
+  EXPECT_EQ(test::error_text<std::runtime_error>([&] { ws.release(host); }), "fake device: a free failed");
+  EXPECT_FALSE(ws.prepared());
+  EXPECT_EQ(ws.any_array(), nullptr);
+  EXPECT_EQ(ws.lock_capacity() + ws.flag_capacity() + ws.block_state_capacity(), 0u);
+  EXPECT_EQ(host.live, 1) << "the other two arrays are freed; the one whose free threw stays with the heap";
+  EXPECT_NO_THROW(ws.release(host)) << "nothing is freed twice";
+  EXPECT_EQ(host.live, 1);
+}
+
 // A rank whose zeroing or allocation fails in a preamble or a reservation (a sticky CUDA error, a full heap)
 // says so in the step's last exchange: it raises its own error, its peer a RemoteError naming it, at once.
 // Before 2026-12-05 it left before that exchange, and its peer waited out the bootstrap timeout (300 s by
@@ -1358,8 +1380,27 @@ TEST(CclWorkspace, AWorkspaceOfAnotherContextsHeapIsRefused) {
             "all_reduce: the workspace's arrays are not on this context's heap (it was prepared with another Context, "
             "or with one since destroyed); give this context a workspace of its own (on every rank).");
   EXPECT_EQ(second.allocs, 0);
+  // Nor does another host free them (after its wait, so its peers do not wait for it).
+  const std::string release_refused =
+      "release: the workspace's arrays are not on this context's heap (it was prepared with another Context, or "
+      "with one since destroyed); nothing was freed. Release it with the context that prepared it, or, when that "
+      "context is destroyed (its heap went with it), assign it a fresh Workspace.";
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ws.release(second); }), release_refused);
+  EXPECT_EQ(first.live, 1);
+  EXPECT_EQ(second.device_syncs, 1) << "the refusal comes after the collective wait";
+  // A heap created at the addresses of a destroyed one holds them inside its own allocations (holds() is
+  // true): the heap's id tells them apart. Before 2026-12-06 its preamble took them for its own, zeroed
+  // them and let its kernels write locks into whatever it had allocated there.
+  FakeHost successor;
+  successor.holds_everything = true;
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ws.prepare(successor, sig, needs); }),
+            "all_reduce: the workspace's arrays are not on this context's heap (it was prepared with another Context, "
+            "or with one since destroyed); give this context a workspace of its own (on every rank).");
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ws.release(successor); }), release_refused);
+  EXPECT_EQ(first.live, 1);
   ws.prepare(first, sig, needs);  // its own host still takes it
   ws.release(first);
+  EXPECT_EQ(first.live, 0);
   Workspace fresh;
   fresh.prepare(second, sig, needs);  // a released or fresh workspace belongs to no heap yet
   fresh.release(second);

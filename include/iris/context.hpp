@@ -113,6 +113,10 @@ class Context {
 
   // ---- heap ------------------------------------------------------------------------------------
   size_t heap_size() const { return heap_size_; }
+  // A number no other Context of this process has had (from 1). A workspace records it with its arrays:
+  // a context created after another was destroyed may map its heap at the same addresses, where arrays of
+  // the destroyed heap would lie inside this one's allocations.
+  uint64_t heap_id() const { return heap_id_; }
   // Address at which rank r's heap is mapped in this rank's address space.
   char* heap_base(int r) const;
   std::vector<char*> heap_bases() const;
@@ -154,6 +158,8 @@ class Context {
   }
   template <typename T>
   T* full(size_t count, T value) {
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16,
+                  "Context::full fills elements of 1, 2, 4, 8 or 16 bytes");
     T* p = empty<T>(count);
     fill_pattern(p, &value, sizeof(T), count);
     return p;
@@ -220,6 +226,7 @@ class Context {
   cudaStream_t side_stream_ = nullptr;
   std::vector<cudaEvent_t> ordering_events_;
   size_t heap_size_ = 0;
+  uint64_t heap_id_ = 0;
   std::chrono::milliseconds device_timeout_{10000};
   uint64_t device_timeouts_ = 0;
   bool check_calls_ = false;

@@ -120,7 +120,7 @@ void require_not_capturing(const Context& ctx, OpKind op) {
 
 void require_of_context(const Context& ctx, const char* op, const char* preamble, const Workspace& ws) {
   const void* held = ws.any_array();
-  IRIS_CHECK_ARG(held == nullptr || ctx.is_symmetric(held), op,
+  IRIS_CHECK_ARG(held == nullptr || (ws.heap_id() == ctx.heap_id() && ctx.is_symmetric(held)), op,
                  ": the workspace's arrays are not on this context's heap (it was prepared with another Context, "
                  "or with one since destroyed); call ",
                  preamble, " with a workspace of this context (on every rank).");

@@ -168,6 +168,7 @@ Workspace& Workspace::operator=(Workspace&& other) noexcept {
     flag_capacity_ = std::exchange(other.flag_capacity_, 0);
     staging_capacity_ = std::exchange(other.staging_capacity_, 0);
     block_state_capacity_ = std::exchange(other.block_state_capacity_, 0);
+    heap_id_ = std::exchange(other.heap_id_, 0);
     calls_ = std::exchange(other.calls_, 0);
     timeouts_ = std::exchange(other.timeouts_, 0);
     order_ = std::move(other.order_);
@@ -293,7 +294,7 @@ void Workspace::prepare(WorkspaceHost& host, const OpSignature& sig, const Works
   static constexpr std::string_view kStale = "\x1e timed out since";
   // A workspace whose arrays another heap holds (another Context's, or a destroyed one's) says so in its
   // description, so that its peers raise with it rather than wait.
-  const bool foreign = any_array() != nullptr && !host.holds(any_array());
+  const bool foreign = !arrays_on(host);
   const std::string mine = sig.describe() + (foreign ? " on a workspace of another context's heap" : "");
   const bool stale = prepared_ && host.device_timeouts() != timeouts_;
   static constexpr char kStateMark = '\x1d';
@@ -381,6 +382,7 @@ void Workspace::allocate_missing(WorkspaceHost& host, const WorkspaceNeeds& need
     // Recorded before the zeroing, which can fail: the array is then released with the workspace, not lost.
     ptr = static_cast<std::remove_reference_t<decltype(ptr)>>(p);
     capacity = need;
+    heap_id_ = host.heap_id();
     host.zero(p, need * elem);
   };
   grow(locks_, lock_capacity_, needs.locks, sizeof(uint32_t));
@@ -424,6 +426,11 @@ void Workspace::check_call(WorkspaceHost& host, const OpSignature* sig, std::str
         ". Every rank must make the same calls on a workspace, in the same order, "
         "with the same shapes and config."));
   }
+}
+
+bool Workspace::arrays_on(const WorkspaceHost& host) const {
+  const void* array = any_array();
+  return array == nullptr || (heap_id_ == host.heap_id() && host.holds(array));
 }
 
 const void* Workspace::any_array() const {
@@ -485,13 +492,34 @@ void Workspace::release_all(WorkspaceHost& host, std::initializer_list<Workspace
   // corrupt: nothing is freed before every device has ended its kernels. A rank whose device failed
   // frees too, and raises the error last.
   const std::exception_ptr failed = wait_for_every_device(host);
+  // A workspace whose arrays this heap does not hold (prepared with another Context, or one since destroyed,
+  // whose heap this one may have replaced at the same addresses) is not this host's to free: freeing them
+  // could release a live allocation of this heap. Nothing of the call is freed on this rank; its peers have
+  // freed theirs.
+  for (const Workspace* ws : workspaces)
+    IRIS_CHECK_ARG(ws->arrays_on(host),
+                   "release: the workspace's arrays are not on this context's heap (it was prepared with another "
+                   "Context, or with one since destroyed); nothing was freed. Release it with the context that "
+                   "prepared it, or, when that context is destroyed (its heap went with it), assign it a fresh "
+                   "Workspace.");
+  // Every array is freed and every workspace emptied even when a free throws (a guard check after a sticky
+  // CUDA error): a workspace left holding arrays already freed would free them again, or reach whatever the
+  // heap places there next. The first error is raised, after the device's.
+  std::exception_ptr free_failed;
   for (Workspace* ws : workspaces) {
     for (void* p : {static_cast<void*>(ws->locks_), static_cast<void*>(ws->flags_), ws->staging_,
-                    static_cast<void*>(ws->block_state_)})
-      if (p != nullptr) host.free(p);
+                    static_cast<void*>(ws->block_state_)}) {
+      if (p == nullptr) continue;
+      try {
+        host.free(p);
+      } catch (...) {
+        if (!free_failed) free_failed = std::current_exception();
+      }
+    }
     *ws = Workspace();
   }
   if (failed) std::rethrow_exception(failed);
+  if (free_failed) std::rethrow_exception(free_failed);
 }
 
 void reserve_workspace(Context& ctx, Workspace& ws, const WorkspaceNeeds& needs) {
@@ -515,6 +543,7 @@ std::vector<std::string> ContextWorkspaceHost::allgather(std::string_view mine) 
 }
 uint64_t ContextWorkspaceHost::device_timeouts() const { return ctx_.device_timeouts(); }
 bool ContextWorkspaceHost::holds(const void* ptr) const { return ctx_.is_symmetric(ptr); }
+uint64_t ContextWorkspaceHost::heap_id() const { return ctx_.heap_id(); }
 int64_t ContextWorkspaceHost::heap_offset(const void* ptr) const {
   return ctx_.is_symmetric(ptr) ? static_cast<int64_t>(ctx_.offset_of(ptr)) : -1;
 }

@@ -2,6 +2,7 @@
 
 #include <nvtx3/nvToolsExtMem.h>
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -205,6 +206,8 @@ std::unique_ptr<Context> Context::create_from_env(const ContextOptions& options)
 Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& options)
     : bootstrap_(std::move(bootstrap)) {
   IRIS_CHECK_ARG(bootstrap_ != nullptr, "Context needs a bootstrap.");
+  static std::atomic<uint64_t> contexts{0};
+  heap_id_ = ++contexts;
   rank_ = bootstrap_->rank();
   world_size_ = bootstrap_->world_size();
   set_thread_rank(rank_, world_size_);

@@ -3,6 +3,7 @@
 // counted; allgather runs over a thread bootstrap when one is given, else over this rank alone.
 #pragma once
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -35,13 +36,15 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
     return p;
   }
   void free(void* p) override {
+    if (free_fails_at >= 0 && frees++ == free_fails_at) throw std::runtime_error("fake device: a free failed");
     if (blocks_.erase(p) == 0) throw std::invalid_argument("fake host: free of a pointer it did not allocate");
     offsets_.erase(p);
     --live;
     std::free(p);
   }
   // The start of a live allocation of this host (what a workspace passes).
-  bool holds(const void* p) const override { return blocks_.count(const_cast<void*>(p)) > 0; }
+  bool holds(const void* p) const override { return holds_everything || blocks_.count(const_cast<void*>(p)) > 0; }
+  uint64_t heap_id() const override { return id_; }
   // With `offsets`, each allocation's offset in a heap laid out in allocation order (never reused), as a
   // Context's heap gives the same offset on every rank for the same collective allocation; else -1.
   int64_t heap_offset(const void* p) const override {
@@ -80,9 +83,19 @@ class FakeWorkspaceHost final : public ccl::WorkspaceHost {
   uint64_t heap_calls = 0;
   uint64_t heap_hash = 0;
   bool offsets = false;  // heap_offset() says where each allocation lies (see there)
+  // holds() is true of any pointer, as a heap created at the addresses of a destroyed one, whose
+  // allocations there contain the destroyed heap's arrays.
+  bool holds_everything = false;
+  int frees = 0;
+  int free_fails_at = -1;  // the free() of that index (from 0) throws, as a guard check after a sticky CUDA error
 
  private:
   std::shared_ptr<Bootstrap> bs_;
+  const uint64_t id_ = next_id();
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> hosts{0};
+    return ++hosts;
+  }
   std::set<void*> blocks_;
   std::map<void*, int64_t> offsets_;
   int64_t next_offset_ = 0;

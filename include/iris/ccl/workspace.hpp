@@ -76,9 +76,13 @@ class WorkspaceHost {
   virtual uint64_t allocation_count() const { return 0; }
   virtual uint64_t allocation_hash() const { return 0; }
   // True when ptr lies in a live allocation of this host's heap (Context::is_symmetric): a workspace whose
-  // arrays do not was prepared with another Context, or with one since destroyed, and its kernels would
-  // reach peers at offsets of another heap.
+  // arrays do not was prepared with another Context, or with one since destroyed (or its arrays were freed
+  // behind its back), and its kernels would reach peers at offsets of another heap.
   virtual bool holds(const void* ptr) const = 0;
+  // A number no other heap of this process has had (Context::heap_id()). A workspace records it with its
+  // arrays: a heap created after another was destroyed may lie at the same addresses, where holds() would
+  // take the destroyed heap's arrays for live allocations of its own.
+  virtual uint64_t heap_id() const = 0;
   // Byte offset of ptr, a live allocation of this host's heap, within the heap (Context::offset_of), the
   // same on every rank for the same collective allocation; -1 for a host without a heap of its own.
   virtual int64_t heap_offset(const void* ptr) const {
@@ -213,8 +217,15 @@ class Workspace {
   // One of the arrays this workspace holds (null when it holds none): every array of a workspace comes from
   // the heap of the host that allocated it.
   const void* any_array() const;
+  // True when this workspace holds no arrays, or holds them on `host`'s heap: allocated there (the heap's
+  // id, recorded with them) and still live allocations of it.
+  bool arrays_on(const WorkspaceHost& host) const;
+  // The heap_id() of the host whose heap holds the arrays (0 while it holds none).
+  uint64_t heap_id() const { return heap_id_; }
   // Collective: waits until no kernel of any rank can still reach the arrays (each rank's device
-  // synchronized, then every rank), then frees every array.
+  // synchronized, then every rank), then frees every array and leaves the workspace fresh, also when a free
+  // throws (the first error is raised after). A workspace whose arrays are not on this host's heap
+  // (arrays_on) is refused after the wait, with nothing freed on that rank.
   void release(WorkspaceHost& host);
 
   uint32_t* locks() const { return locks_; }
@@ -261,6 +272,7 @@ class Workspace {
   size_t flag_capacity_ = 0;
   size_t staging_capacity_ = 0;
   size_t block_state_capacity_ = 0;
+  uint64_t heap_id_ = 0;
   uint64_t calls_ = 0;
   uint64_t timeouts_ = 0;
   CallOrder order_;
@@ -282,6 +294,7 @@ class ContextWorkspaceHost final : public WorkspaceHost {
   uint64_t allocation_count() const override;
   uint64_t allocation_hash() const override;
   bool holds(const void* ptr) const override;
+  uint64_t heap_id() const override;
   int64_t heap_offset(const void* ptr) const override;
   bool capturing() const override;
 
