@@ -81,5 +81,45 @@ TEST(CallOrderGpu, EagerCallsKeepTheirOrderWhenCallsCapturedBetweenThemCameFirst
   IRIS_CUDA_CHECK(cudaFree(words));
 }
 
+// A first eager call on a stream holds it for 100 ms and sets a word; the stream is destroyed at once (its
+// work goes on) and another created, which the driver may give the same handle; the second call, on the new
+// stream, reads the word and must find it set. Before 2026-12-06 CallOrder compared handles: a reused one
+// looked like the first call's own stream, ordered by itself, and the second call skipped its wait. Streams
+// are created and destroyed until a handle is reused (the skip says so when none is in 64 tries); the calls
+// on streams whose handles differ are checked as well.
+TEST(CallOrderGpu, AStreamThatReusesADestroyedStreamsHandleStillWaits) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  unsigned* words = nullptr;  // [0]: set by the first call; [1]: what the second saw
+  IRIS_CUDA_CHECK(cudaMalloc(&words, 2 * sizeof(unsigned)));
+  int reused = 0, tries = 0;
+  for (; tries < 64 && reused < 2; ++tries) {
+    IRIS_CUDA_CHECK(cudaMemset(words, 0, 2 * sizeof(unsigned)));
+    IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+    CallOrder order;
+    cudaStream_t first = nullptr, second = nullptr;
+    IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&first, cudaStreamNonBlocking));
+    order.before(first);
+    hold_then_set<<<1, 1, 0, first>>>(words, 100'000'000ull);
+    IRIS_CUDA_CHECK_LAUNCH();
+    order.after(first);
+    IRIS_CUDA_CHECK(cudaStreamDestroy(first));
+    IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking));
+    const bool same_handle = second == first;
+    order.before(second);
+    look<<<1, 1, 0, second>>>(words, words + 1);
+    IRIS_CUDA_CHECK_LAUNCH();
+    order.after(second);
+    IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+    IRIS_CUDA_CHECK(cudaStreamDestroy(second));
+    unsigned seen = 0;
+    IRIS_CUDA_CHECK(cudaMemcpy(&seen, words + 1, sizeof(seen), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(seen, 1u) << "the second call ran before the first had finished ("
+                        << (same_handle ? "its stream reused the first's handle" : "another handle") << ")";
+    reused += same_handle ? 1 : 0;
+  }
+  IRIS_CUDA_CHECK(cudaFree(words));
+  if (reused == 0) GTEST_SKIP() << "the driver reused no stream handle in " << tries << " tries: the case is not shown";
+}
+
 }  // namespace
 }  // namespace iris
