@@ -180,7 +180,13 @@ std::string error_frame(ErrKind kind, const std::string& message) {
 
 enum class Io { kOk, kClosed, kTimeout };
 
-bool peer_gone(int err) { return err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ECONNABORTED; }
+// Errors after which nothing more goes through the connection: the peer closed or reset it, or its host or
+// network became unreachable (a rank's node gone). Each is a closed connection, a rank's death or the store's
+// loss, said by rank, not an error of the store itself.
+bool peer_gone(int err) {
+  return err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ECONNABORTED || err == ETIMEDOUT ||
+         err == EHOSTUNREACH || err == ENETUNREACH || err == ENETDOWN || err == EHOSTDOWN;
+}
 
 // Writes all of `data` to a non-blocking socket.
 Io send_all(int fd, std::string_view data, Clock::time_point deadline) {
@@ -636,7 +642,7 @@ class StoreServer {
       throw ProtocolError(str_cat("unknown collective ", int(kind)));
     if (kind == Kind::kBroadcast && (root < 0 || root >= world_)) throw ProtocolError("broadcast root out of range");
     if (failed_) {
-      send_to(c, error_frame(fail_kind_, fail_message_));
+      send_to(c, error_frame(fail_kind_, fail_message_), Clock::now() + timeout_);
       return;
     }
     if (!all_connected_) throw ProtocolError("collective before the welcome");
@@ -718,17 +724,20 @@ class StoreServer {
 
   // Rank 0 (this process) is served last: once its own client has the answer it may go on and
   // even exit, which would end this thread before the other ranks got theirs.
+  // One deadline for the whole fan-out: ranks that do not read (stopped, their node silent) then hold this
+  // thread, which also serves aborts and deaths, for one timeout in all rather than one each.
   void send_to_all_host_last(const std::string& frame) {
+    const Clock::time_point deadline = Clock::now() + timeout_;
     for (int i = 1; i <= world_ && !failed_; ++i) {
       Conn* c = by_rank_[i % world_];
-      if (c != nullptr) send_to(*c, frame);
+      if (c != nullptr) send_to(*c, frame, deadline);
     }
   }
 
   // Sends to a registered rank; a rank that cannot be written to is treated as dead.
-  void send_to(Conn& c, const std::string& frame) {
+  void send_to(Conn& c, const std::string& frame, Clock::time_point deadline) {
     if (c.closed) return;
-    Io io = send_all(c.fd.get(), frame, Clock::now() + timeout_);
+    Io io = send_all(c.fd.get(), frame, deadline);
     if (io != Io::kOk) drop(c, /*died=*/true);
   }
 
@@ -741,8 +750,9 @@ class StoreServer {
     arrived_ = 0;
     IRIS_LOG_DEBUG("bootstrap store on ", where_, ": ", message);
     std::string frame = error_frame(kind, message);
+    const Clock::time_point deadline = Clock::now() + timeout_;
     for (Conn& c : conns_)
-      if (!c.closed && c.rank >= 0) send_to(c, frame);
+      if (!c.closed && c.rank >= 0) send_to(c, frame, deadline);
   }
 
   void drop(Conn& c, bool died) {
@@ -835,7 +845,7 @@ class TcpBootstrap final : public Bootstrap {
   ~TcpBootstrap() override {
     try {
       std::unique_lock lock(write_mu_, std::defer_lock);
-      if (sock_.valid() && lock_within(lock, milliseconds(1000))) {
+      if (sock_.valid() && lock_within(lock, milliseconds(1000)) && !sent_partly_) {
         // The goodbye tells the store this is a normal exit, not a dead process.
         (void)send_all(sock_.get(), FrameWriter(Msg::kGoodbye).finish(), Clock::now() + milliseconds(1000));
         ::shutdown(sock_.get(), SHUT_WR);
@@ -872,10 +882,7 @@ class TcpBootstrap final : public Bootstrap {
   void abort(const std::string& reason) noexcept override {
     try {
       record_failure(ErrKind::kRemote, str_cat("rank ", info_.rank, " failed: ", reason));
-      // Bounded: another thread of this rank may be in the middle of sending a collective.
-      std::unique_lock lock(write_mu_, std::defer_lock);
-      if (sock_.valid() && lock_within(lock, milliseconds(1000)))
-        (void)send_all(sock_.get(), FrameWriter(Msg::kAbort).bytes(reason).finish(), Clock::now() + milliseconds(1000));
+      tell_store(reason);
     } catch (...) {
       // abort() promises not to throw; the local failure is recorded whatever happens to the send.
     }
@@ -1043,9 +1050,27 @@ class TcpBootstrap final : public Bootstrap {
     std::abort();  // unreachable: a failure was just recorded
   }
 
+  // A store that answered what this rank cannot read: its peers are told, as by abort(), rather than left to
+  // wait for it in their next collective until the timeout.
   [[noreturn]] void fail_protocol(const std::string& what) {
-    fail_and_throw(ErrKind::kError,
-                   str_cat("iris bootstrap: unexpected answer from the bootstrap store at ", where_, " (", what, ")"));
+    const std::string message =
+        str_cat("iris bootstrap: unexpected answer from the bootstrap store at ", where_, " (", what, ")");
+    record_failure(ErrKind::kError, message);
+    try {
+      tell_store(message);
+    } catch (...) {
+    }
+    throw_if_failed();
+    std::abort();  // unreachable: a failure was just recorded
+  }
+
+  // Sends the store an abort with `reason`, bounded: another thread of this rank may be in the middle of
+  // sending a collective. Nothing is written after a send left a frame partly written: the abort's bytes
+  // would be read as the rest of that frame.
+  void tell_store(const std::string& reason) {
+    std::unique_lock lock(write_mu_, std::defer_lock);
+    if (sock_.valid() && lock_within(lock, milliseconds(1000)) && !sent_partly_)
+      (void)send_all(sock_.get(), FrameWriter(Msg::kAbort).bytes(reason).finish(), Clock::now() + milliseconds(1000));
   }
 
   std::vector<std::string> collective(Kind kind, int root, std::string_view payload) {
@@ -1062,6 +1087,13 @@ class TcpBootstrap final : public Bootstrap {
     {
       std::lock_guard lock(write_mu_);
       io = send_all(sock_.get(), request, deadline);
+      // A frame cut off by the deadline leaves the stream unreadable: nothing more is written to it (the store
+      // would take the next frame's bytes for this one's rest, or for a whole request), and the store reads
+      // the shutdown as this rank's end.
+      if (io == Io::kTimeout) {
+        sent_partly_ = true;
+        ::shutdown(sock_.get(), SHUT_WR);
+      }
     }
     if (io == Io::kTimeout)
       fail_and_throw(ErrKind::kTimeout, str_cat("iris bootstrap: timed out after ", format_seconds(timeout_ + grace()),
@@ -1099,6 +1131,7 @@ class TcpBootstrap final : public Bootstrap {
   uint64_t seq_ = 0;
   uint64_t exchanges_ = 0;
   std::mutex write_mu_;  // abort() may send while another thread is in a collective
+  bool sent_partly_ = false;  // a send timed out partway through a frame (under write_mu_)
 
   std::mutex fail_mu_;
   bool failed_ = false;
