@@ -18,10 +18,12 @@
 //   4. after a host barrier, the two NCCL graphs and one iris variant's are replayed in turns, `warmup`
 //      rounds untimed and `repeats` rounds timed (CUDA events between the replays), so that none gains
 //      from its place in the run; NCCL's graphs are timed again with each iris variant;
-//   5. the input changes (a new seed on every rank), and each is replayed once more into a poisoned output,
-//      which is checked against the new input's results: a call that read a peer's data of an earlier call
-//      (a wait it skipped) would pass with the timed replays' input, the same in every call. The input is
-//      then set back for the next variant.
+//   5. the input changes (a new seed on every rank), and each makes one direct call into a poisoned output,
+//      then is replayed once more into a poisoned output, each output checked against the new input's
+//      results: a call that read a peer's data of an earlier call (a wait it skipped) would pass with the
+//      timed replays' input, the same in every call. The direct call is the first on the new input, the
+//      one such a read would get wrong; in the replay only the last of `iters` calls is seen, after calls
+//      on the same input. The input is then set back for the next variant.
 // The per-call time of a rank is the median over the timed replays; the table shows the maximum over ranks.
 // With --eager, step 3 captures nothing: steps 4 and 5 make batches of `iters` direct calls instead of
 // replays, for every implementation alike, so the times carry each one's host cost per call (launches,
@@ -120,20 +122,27 @@ void ready(iris::Context& ctx, const Options& o, const Expectation& e, Subject& 
   prepare_timed(ctx, s.timed, o.iters, o.gpu_timeout_s, o.eager, /*eager_first=*/false, /*direct_fallback=*/false);
 }
 
-// Collective. Step 5 for a subject step 4 timed without error, after the input changed to `e`'s: one more
-// replay into a poisoned output (the subjects share buffers, so the last timed replay's output may be
-// another's), checked against `e`; then the column's wrong count (with the eager call's) and note.
+// Collective. Step 5 for a subject step 4 timed without error, after the input changed to `e`'s: one direct
+// call, then one more replay, each into a poisoned output (the subjects share buffers, so the last timed
+// replay's output may be another's) and checked against `e`; then the column's wrong count (with the eager
+// call's) and note.
 void check_replay(iris::Context& ctx, const Options& o, const Expectation& e, const Subject& s, Column& c) {
   if (!o.check) return;
   cudaStream_t stream = ctx.stream();
   int64_t wrong_replay = 0;
   const std::string err =
       agree(ctx, try_step([&] {
+              // The first call on the new input: the one that would read a peer's data of the input before.
+              poison(e.problem, s, stream);
+              s.timed.call();
+              wait_stream(stream, s.timed.what + " (first call after the timing)", o.gpu_timeout_s, ctx.rank());
+              if (s.timed.after_drain) s.timed.after_drain();
+              wrong_replay = static_cast<int64_t>(count_wrong(s.out, e, stream));
               poison(e.problem, s, stream);
               s.timed.turn(stream, o.iters).launch();
               wait_stream(stream, s.timed.what + " (replay after the timing)", o.gpu_timeout_s, ctx.rank());
               if (s.timed.after_drain) s.timed.after_drain();
-              wrong_replay = static_cast<int64_t>(count_wrong(s.out, e, stream));
+              wrong_replay += static_cast<int64_t>(count_wrong(s.out, e, stream));
             }));
   if (!err.empty()) {
     c.error = "check after the replays: " + err;

@@ -21,9 +21,11 @@ double Record::algbw(const Column& c) const {
 double Record::busbw(const Column& c) const { return algbw(c) * bus_factor(problem.op, problem.world); }
 
 double Record::ratio() const {
+  // The faster NCCL column whose check passed (or that was not checked: -c 0): a fast but wrong NCCL result is
+  // no bar to hold iris to.
   double best = std::nan("");
   for (const Column* c : {&nccl, &nccl_sym}) {
-    if (c->measured() && !(best <= c->time_us)) best = c->time_us;
+    if (c->measured() && c->wrong <= 0 && !(best <= c->time_us)) best = c->time_us;
   }
   if (!iris.measured() || !std::isfinite(best)) return std::nan("");
   return best / iris.time_us;

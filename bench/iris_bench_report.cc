@@ -266,7 +266,8 @@ void print_fused_preamble(const Options& o, const MachineInfo& m, bool nccl_on) 
       "is partly the power budget's\n");
   if (o.check) {
     std::printf(
-        "# rel_diff = max over ranks of max |fused - seq| / max |seq| (the eager call, and a replay after the timing on a new A against the sequential path's result for it); "
+        "# rel_diff = max over ranks of max |fused - seq| / max |seq| (the eager call, and the first call and a replay "
+        "after the timing on a new A, against the sequential path's result for it); "
         "#wrong = elements with |fused - seq| > 2^-6 max |seq|, summed over ranks\n");
   } else {
     std::printf("# check off (-c 0): rel_diff and #wrong not computed\n");

@@ -52,7 +52,8 @@ struct FusedRecord {
   Column gemm;                     // the sequential path's GEMM alone
   double rel_diff = std::nan("");  // max over ranks of max |fused - seq| / max |seq|; NaN when not compared
   bool fused_direct = false;       // fused timed as direct launches (its CUDA graph capture failed)
-  std::string wrong_where;         // which checks found wrong elements ("eager call", "replay after the timing", both)
+  std::string wrong_where;  // which checks found wrong elements ("eager call", "calls after the timing" (the first call
+                            // on a new input and a replay), both)
 
   // The GEMM work of one rank: 1/W of the global 2*M*N*K, whichever dimension the op splits, except for
   // all_gather_matmul_k_sharded, whose every rank multiplies the whole gathered A by B (2*M*N*K).

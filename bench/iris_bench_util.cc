@@ -274,9 +274,9 @@ std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const 
 }
 
 std::string wrong_where(double wrong_eager, double wrong_replay) {
-  if (wrong_eager > 0 && wrong_replay > 0) return "eager call and replay after the timing";
+  if (wrong_eager > 0 && wrong_replay > 0) return "eager call and calls after the timing";
   if (wrong_eager > 0) return "eager call";
-  if (wrong_replay > 0) return "replay after the timing";
+  if (wrong_replay > 0) return "calls after the timing";
   return "";
 }
 

@@ -2,6 +2,7 @@
 // is met, missed or not measured, and what its verdict says, from rows made here as the tables fill them.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,17 @@ TEST(BenchTargets, AllReduceLatencyAndBandwidthReadTheAutoRowAtTheirSize) {
   rows[3].iris.wrong = 12;
   EXPECT_EQ(find(check_collective_targets(rows), "all_reduce auto at 256 MiB: at least 355 GB/s busbw").measured,
             "iris 12 wrong elements");
+}
+
+// The ratio's NCCL is the faster of the columns whose check passed: a wrong NCCL result (#wrong > 0), however
+// fast, is not the bar. Before 2026-12-06 it was taken as the best NCCL.
+TEST(BenchTargets, TheRatioIsAgainstTheFasterNcclWhoseCheckPassed) {
+  Record r = row(Op::kAllReduce, kMiB, 10, 8, 12);
+  EXPECT_DOUBLE_EQ(r.ratio(), 0.8);
+  r.nccl.wrong = 5;
+  EXPECT_DOUBLE_EQ(r.ratio(), 1.2) << "the symmetric window's time, the plain NCCL being wrong";
+  r.nccl_sym.wrong = 1;
+  EXPECT_TRUE(std::isnan(r.ratio())) << "no correct NCCL: no ratio";
 }
 
 TEST(BenchTargets, ParityNeedsEverySizeFromOneKiBToOneGiBAgainstTheBestNccl) {
