@@ -892,6 +892,37 @@ TEST_P(FusedGpu, AtomicCallsOfGrowingShapesBackToBackOnOneWorkspace) {
       options());
 }
 
+// Unfused matmul_all_reduce calls of three sizes, whose all_reduce `auto` takes different variants (at 2 ranks:
+// two_shot at 4 MiB, with flags; the LL one_shot at 1 MiB, with more staging and no flags; two_shot at 2 MiB),
+// each shape's preamble in turn on one workspace, then all the calls, back to back. A preamble whose collective
+// needs more than the workspace holds re-allocates it: since 2026-12-06 with arrays that hold both what it held
+// and the new call's needs. Before, it prepared it afresh for the new call only, so a later call of an earlier
+// shape found its arrays gone ("Flags array too small: have 256 but need 512", found by reading the code), and
+// running that shape's preamble again took the other's: no order of preambles served every shape.
+TEST_P(FusedGpu, UnfusedPreamblesOfShapesInTurnKeepEachOthersCollectiveArrays) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is unfused";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const Shape shapes[] = {{256, 8192, 64}, {64, 8192, 64}, {128, 8192, 64}};
+        std::vector<std::unique_ptr<Problem>> problems;
+        std::vector<FusedConfig> configs;
+        for (const Shape& shape : shapes) {
+          const Flavor flavor{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot};
+          problems.push_back(std::make_unique<Problem>(ctx, flavor, Case{shape, kBF16, kBF16, false, kGemmTileLarge}));
+          configs.push_back(config_for(flavor, kGemmTileLarge, /*pipelined=*/false));
+        }
+        FusedWorkspace ws;
+        for (size_t i = 0; i < problems.size(); ++i)
+          matmul_all_reduce_preamble(ctx, problems[i]->operands(), configs[i], ws);
+        call_back_to_back_and_check(ctx, problems, configs, ws, 1500,
+                                    [&](size_t i) { return "unfused " + shape_name(shapes[i]); });
+        release_workspace(ctx, ws);
+      },
+      options());
+}
+
 // A workspace prepared for the band pipeline (min_band_tiles 1) meets a call of the same operands below
 // its threshold, which runs the GEMM and then the iris::ccl collective: its workspace was never
 // prepared, so every rank refuses the call, before any launch, with the same message; after the

@@ -1035,7 +1035,8 @@ GemmArguments unfused_gemm_split_k(const FusedPlan& p, const MatmulOperands& mm,
 // collective's workspace is the op's own business: auto may pick another variant for another size, whose
 // arrays the workspace prepared for an earlier call cannot hold. Then every rank raised together (the
 // fused preamble has just agreed on the operands, so the collective's parameters and capacities are the
-// same everywhere), and every rank frees it, once no call may still use it, and prepares it afresh.
+// same everywhere), and every rank frees it, once no call may still use it, reserves it anew with arrays
+// that hold both what it held and this call's needs, and prepares it.
 void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& mm, FusedWorkspace& ws) {
   const CollectiveViews v = collective_views(p.sig.op, mm, ws.staging(), ctx.rank(), ctx.world_size());
   auto prepare = [&] {
@@ -1060,9 +1061,27 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
   try {
     prepare();
   } catch (const WorkspaceTooSmall&) {
-    if (ws.captured()) throw_captured(preamble_name(p.sig.op), "collective");
+    // Whether a call of the workspace was captured is this rank's own state: agreed, so that a rank that
+    // refuses tells its peers, which would otherwise wait for it in the release below.
+    iris::detail::agree(ctx.bootstrap(), "to re-allocate its collective workspace", [&] {
+      if (ws.captured()) throw_captured(preamble_name(p.sig.op), "collective");
+    });
+    // Arrays grown to hold both what the workspace held and this call's needs: prepared afresh for this
+    // call only, an earlier shape's call would no longer fit (before 2026-12-06: the preambles of shapes whose
+    // collectives need more staging and more flags, in turn, each freed what the other needed).
+    ccl::WorkspaceNeeds grown;
+    grown.locks = ws.collective().lock_capacity();
+    grown.flags = ws.collective().flag_capacity();
+    grown.staging_bytes = ws.collective().staging_capacity();
+    grown.block_state = ws.collective().block_state_capacity();
+    const ccl::Config auto_config;
+    const int w = ctx.world_size();
+    grown.include(p.sig.op == OpKind::kMatmulAllReduce       ? ccl::all_reduce_needs(v.out, v.in, auto_config, w)
+                  : p.sig.op == OpKind::kMatmulReduceScatter ? ccl::reduce_scatter_needs(v.out, v.in, auto_config, w)
+                                                             : ccl::all_gather_needs(v.out, v.in, auto_config, w));
     ccl::ContextWorkspaceHost host(ctx);
     ws.collective().release(host);  // waits until no call of any rank still reaches the arrays
+    ccl::reserve_workspace(ctx, ws.collective(), grown);
     prepare();
   }
 }
@@ -1209,27 +1228,30 @@ void run_pipeline(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& p, co
 void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
             cudaStream_t stream) {
   const iris::detail::DeviceGuard device(ctx.device());
+  // The paths' own checks run within the comparison across ranks (IRIS_CHECK_CALLS): the unfused path's read
+  // this rank's state too (a device error since the collective workspace's preamble), so a rank that refuses
+  // says so to its peers, which raise with it. Before 2026-12-06 they ran after the comparison: the peers
+  // launched their GEMM and collective and met a TimeoutError waiting for the rank that refused. And before
+  // the workspace is marked captured: a call refused during a capture put nothing in the graph.
+  std::optional<GemmArguments> single;
+  std::optional<UnfusedSteps> unfused;
   const FusedPlan p = ccl::detail::checked_call(
       ctx, ws,
       [&] {
         FusedPlan plan = context_plan(plan_fn, ctx, mm, config);
         check_launch(ctx, mm, plan, ws);
+        if (mm.c.numel() == 0) return plan;
+        if (ctx.world_size() == 1) {
+          single = single_rank_gemm(mm);
+          check_gemm_in(plan.sig.op, *single, ws);
+        } else if (plan.unfused) {
+          unfused = unfused_steps(ctx, mm, plan, ws);
+          check_unfused(ctx, *unfused, plan.sig.op, ws);
+        }
         return plan;
       },
       [](const FusedPlan& plan) -> const ccl::OpSignature& { return plan.sig; });
   if (mm.c.numel() == 0) return;
-  // The paths' own checks, after the comparison across ranks (IRIS_CHECK_CALLS), so that calls that differ
-  // are named as such first; every rank then has the same plan and preamble, and all refuse here or none.
-  // And before the workspace is marked captured: a call refused during a capture put nothing in the graph.
-  std::optional<GemmArguments> single;
-  std::optional<UnfusedSteps> unfused;
-  if (ctx.world_size() == 1) {
-    single = single_rank_gemm(mm);
-    check_gemm_in(p.sig.op, *single, ws);
-  } else if (p.unfused) {
-    unfused = unfused_steps(ctx, mm, p, ws);
-    check_unfused(ctx, *unfused, p.sig.op, ws);
-  }
   const cudaStream_t on = ccl::detail::pick_stream(ctx, stream);
   if (iris::detail::capturing(on)) ws.mark_captured();
   // The GEMM's split-K buffer, the flags and the staging serve one call at a time: a call on another stream
