@@ -17,7 +17,6 @@ CallOrder& CallOrder::operator=(CallOrder&& other) noexcept {
     event_ = std::exchange(other.event_, nullptr);
     capture_event_ = std::exchange(other.capture_event_, nullptr);
     stream_ = std::exchange(other.stream_, nullptr);
-    stream_id_ = std::exchange(other.stream_id_, 0);
     eager_stream_id_ = std::exchange(other.eager_stream_id_, 0);
     capture_ = std::exchange(other.capture_, 0);
     called_ = std::exchange(other.called_, false);
@@ -48,29 +47,34 @@ unsigned long long capture_of(cudaStream_t stream) {
 }
 // The stream's id, which no other stream of the process has had: a stream destroyed while its call still
 // runs can hand its handle to the next stream created, which a handle compared by value would take for the
-// same stream, ordered by itself, and the next call there would skip its wait.
+// same stream, ordered by itself, and the next call there would skip its wait. The query is one that a
+// thread capturing a CUDA graph in global or thread-local mode may not make (cudaErrorStreamCaptureUnsupported,
+// which also invalidates the capture): made in relaxed mode, this thread's mode restored after.
 unsigned long long id_of(cudaStream_t stream) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  IRIS_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   unsigned long long id = 0;
-  IRIS_CUDA_CHECK(cudaStreamGetId(stream, &id));
+  const cudaError_t queried = cudaStreamGetId(stream, &id);
+  IRIS_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  IRIS_CUDA_CHECK(queried);
   return id;
 }
 }  // namespace
 
 void CallOrder::before(cudaStream_t stream) {
-  // One stream orders its calls itself: nothing to add when the last call, and the last eager one, were on it.
   if (!called_) return;
-  const unsigned long long id = id_of(stream);
-  if (id == stream_id_ && (!eager_called_ || id == eager_stream_id_)) return;
   const unsigned long long capture = capture_of(stream);
   if (capture == 0) {
     // An eager call waits for the last eager call, on whichever stream it was made, whatever calls were captured
     // since (their graphs' replays are another matter: see the class). Before 2026-12-06 a call captured in
     // between made this wait be skipped: eager calls on streams A, then B, with a capture on A between them,
-    // could run at once on one workspace.
-    if (eager_called_ && id != eager_stream_id_) IRIS_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+    // could run at once on one workspace. Streams are told apart by id (id_of).
+    if (eager_called_ && id_of(stream) != eager_stream_id_) IRIS_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
     return;
   }
-  if (capture != capture_ || id == stream_id_) return;  // across a capture's edge (see the class)
+  // Within one capture sequence the handles compare exactly: the last call's stream still takes part in it, so
+  // it was not destroyed, and no other stream has its handle.
+  if (capture != capture_ || stream == stream_) return;  // across a capture's edge (see the class)
   // Both calls in one capture sequence, which is still active, so the last call's stream still takes part in
   // it: what it has captured so far ends with the last call (and whatever the caller captured on it since,
   // which only adds an edge). Recorded now rather than after every captured call, so that a graph whose calls
@@ -83,16 +87,14 @@ void CallOrder::before(cudaStream_t stream) {
 
 void CallOrder::after(cudaStream_t stream) {
   const unsigned long long capture = capture_of(stream);
-  const unsigned long long id = id_of(stream);
   // Outside capture the record must be made now: by the next call on another stream this one may be gone.
   if (capture == 0) {
     create_event(event_);
     IRIS_CUDA_CHECK(cudaEventRecord(event_, stream));
-    eager_stream_id_ = id;
+    eager_stream_id_ = id_of(stream);
     eager_called_ = true;
   }
   stream_ = stream;
-  stream_id_ = id;
   capture_ = capture;
   called_ = true;
 }

@@ -24,10 +24,12 @@
 // an external wait before the first, so that replays and eager calls wait on each other's latest record;
 // not done (it adds two nodes per captured call, unmeasured, and needs a GPU to test).
 //
-// Streams are told apart by their ids (cudaStreamGetId), not their handles: a stream destroyed while its call
-// runs may hand its handle to the next stream created, whose calls must still wait for that call.
+// Eager calls' streams are told apart by their ids (cudaStreamGetId), not their handles: a stream destroyed
+// while its call runs may hand its handle to the next stream created, whose calls must still wait for that
+// call (within one capture the handles compare exactly: a stream taking part in it is not destroyed).
 //
-// Cost outside capture: a stream-id query, a capture-status query and an event record per call. The record sits between
+// Cost outside capture: a capture-status query, a stream-id query (between two capture-mode exchanges) and an
+// event record per call. The record sits between
 // a call's kernel and the next kernel of its stream, so a next collective launched with programmatic dependent launch
 // (src/ccl/ccl_common.cuh) can no longer be scheduled before this one ends: eager calls back to back may lose that
 // launch-latency overlap (not measured yet); captured calls keep it.
@@ -57,9 +59,9 @@ class CallOrder {
   void destroy() noexcept;
   cudaEvent_t event_ = nullptr;          // recorded after the last call made outside capture
   cudaEvent_t capture_event_ = nullptr;  // recorded within a capture, at a switch of streams
-  cudaStream_t stream_ = nullptr;        // the last call's stream (used only within its capture)
-  unsigned long long stream_id_ = 0;     // its id (cudaStreamGetId: a handle may be reused, an id is not)
-  unsigned long long eager_stream_id_ = 0;  // the last eager call's stream's id
+  cudaStream_t stream_ = nullptr;        // the last call's stream (compared and used only within its capture)
+  unsigned long long eager_stream_id_ = 0;  // the last eager call's stream's id (cudaStreamGetId: a handle may be
+                                            // reused by a stream created later, an id is not)
   unsigned long long capture_ = 0;       // the capture sequence the last call was made in; 0: none
   bool called_ = false;                  // a call was made (stream_ and capture_ say where)
   bool eager_called_ = false;            // a call was made outside capture (eager_stream_id_ says where)
