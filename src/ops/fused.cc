@@ -1228,30 +1228,27 @@ void run_pipeline(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& p, co
 void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws,
             cudaStream_t stream) {
   const iris::detail::DeviceGuard device(ctx.device());
-  // The paths' own checks run within the comparison across ranks (IRIS_CHECK_CALLS): the unfused path's read
-  // this rank's state too (a device error since the collective workspace's preamble), so a rank that refuses
-  // says so to its peers, which raise with it. Before 2026-12-06 they ran after the comparison: the peers
-  // launched their GEMM and collective and met a TimeoutError waiting for the rank that refused. And before
-  // the workspace is marked captured: a call refused during a capture put nothing in the graph.
-  std::optional<GemmArguments> single;
-  std::optional<UnfusedSteps> unfused;
   const FusedPlan p = ccl::detail::checked_call(
       ctx, ws,
       [&] {
         FusedPlan plan = context_plan(plan_fn, ctx, mm, config);
         check_launch(ctx, mm, plan, ws);
-        if (mm.c.numel() == 0) return plan;
-        if (ctx.world_size() == 1) {
-          single = single_rank_gemm(mm);
-          check_gemm_in(plan.sig.op, *single, ws);
-        } else if (plan.unfused) {
-          unfused = unfused_steps(ctx, mm, plan, ws);
-          check_unfused(ctx, *unfused, plan.sig.op, ws);
-        }
         return plan;
       },
       [](const FusedPlan& plan) -> const ccl::OpSignature& { return plan.sig; });
   if (mm.c.numel() == 0) return;
+  // The paths' own checks, after the comparison across ranks (IRIS_CHECK_CALLS), so that calls that differ
+  // are named as such first; every rank then has the same plan and preamble, and all refuse here or none.
+  // And before the workspace is marked captured: a call refused during a capture put nothing in the graph.
+  std::optional<GemmArguments> single;
+  std::optional<UnfusedSteps> unfused;
+  if (ctx.world_size() == 1) {
+    single = single_rank_gemm(mm);
+    check_gemm_in(p.sig.op, *single, ws);
+  } else if (p.unfused) {
+    unfused = unfused_steps(ctx, mm, p, ws);
+    check_unfused(ctx, *unfused, p.sig.op, ws);
+  }
   const cudaStream_t on = ccl::detail::pick_stream(ctx, stream);
   if (iris::detail::capturing(on)) ws.mark_captured();
   // The GEMM's split-K buffer, the flags and the staging serve one call at a time: a call on another stream
