@@ -1897,6 +1897,55 @@ TEST_P(FusedGpu, WithCheckCallsACallThatDiffersOnOneRankRaisesEverywhereAndLaunc
       o);
 }
 
+// IRIS_CHECK_CALLS, unfused matmul_all_reduce: a device error on rank 0 only (a wait for a word nobody sets)
+// after the unfused call's preamble, then a banded call's preamble on every rank, which starts the band arrays
+// over but not the collective's. The unfused call again: rank 0 refuses it (its collective workspace may be out
+// of step) and, within the comparison across ranks, says so, so its peers raise with it and nothing launches.
+// Before 2026-12-06 that check ran after the comparison: the peers launched their GEMM and all_reduce and met a
+// TimeoutError waiting for rank 0 (found by reading the code). The unfused preamble again starts it over.
+TEST_P(FusedGpu, WithCheckCallsARankWhoseCollectiveSawADeviceErrorRefusesWithItsPeers) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is unfused";
+  ContextOptions o = options();
+  o.check_calls = true;
+  o.device_timeout = std::chrono::milliseconds(300);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const Flavor flavor{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot};
+        Problem p(ctx, flavor, {grown(kManyTiles, ctx.world_size()), kBF16, kBF16, false, kGemmTileSmall});
+        const FusedConfig unfused = config_for(flavor, kGemmTileSmall, /*pipelined=*/false);
+        const FusedConfig banded = config_for(flavor, kGemmTileSmall, /*pipelined=*/true);
+        FusedWorkspace ws;
+        call_and_check(ctx, p, unfused, ws, 2100, nullptr, "unfused, before the device error");
+        uint64_t* word = ctx.zeros<uint64_t>(1);
+        if (ctx.rank() == 0) {
+          wait_for_a_word_nobody_sets<<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), word);
+          IRIS_CUDA_CHECK_LAUNCH();
+          EXPECT_THROW(ctx.synchronize(), TimeoutError);
+        }
+        ctx.barrier();
+        matmul_all_reduce_preamble(ctx, p.operands(), banded, ws);  // the band arrays start over
+        const std::string what =
+            error_text<std::invalid_argument>([&] { matmul_all_reduce(ctx, p.operands(), unfused, ws, nullptr); });
+        const std::string refusal =
+            "matmul_all_reduce: a device error (an iris::TimeoutError, a kernel's misuse, or calls that differed "
+            "across ranks) was raised on this rank since this workspace was prepared, so its flags and epochs may be "
+            "out of step between ranks; call matmul_all_reduce_preamble again on every rank (it starts the workspace "
+            "over) before using it.";
+        if (ctx.rank() == 0)
+          EXPECT_EQ(what, refusal);
+        else
+          EXPECT_EQ(what, "matmul_all_reduce: rank 0 refused this call, so no rank launches it (IRIS_CHECK_CALLS): " +
+                              refusal);
+        ctx.synchronize();  // no device error on any rank: nothing waited for rank 0
+        call_and_check(ctx, p, unfused, ws, 2101, nullptr, "unfused, after its preamble again");
+        ctx.free(word);
+        release_workspace(ctx, ws);
+      },
+      o);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, FusedGpu, ::testing::ValuesIn(test::any_world_rank_setups()), test::rank_setup_name);
 
 }  // namespace

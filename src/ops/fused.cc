@@ -1165,7 +1165,15 @@ void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan&
   check_fused_workspace(p, ws);
   ccl::detail::require_of_context(ctx, ccl::op_name(p.sig.op), preamble_name(p.sig.op), ws);
   // A call below the threshold runs the iris::ccl collective, which writes no peer's C: it takes its C
-  // wherever it is, whatever the last preamble saw (check_unfused checks what it needs instead).
+  // wherever it is, whatever the last preamble saw (check_unfused checks what it needs instead, after the
+  // comparison across ranks, so that calls that differ are named as such first). But whether a device error
+  // was raised since the collective's workspace was prepared is this rank's own state (a banded call's
+  // preamble since starts the band arrays over, not the collective's): checked here, within the comparison
+  // (IRIS_CHECK_CALLS), so that a rank that refuses tells its peers. Before 2026-12-06 only check_unfused
+  // read it, and the peers launched their GEMM and collective and timed out waiting for that rank.
+  if (p.unfused && ctx.world_size() > 1 && ws.collective().prepared())
+    ccl::detail::require_no_timeout_since_prepare(ctx, ccl::op_name(p.sig.op), preamble_name(p.sig.op),
+                                                  ws.collective());
   if (p.unfused) return;
   // Every rank must take the path its peers prepared for (see OpSignature::symmetric_output). Peers write
   // their rows at the offset of the C they prepared with: a C elsewhere would miss them, and they would
