@@ -1170,7 +1170,9 @@ void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan&
   // was raised since the collective's workspace was prepared is this rank's own state (a banded call's
   // preamble since starts the band arrays over, not the collective's): checked here, within the comparison
   // (IRIS_CHECK_CALLS), so that a rank that refuses tells its peers. Before 2026-12-06 only check_unfused
-  // read it, and the peers launched their GEMM and collective and timed out waiting for that rank.
+  // read it: the peers went on into the collective's own checked call, which met that rank's next collective
+  // call instead ("Calls differ across ranks"), and the ranks fell out of step (without IRIS_CHECK_CALLS the
+  // peers still launch, and time out waiting for that rank).
   if (p.unfused && ctx.world_size() > 1 && ws.collective().prepared())
     ccl::detail::require_no_timeout_since_prepare(ctx, ccl::op_name(p.sig.op), preamble_name(p.sig.op),
                                                   ws.collective());
