@@ -318,10 +318,15 @@ void replay_graph_and_check(Context& ctx, int64_t n, const std::vector<Config>& 
   for (int i = 0; i < calls; ++i) ccl::all_reduce_preamble(ctx, out_of(i), tin, cfgs[i], ws);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+  // Captured in global mode, PyTorch's default, which forbids the calls a graph cannot hold (an allocation, a
+  // synchronization) to this thread and, with ranks as threads, to every thread: the calls must make none. The
+  // host barriers keep every rank's setup and checks outside the other ranks' captures.
+  ctx.bootstrap().barrier();
+  IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeGlobal));
   fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, n, ctx.rank(), k);
   for (int i = 0; i < calls; ++i) ccl::all_reduce(ctx, out_of(i), tin, cfgs[i], ws);
   IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  ctx.bootstrap().barrier();
   IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   std::vector<__nv_bfloat16> host(n);
   int bad = 0;

@@ -447,17 +447,21 @@ __global__ void fill_replay_input(__nv_bfloat16* p, int64_t n, int rank, const i
     p[i] = __float2bfloat16_rn(replay_value(rank, *k, i));
 }
 
-// Captures {refresh the input from *k, op} once and replays it, checking every replay.
+// Captures {refresh the input from *k, op} once, in global mode, and replays it, checking every replay.
 void replay_graph(Context& ctx, const char* name, int replays, __nv_bfloat16* in, int64_t in_n, __nv_bfloat16* out,
                   int64_t out_n, const std::function<void()>& op, const std::function<float(int, int64_t)>& want) {
   SCOPED_TRACE(name);
   int* k = ctx.zeros<int>(1);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+  // In global mode (PyTorch's default), with host barriers around it: see replay_graph_and_check in
+  // test_ccl_all_reduce.cu.
+  ctx.bootstrap().barrier();
+  IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeGlobal));
   fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, in_n, ctx.rank(), k);
   op();
   IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  ctx.bootstrap().barrier();
   IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   std::vector<__nv_bfloat16> host(out_n);
   int bad_replays = 0;

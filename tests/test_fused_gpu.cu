@@ -1062,6 +1062,50 @@ TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
       options());
 }
 
+// A preamble made while the caller captures a stream of its own in global mode (PyTorch's default): iris's
+// refusal looks at the context's stream, which is not captured, and the split-K partials' cudaMalloc, which such
+// a capture forbids to every thread, fails. Every rank raises (the allocation is an agreed step) with the CUDA
+// error and what to do about it (before 2026-12-06 the runtime's text alone), the capture ends invalidated, and
+// the same preamble after it prepares the workspace for a right call. The shape is the one above that the
+// automatic split cuts on any GPU of 8 SMs or more.
+TEST_P(FusedGpu, APreambleDuringAGlobalCaptureOfAnotherStreamSaysToMakeItFirst) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const Flavor flavor{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot};
+        const FusedConfig config = config_for(flavor, kGemmTileTiny);
+        Problem deep(ctx, flavor, {{64, 128, 8192}, kBF16, kBF16, true, kGemmTileTiny});
+        FusedWorkspace ws;
+        Stream stream;
+        ctx.bootstrap().barrier();
+        IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+        std::string why = "nothing raised";
+        try {
+          matmul_all_reduce_preamble(ctx, deep.operands(), config, ws);
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+        cudaGraph_t graph = nullptr;
+        const cudaError_t ended = cudaStreamEndCapture(stream.get(), &graph);
+        if (graph != nullptr) IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+        ctx.bootstrap().barrier();
+        EXPECT_NE(why.find("cudaErrorStreamCaptureUnsupported"), std::string::npos) << why;
+        EXPECT_NE(why.find("\n  (a CUDA graph is being captured on this thread, or on another in "
+                           "cudaStreamCaptureModeGlobal, and forbids this call; iris's setup calls (Context creation, "
+                           "allocations, reserve_workspace and the preambles: they allocate, zero and synchronize) "
+                           "cannot be made while a capture is open, whichever stream it captures; make them before "
+                           "the capture begins and capture the calls only)"),
+                  std::string::npos)
+            << why;
+        EXPECT_EQ(ended, cudaErrorStreamCaptureInvalidated) << cudaGetErrorName(ended);
+        matmul_all_reduce_preamble(ctx, deep.operands(), config, ws);
+        call_and_check(ctx, deep, config, ws, 1750, nullptr, "after the capture");
+        release_workspace(ctx, ws);
+      },
+      options());
+}
+
 // all_gather_matmul's unfused path gathers A before its GEMM: a GEMM the workspace cannot run must be
 // refused before the gather is launched, leaving the workspace untouched. Prepared for a shallow K with
 // as many rows as make the gather buffer as large (so the heap arrays fit), a deep call needs split-K
@@ -1259,8 +1303,8 @@ TEST_P(FusedGpu, HundredCallsReuseTheWorkspace) {
 
 // ---- 3. CUDA graphs --------------------------------------------------------------------------------
 
-// One call of each op captured on a stream of the test's own and replayed 20 times; between replays the
-// inputs are copied in anew (the graph is not captured again) and every replay is checked.
+// One call of each op captured (in global mode) on a stream of the test's own and replayed 20 times; between replays
+// the inputs are copied in anew (the graph is not captured again) and every replay is checked.
 TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
@@ -1281,9 +1325,14 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
           fns(flavor.op).preamble(ctx, p.operands(), config, ws);
           cudaGraph_t graph;
           cudaGraphExec_t exec;
-          IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+          // In global mode (PyTorch's default), which forbids the calls a graph cannot hold to this thread and,
+          // with ranks as threads, to every thread; the host barriers keep every rank's setup and checks outside
+          // the other ranks' captures.
+          ctx.bootstrap().barrier();
+          IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
           fns(flavor.op).run(ctx, p.operands(), config, ws, stream.get());
           IRIS_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+          ctx.bootstrap().barrier();
           IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
           for (int replay = 0; replay < 20; ++replay) {
             // upload() runs on the replay stream and waits, so the copies land between replays.

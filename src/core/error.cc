@@ -9,10 +9,42 @@
 
 namespace iris::detail {
 
+namespace {
+// What to do about the errors a CUDA graph capture raises (the runtime's and the driver's codes are the same
+// numbers), or "". The one iris most often meets: a preamble, reserve_workspace, an allocation or a Context made
+// while the caller captures a stream of its own in cudaStreamCaptureModeGlobal (PyTorch's default): iris's
+// refusal looks only at the context's stream, which is not captured, and the first call that a capture
+// forbids (cudaMalloc, a synchronization) fails with the runtime's bare text and ends the caller's capture.
+std::string capture_hint(int code) {
+  static_assert(cudaErrorStreamCaptureUnsupported == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED &&
+                cudaErrorStreamCaptureInvalidated == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED &&
+                cudaErrorStreamCaptureImplicit == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  constexpr const char* kSetup =
+      "iris's setup calls (Context creation, allocations, reserve_workspace and the preambles: they allocate, "
+      "zero and synchronize) cannot be made while a capture is open, whichever stream it captures; make them "
+      "before the capture begins and capture the calls only";
+  switch (code) {
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureImplicit:
+      return str_cat(
+          "\n  (a CUDA graph is being captured on this thread, or on another in "
+          "cudaStreamCaptureModeGlobal, and forbids this call; ",
+          kSetup, ")");
+    case cudaErrorStreamCaptureInvalidated:
+      return str_cat(
+          "\n  (the CUDA graph capture was invalidated by an earlier error or forbidden call; end it, "
+          "discard the graph and capture again; ",
+          kSetup, ")");
+    default:
+      return "";
+  }
+}
+}  // namespace
+
 void throw_cuda_error(int code, const char* call, const char* file, int line) {
   auto err = static_cast<cudaError_t>(code);
-  throw CudaError(str_cat("CUDA error ", cudaGetErrorName(err), " (", code, "): ", cudaGetErrorString(err),
-                          "\n  in ", call, "\n  at ", file, ":", line),
+  throw CudaError(str_cat("CUDA error ", cudaGetErrorName(err), " (", code, "): ", cudaGetErrorString(err), "\n  in ",
+                          call, "\n  at ", file, ":", line, capture_hint(code)),
                   code);
 }
 
@@ -21,7 +53,7 @@ void throw_cu_error(int code, const char* call, const char* file, int line) {
   const char* name = driver::error_name(res);
   const char* text = driver::error_string(res);
   throw CuError(str_cat("CUDA driver error ", name, " (", code, "): ", text, "\n  in ", call, "\n  at ", file, ":",
-                        line),
+                        line, capture_hint(code)),
                 code);
 }
 
