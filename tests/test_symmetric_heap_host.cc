@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -331,6 +332,39 @@ TEST(SymmetricHeapHost, ThreadsRaiseTogetherAndReleaseEverything) {
       for (int r = 0; r < world; ++r) EXPECT_EQ(check_outcome(got[r], r, f.call, f.rank, f.step), "");
       EXPECT_EQ(left_behind(), "");
     }
+  }
+}
+
+// A job whose bootstrap failed after the heaps were built (a rank threw; run_threads aborts): no rank's
+// teardown can wait for its peers, whose kernels may still spin on its slot until their device timeout. Each
+// slot stays mapped until every rank has torn down, and the last one out unmaps them all and frees the window
+// (before 2026-12-06 each rank unmapped its own slot at once, so a peer's kernel faulted on an unmapped
+// address, and rank 0 left the window reserved for good).
+TEST(SymmetricHeapHost, ThreadsOfAFailedJobKeepEverySlotMappedUntilTheLastRankLeaves) {
+  for (int world : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << world << " threads");
+    const FakeDriver fake(Call::kNone, -1);
+    auto bootstraps = iris::make_thread_bootstraps(world, 20s);
+    std::vector<std::unique_ptr<iris::SymmetricHeap>> heaps(world);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back([&, r] {
+        t_rank = r;
+        heaps[r] = std::make_unique<iris::SymmetricHeap>(*bootstraps[r], /*device=*/r, kHeapBytes);
+      });
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(vmm().mappings.size(), static_cast<size_t>(world));
+    bootstraps[world - 1]->abort("the test's body threw");
+    // The failing rank first, then the others: the barrier of each teardown raises at once.
+    for (int left = world, r = world - 1; left > 0; --left, r = (r + 1) % world) {
+      heaps[r].reset();
+      if (left == 1) break;
+      std::lock_guard lock(vmm().mu);
+      EXPECT_EQ(vmm().mappings.size(), static_cast<size_t>(world))
+          << "a slot was unmapped while " << left - 1 << " rank(s) could still reach it";
+      EXPECT_EQ(vmm().reservations.size(), 1u);
+    }
+    EXPECT_EQ(left_behind(), "");
   }
 }
 

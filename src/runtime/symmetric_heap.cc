@@ -5,6 +5,8 @@
 #include <compare>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -70,6 +72,26 @@ ProcessToken process_token() {
     return (static_cast<uint64_t>(device()) << 32) ^ device();
   }();
   return ProcessToken{static_cast<int64_t>(getpid()), random};
+}
+
+// The windows that threads of this process share, by base, while some of their ranks have not torn down:
+// how many have, and the slots still mapped. A rank whose teardown cannot wait for its peers (the bootstrap
+// failed: a peer threw, or left) keeps its slot mapped, since a peer's kernel may still read or spin on it
+// until its device timeout; the last rank out unmaps what is left and frees the window. (Before 2026-12-06
+// such a rank unmapped its slot at once, and a peer's kernel still polling it faulted with an illegal
+// address: a sticky error that ends the peer device's context for the whole process, instead of the
+// TimeoutError it would have raised; and rank 0 left the window reserved for good.)
+struct SharedWindows {
+  struct Window {
+    int departed = 0;
+    std::vector<char*> mapped;  // slots whose rank left them mapped
+  };
+  std::mutex mu;
+  std::map<char*, Window> by_base;
+};
+SharedWindows& shared_windows() {
+  static SharedWindows windows;
+  return windows;
 }
 
 }  // namespace
@@ -217,8 +239,9 @@ std::vector<int> SymmetricHeap::registered_slots() const {
 }
 
 SymmetricHeap::~SymmetricHeap() {
-  // Wait until no rank can still touch any heap; if a peer failed we cannot know, so we still unmap
-  // our own mappings (the process is tearing down an aborted job) but leave a shared reservation.
+  // Wait until no rank can still touch any heap. If a peer failed we cannot know: as processes each rank
+  // still unmaps its own mappings (a peer's kernel keeps the memory it imported), as threads each slot stays
+  // mapped until every rank has torn down (teardown).
   bool peers_done = true;
   try {
     bootstrap_.barrier();
@@ -237,23 +260,36 @@ void SymmetricHeap::teardown(bool peers_done) noexcept {
     mapped_[r] = false;
   };
   if (shared_window_) {
-    unmap(rank_);
+    // One mapping of each slot serves every thread's device. After the barrier no peer's kernel reaches this
+    // slot (each synchronized its stream first); without it one may, until its device timeout: the slot stays
+    // mapped for the last rank out (SharedWindows). Its handle goes now either way: a mapped allocation lives
+    // on until it is unmapped.
+    if (peers_done) unmap(rank_);
     if (own_ != 0) driver::api().cuMemRelease(own_);
     own_ = 0;
-    bool all_unmapped = peers_done;
-    if (peers_done) {
-      try {
-        bootstrap_.barrier();
-      } catch (const std::exception&) {
-        all_unmapped = false;
+    if (base_ != nullptr) try {
+        SharedWindows& windows = shared_windows();
+        std::lock_guard lock(windows.mu);
+        SharedWindows::Window& window = windows.by_base[base_];
+        if (mapped_[rank_]) {
+          window.mapped.push_back(slot(rank_));
+          mapped_[rank_] = false;
+        }
+        if (++window.departed == world_) {
+          for (char* p : window.mapped) {
+            CUresult res = driver::api().cuMemUnmap(reinterpret_cast<CUdeviceptr>(p), size_);
+            if (res != CUDA_SUCCESS) IRIS_LOG_WARN("cuMemUnmap of a heap slot left mapped failed with code ", res);
+          }
+          driver::api().cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
+          windows.by_base.erase(base_);
+        } else if (!peers_done) {
+          IRIS_LOG_WARN("rank ", rank_,
+                        " leaves its heap mapped until every rank of the window has torn down: a "
+                        "peer failed, and its kernels may still reach this heap");
+        }
+      } catch (const std::exception& e) {  // an allocation of the registry: the window stays as it is
+        IRIS_LOG_WARN("heap teardown could not record the shared window (", e.what(), "); it stays reserved");
       }
-    }
-    if (rank_ == 0 && base_ != nullptr) {
-      if (all_unmapped)
-        driver::api().cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
-      else
-        IRIS_LOG_WARN("leaving the shared heap window reserved: a peer failed before unmapping");
-    }
   } else {
     for (int r = 0; r < world_; ++r) unmap(r);
     for (int r = 0; r < world_; ++r)

@@ -28,7 +28,7 @@ class SymmetricHeap {
   // Collective. `heap_size` must already be a multiple of allocation_granularity(device) and equal
   // on every rank (the caller checks).
   SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size);
-  // Collective when `peers_alive`: waits for every rank before unmapping so no peer still reads.
+  // Collective: waits for every rank before unmapping so no peer still reads (see teardown when it cannot).
   ~SymmetricHeap();
   SymmetricHeap(const SymmetricHeap&) = delete;
   SymmetricHeap& operator=(const SymmetricHeap&) = delete;
@@ -47,8 +47,9 @@ class SymmetricHeap {
  private:
   // The constructor's steps. `together` is set once a failure is one every rank learned at once.
   void build(bool& together);
-  // Unmaps and releases what this object holds; waits for the peers (threads sharing the window) only
-  // when `peers_done` says they are tearing down too.
+  // Unmaps and releases what this object holds. `peers_done`: every rank passed the teardown barrier, so no
+  // peer's kernel still reaches this rank's heap. Threads sharing a window: a slot stays mapped until the last
+  // rank out unless `peers_done`, and the last rank out frees the window.
   void teardown(bool peers_done) noexcept;
 
   Bootstrap& bootstrap_;
