@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -17,6 +18,7 @@
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
 #include "support/scoped_env.hpp"
+#include "test_device_util.cuh"
 
 namespace iris {
 namespace {
@@ -517,6 +519,38 @@ TEST(HeapGpuThreads, ExceptionOnOneRankReleasesTheOthers) {
     EXPECT_STREQ(e.what(), "rank 1 gives up") << "the root cause, not the RemoteError it caused, reaches the caller";
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+__global__ void hold_then_write(int* p, int us, int value) {
+  const uint64_t end = test::global_timer_ns() + static_cast<uint64_t>(us) * 1000u;
+  while (test::global_timer_ns() < end) __nanosleep(1000);
+  *p = value;
+}
+
+// A context destroyed while a kernel on a stream of the caller's still writes its heap waits for it before
+// unmapping the heap (before 2026-12-06 it waited for its own stream only: the kernel wrote to unmapped memory
+// and faulted, or, had a new context mapped its heap there, into that one's objects).
+TEST(HeapGpuThreads, ADestroyedContextWaitsForTheKernelsOfEveryStreamOfItsDevice) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  IRIS_CUDA_CHECK(cudaSetDevice(0));
+  cudaStream_t user = nullptr;
+  IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking));
+  test::load_kernels(hold_then_write);
+  constexpr int kHoldUs = 300000;
+  const auto start = std::chrono::steady_clock::now();
+  run_threads(
+      1,
+      [&](Context& ctx) {
+        int* p = ctx.zeros<int>(1);
+        hold_then_write<<<1, 1, 0, user>>>(p, kHoldUs, 42);
+        IRIS_CUDA_CHECK_LAUNCH();
+      },
+      small_heap());
+  const auto took = std::chrono::steady_clock::now() - start;
+  const cudaError_t err = cudaStreamSynchronize(user);
+  EXPECT_EQ(err, cudaSuccess) << "the kernel on the caller's stream: " << cudaGetErrorName(err);
+  EXPECT_GE(took, std::chrono::microseconds(kHoldUs)) << "the context was gone before the kernel ended";
+  if (err == cudaSuccess) IRIS_CUDA_CHECK(cudaStreamDestroy(user));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, HeapGpu, ::testing::ValuesIn(test::any_world_rank_setups()), test::rank_setup_name);

@@ -87,7 +87,10 @@ class Context {
   // Collective over `bootstrap`'s ranks: creates this rank's heap, exchanges it with every peer and
   // maps every peer's heap. Throws on every rank together when ranks disagree (heap size...).
   explicit Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& options = {});
-  // Collective: waits for every rank (so no peer still reads this heap), then unmaps and releases.
+  // Collective: waits for the kernels of every stream of this device (a call made on a stream of the caller's
+  // may still run), then for every rank (so no peer still reads this heap), then unmaps and releases. Threads
+  // of a job that failed keep their heaps mapped until the last of them is destroyed (a peer's kernel may
+  // still reach them until its device timeout).
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

@@ -348,7 +348,11 @@ Context::~Context() {
   } catch (const std::exception& e) {
     IRIS_LOG_WARN("context teardown on rank ", rank_, " could not make device ", device_, " current: ", e.what());
   }
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  // Every stream of the device, not only stream(): calls made on the caller's own streams may still run, and a
+  // kernel of theirs reaching the heap once it is unmapped faults or, where a later context maps its heap at the
+  // same addresses, writes into that one's objects (before 2026-12-06 only stream() was waited for). A device
+  // with a CUDA graph capture under way refuses the device-wide wait: then stream() alone.
+  if (cudaDeviceSynchronize() != cudaSuccess && stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (guards_ != nullptr && std::uncaught_exceptions() == 0) {
     // Last look (a destructor cannot raise): writes since the last barrier() would go unnoticed.
     try {
