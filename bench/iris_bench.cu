@@ -605,6 +605,7 @@ int main_impl(int argc, char** argv) {
                                          : std::string("one per GPU"));
   }
   shared.machine.shared_gpus = shared_gpus;
+  if (shared_gpus) shared.machine.gpus_used = std::min(local, gpus);
   iris::ContextOptions copts;
   if (shared_gpus) copts.device = launch.local_rank % gpus;
   const char* env_heap = std::getenv("IRIS_HEAP_SIZE");

@@ -84,14 +84,15 @@ MachineInfo collect_machine_info(int world) {
   m.timestamp_utc = ts;
   const char* pdl = std::getenv("IRIS_PDL");  // read as iris reads it (src/ccl/ccl_host.cc, pdl_enabled)
   m.iris_pdl = pdl == nullptr || std::strcmp(pdl, "0") != 0;
+  if (const char* nvls = std::getenv("NCCL_NVLS_ENABLE")) m.nccl_nvls = nvls;
   return m;
 }
 
 void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
   std::printf("# iris-bench  %s\n", o.command_line.c_str());
   std::printf("# %s  host %s\n", m.timestamp_utc.c_str(), m.hostname.c_str());
-  std::printf("# %d x %s (%d visible), driver %s, CUDA driver API %s, runtime %s\n", m.world, m.gpu_name.c_str(),
-              m.gpu_count, m.driver.c_str(), cuda_version_text(m.cuda_driver_api).c_str(),
+  std::printf("# %s (%d visible), driver %s, CUDA driver API %s, runtime %s\n", ranks_and_gpus(m).c_str(), m.gpu_count,
+              m.driver.c_str(), cuda_version_text(m.cuda_driver_api).c_str(),
               cuda_version_text(m.cuda_runtime).c_str());
   std::printf("# ranks: %s\n", m.launch.c_str());
   if (m.shared_gpus)
@@ -110,7 +111,7 @@ void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
     std::printf("# NCCL: %s, not used (%s)\n", m.nccl_version.c_str(), o.nccl_off_reason.c_str());
   } else {
     std::printf("# NCCL: %s (NCCL_NVLS_ENABLE=%s); symmetric windows: %s\n", m.nccl_version.c_str(),
-                getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "unset", m.nccl_symmetric.c_str());
+                m.nccl_nvls.c_str(), m.nccl_symmetric.c_str());
   }
   if (o.eager) {
     std::printf(
@@ -429,8 +430,11 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
      << ", \"cuda_driver_api\": " << m.cuda_driver_api << ", \"cuda_runtime\": " << m.cuda_runtime
      << ", \"nccl\": " << (m.nccl_version.empty() ? "null" : json_string(m.nccl_version))
      << ", \"nccl_header_version\": " << m.nccl_header_version
-     << ", \"nccl_symmetric\": " << json_string(m.nccl_symmetric) << ", \"hostname\": " << json_string(m.hostname)
-     << ", \"timestamp_utc\": " << json_string(m.timestamp_utc) << ", \"iris_heap\": " << json_string(m.heap) << "},\n";
+     << ", \"nccl_symmetric\": " << json_string(m.nccl_symmetric)
+     << ", \"nccl_nvls_enable\": " << json_string(m.nccl_nvls)
+     << ", \"gpus_used\": " << (m.gpus_used > 0 ? m.gpus_used : m.world)
+     << ", \"hostname\": " << json_string(m.hostname) << ", \"timestamp_utc\": " << json_string(m.timestamp_utc)
+     << ", \"iris_heap\": " << json_string(m.heap) << "},\n";
   os << "  \"settings\": {\"command\": " << json_string(o.command_line) << ", \"iters\": " << o.iters
      << ", \"warmup\": " << o.warmup << ", \"repeats\": " << o.repeats
      << ", \"check\": " << (o.check ? "true" : "false") << ", \"quick\": " << (o.quick ? "true" : "false")

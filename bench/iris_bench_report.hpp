@@ -88,6 +88,10 @@ struct MachineInfo {
   // a text that says the times are not measurements (shared_gpus).
   std::string launch = "threads, one per GPU";
   bool shared_gpus = false;
+  int gpus_used = 0;  // the distinct GPUs the ranks run on; 0: one per rank (world)
+  // NCCL_NVLS_ENABLE as the run had it (iris-bench sets "0" unless given: see nccl_set_environment), or
+  // "unset".
+  std::string nccl_nvls = "unset";
 };
 
 MachineInfo collect_machine_info(int world);

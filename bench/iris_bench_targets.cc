@@ -323,9 +323,15 @@ std::string size_text(size_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
+std::string ranks_and_gpus(const MachineInfo& m) {
+  if (m.gpus_used <= 0 || m.gpus_used == m.world) return std::to_string(m.world) + " x " + m.gpu_name;
+  return std::to_string(m.world) + " ranks on " + std::to_string(m.gpus_used) + " x " + m.gpu_name;
+}
+
 std::string targets_not_applicable(const MachineInfo& m, const Options& o) {
-  if (m.world != kTargetWorld || m.gpu_name.find("H200") == std::string::npos)
-    return "the targets are set for 2 x H200; this run has " + std::to_string(m.world) + " x " + m.gpu_name;
+  if (m.world != kTargetWorld || (m.gpus_used > 0 && m.gpus_used != m.world) ||
+      m.gpu_name.find("H200") == std::string::npos)
+    return "the targets are set for 2 x H200; this run has " + ranks_and_gpus(m);
   if (m.shared_gpus) return "ranks share GPUs in this run, so its times are not measurements";
   if (o.eager) return "the targets are timed over CUDA-graph replays; this run timed direct calls (--eager)";
   if (!o.check) return "the targets hold checked results only; this run did not check them (-c 0)";

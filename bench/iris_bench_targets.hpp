@@ -38,6 +38,9 @@ struct TargetCheck {
   std::string measured;  // "5.91 us", what missed it, or what the run lacks
 };
 
+// "2 x NVIDIA H200", or "2 ranks on 1 x NVIDIA H100 ..." where ranks share GPUs (MachineInfo::gpus_used).
+std::string ranks_and_gpus(const MachineInfo& m);
+
 // Why this run is not held to the targets ("" when it is): another GPU or world size, eager timing, ranks
 // sharing GPUs, or results not checked (-c 0).
 std::string targets_not_applicable(const MachineInfo& m, const Options& o);

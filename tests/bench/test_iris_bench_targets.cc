@@ -78,6 +78,15 @@ TEST(BenchTargets, OnlyTwoH200sTimedOverGraphReplaysAreHeldToThem) {
   MachineInfo shared = target_machine();
   shared.shared_gpus = true;
   EXPECT_EQ(targets_not_applicable(shared, o), "ranks share GPUs in this run, so its times are not measurements");
+  // Two ranks on one GPU: the GPUs named are the one there is (before 2026-12-06: "2 x NVIDIA H100").
+  shared.gpus_used = 1;
+  EXPECT_EQ(targets_not_applicable(shared, o),
+            "the targets are set for 2 x H200; this run has 2 ranks on 1 x NVIDIA H200");
+  shared.gpu_name = "NVIDIA H100 80GB HBM3";
+  EXPECT_EQ(targets_not_applicable(shared, o),
+            "the targets are set for 2 x H200; this run has 2 ranks on 1 x NVIDIA H100 80GB HBM3");
+  shared.gpus_used = 2;
+  EXPECT_EQ(ranks_and_gpus(shared), "2 x NVIDIA H100 80GB HBM3");
   o.eager = true;
   EXPECT_EQ(targets_not_applicable(target_machine(), o),
             "the targets are timed over CUDA-graph replays; this run timed direct calls (--eager)");
