@@ -282,6 +282,7 @@ TEST(CclWorkspace, LargerArraysAreKeptWithoutReallocation) {
   EXPECT_EQ(ws.locks(), locks);
   EXPECT_EQ(ws.flag_capacity(), 128u);
   EXPECT_EQ(ws.block_state_capacity(), 132u);
+  EXPECT_EQ(ws.capacity(), (WorkspaceNeeds{64, 128, 0, 132})) << ws.capacity().describe();
   EXPECT_EQ(host.allocs, 3);
   EXPECT_EQ(
       test::error_text<std::invalid_argument>([&] {
@@ -545,7 +546,7 @@ TEST(CclWorkspace, ReleaseEmptiesTheWorkspaceWhenAFreeThrows) {
   EXPECT_EQ(test::error_text<std::runtime_error>([&] { ws.release(host); }), "fake device: a free failed");
   EXPECT_FALSE(ws.prepared());
   EXPECT_EQ(ws.any_array(), nullptr);
-  EXPECT_EQ(ws.lock_capacity() + ws.flag_capacity() + ws.block_state_capacity(), 0u);
+  EXPECT_EQ(ws.capacity(), WorkspaceNeeds{});
   EXPECT_EQ(host.live, 1) << "the other two arrays are freed; the one whose free threw stays with the heap";
   EXPECT_NO_THROW(ws.release(host)) << "nothing is freed twice";
   EXPECT_EQ(host.live, 1);

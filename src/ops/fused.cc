@@ -1069,11 +1069,7 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
     // Arrays grown to hold both what the workspace held and this call's needs: prepared afresh for this
     // call only, an earlier shape's call would no longer fit (before 2026-12-06: the preambles of shapes whose
     // collectives need more staging and more flags, in turn, each freed what the other needed).
-    ccl::WorkspaceNeeds grown;
-    grown.locks = ws.collective().lock_capacity();
-    grown.flags = ws.collective().flag_capacity();
-    grown.staging_bytes = ws.collective().staging_capacity();
-    grown.block_state = ws.collective().block_state_capacity();
+    ccl::WorkspaceNeeds grown = ws.collective().capacity();
     const ccl::Config auto_config;
     const int w = ctx.world_size();
     grown.include(p.sig.op == OpKind::kMatmulAllReduce       ? ccl::all_reduce_needs(v.out, v.in, auto_config, w)

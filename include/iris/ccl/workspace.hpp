@@ -236,6 +236,8 @@ class Workspace {
   size_t flag_capacity() const { return flag_capacity_; }
   size_t staging_capacity() const { return staging_capacity_; }
   size_t block_state_capacity() const { return block_state_capacity_; }
+  // What the arrays held now can serve, as needs (0 for an array not allocated).
+  WorkspaceNeeds capacity() const { return {lock_capacity_, flag_capacity_, staging_capacity_, block_state_capacity_}; }
   // Number of calls launched with this workspace (host-side count, for logs and tests).
   uint64_t calls() const { return calls_; }
   void count_call() { ++calls_; }
