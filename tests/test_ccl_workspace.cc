@@ -126,6 +126,9 @@ TEST(CclConfig, DefaultsAreValidAndBadFieldsAreNamed) {
   bad.comm_sms = 65536;
   expect_msg(bad, 2, "comm_sms must be at most 65535, got 65536");
   bad = c;
+  bad.swizzle_size = 65536;
+  expect_msg(bad, 2, "swizzle_size must be at most 65535, got 65536");
+  bad = c;
   bad.all_reduce_variant = static_cast<AllReduceVariant>(42);
   expect_msg(bad, 2, "all_reduce_variant has an unknown value 42");
   EXPECT_EQ(parse_all_reduce_variant("two_shot"), AllReduceVariant::kTwoShot);

@@ -77,6 +77,8 @@ void Config::validate(int world_size) const {
                  "block_size_m x block_size_n must be at most 4096 x 65536 and 4Mi elements, got ", block_size_m,
                  " x ", block_size_n);
   IRIS_CHECK_ARG(comm_sms <= 65535, "comm_sms must be at most 65535, got ", comm_sms);
+  // A group of swizzle_size tile rows is swizzle_size x the tiles of a row: kept far from int64's range.
+  IRIS_CHECK_ARG(swizzle_size <= 65535, "swizzle_size must be at most 65535, got ", swizzle_size);
   IRIS_CHECK_ARG(static_cast<int>(all_reduce_variant) <= static_cast<int>(AllReduceVariant::kRing),
                  "all_reduce_variant has an unknown value ", static_cast<int>(all_reduce_variant));
   IRIS_CHECK_ARG(static_cast<int>(all_reduce_one_shot_protocol) <= static_cast<int>(OneShotProtocol::kSimple),

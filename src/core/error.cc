@@ -16,9 +16,9 @@ namespace {
 // refusal looks only at the context's stream, which is not captured, and the first call that a capture
 // forbids (cudaMalloc, a synchronization) fails with the runtime's bare text and ends the caller's capture.
 std::string capture_hint(int code) {
-  static_assert(cudaErrorStreamCaptureUnsupported == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED &&
-                cudaErrorStreamCaptureInvalidated == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED &&
-                cudaErrorStreamCaptureImplicit == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  static_assert(int{cudaErrorStreamCaptureUnsupported} == int{CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED} &&
+                int{cudaErrorStreamCaptureInvalidated} == int{CUDA_ERROR_STREAM_CAPTURE_INVALIDATED} &&
+                int{cudaErrorStreamCaptureImplicit} == int{CUDA_ERROR_STREAM_CAPTURE_IMPLICIT});
   constexpr const char* kSetup =
       "iris's setup calls (Context creation, allocations, reserve_workspace and the preambles: they allocate, "
       "zero and synchronize) cannot be made while a capture is open, whichever stream it captures; make them "

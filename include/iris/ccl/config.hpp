@@ -46,7 +46,7 @@ struct Config {
   // all_reduce_ring_slice_n is set (the ring's slices default to it).
   int block_size_m = 32;
   int block_size_n = 64;
-  // Tiles grouped together along M in the tile order (better locality for peers' reads).
+  // Tiles grouped together along M in the tile order (better locality for peers' reads); 1 to 65535.
   int swizzle_size = 4;
   // Blocks (SMs) the communication kernel uses; 0 = chosen by size and variant, at most one per SM. A call
   // refuses more than the device's SMs: its blocks wait for peers' blocks, so all must be resident.
