@@ -350,9 +350,14 @@ Context::~Context() {
   }
   // Every stream of the device, not only stream(): calls made on the caller's own streams may still run, and a
   // kernel of theirs reaching the heap once it is unmapped faults or, where a later context maps its heap at the
-  // same addresses, writes into that one's objects (before 2026-12-06 only stream() was waited for). A device
-  // with a CUDA graph capture under way refuses the device-wide wait: then stream() alone.
-  if (cudaDeviceSynchronize() != cudaSuccess && stream_ != nullptr) cudaStreamSynchronize(stream_);
+  // same addresses, writes into that one's objects (before 2026-12-06 only stream() was waited for). Like the
+  // other setup calls, a context is destroyed outside CUDA graph captures: a capture open on this device (or, in
+  // global mode, on any thread) refuses the device-wide wait, and may end invalidated. Then stream() alone, and
+  // the refusal is cleared, so that neither the checks below nor the caller's next one take it for theirs.
+  if (cudaDeviceSynchronize() != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  }
   if (guards_ != nullptr && std::uncaught_exceptions() == 0) {
     // Last look (a destructor cannot raise): writes since the last barrier() would go unnoticed.
     try {

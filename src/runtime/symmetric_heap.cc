@@ -261,35 +261,13 @@ void SymmetricHeap::teardown(bool peers_done) noexcept {
   };
   if (shared_window_) {
     // One mapping of each slot serves every thread's device. After the barrier no peer's kernel reaches this
-    // slot (each synchronized its stream first); without it one may, until its device timeout: the slot stays
-    // mapped for the last rank out (SharedWindows). Its handle goes now either way: a mapped allocation lives
-    // on until it is unmapped.
+    // slot (each synchronized its device first: ~Context); without it one may, until its device timeout: the
+    // slot stays mapped for the last rank out (leave_shared_window). Its handle goes now either way: a mapped
+    // allocation lives on until it is unmapped.
     if (peers_done) unmap(rank_);
     if (own_ != 0) driver::api().cuMemRelease(own_);
     own_ = 0;
-    if (base_ != nullptr) try {
-        SharedWindows& windows = shared_windows();
-        std::lock_guard lock(windows.mu);
-        SharedWindows::Window& window = windows.by_base[base_];
-        if (mapped_[rank_]) {
-          window.mapped.push_back(slot(rank_));
-          mapped_[rank_] = false;
-        }
-        if (++window.departed == world_) {
-          for (char* p : window.mapped) {
-            CUresult res = driver::api().cuMemUnmap(reinterpret_cast<CUdeviceptr>(p), size_);
-            if (res != CUDA_SUCCESS) IRIS_LOG_WARN("cuMemUnmap of a heap slot left mapped failed with code ", res);
-          }
-          driver::api().cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
-          windows.by_base.erase(base_);
-        } else if (!peers_done) {
-          IRIS_LOG_WARN("rank ", rank_,
-                        " leaves its heap mapped until every rank of the window has torn down: a "
-                        "peer failed, and its kernels may still reach this heap");
-        }
-      } catch (const std::exception& e) {  // an allocation of the registry: the window stays as it is
-        IRIS_LOG_WARN("heap teardown could not record the shared window (", e.what(), "); it stays reserved");
-      }
+    if (base_ != nullptr) leave_shared_window();
   } else {
     for (int r = 0; r < world_; ++r) unmap(r);
     for (int r = 0; r < world_; ++r)
@@ -300,6 +278,34 @@ void SymmetricHeap::teardown(bool peers_done) noexcept {
   own_ = 0;
   base_ = nullptr;
   imported_.assign(world_, 0);
+}
+
+void SymmetricHeap::leave_shared_window() noexcept {
+  try {
+    SharedWindows& windows = shared_windows();
+    std::lock_guard lock(windows.mu);
+    SharedWindows::Window& window = windows.by_base[base_];
+    const bool left_mapped = mapped_[rank_];
+    if (left_mapped) {
+      window.mapped.push_back(slot(rank_));
+      mapped_[rank_] = false;
+    }
+    if (++window.departed < world_) {
+      if (left_mapped)
+        IRIS_LOG_WARN("rank ", rank_,
+                      " leaves its heap mapped until every rank of the window has torn down: a "
+                      "peer failed, and its kernels may still reach this heap");
+      return;
+    }
+    for (char* p : window.mapped) {
+      CUresult res = driver::api().cuMemUnmap(reinterpret_cast<CUdeviceptr>(p), size_);
+      if (res != CUDA_SUCCESS) IRIS_LOG_WARN("cuMemUnmap of a heap slot left mapped failed with code ", res);
+    }
+    driver::api().cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base_), size_ * world_);
+    windows.by_base.erase(base_);
+  } catch (const std::exception& e) {  // an allocation of the registry: the window stays as it is
+    IRIS_LOG_WARN("heap teardown could not record the shared window (", e.what(), "); it stays reserved");
+  }
 }
 
 }  // namespace iris

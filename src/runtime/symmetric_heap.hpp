@@ -51,6 +51,10 @@ class SymmetricHeap {
   // peer's kernel still reaches this rank's heap. Threads sharing a window: a slot stays mapped until the last
   // rank out unless `peers_done`, and the last rank out frees the window.
   void teardown(bool peers_done) noexcept;
+  // Threads sharing a window: counts this rank out of it, leaving its slot mapped if teardown did, and, for
+  // the last rank of the window, unmaps every slot left mapped and frees the window. A rank that never learned
+  // the window's base (the bootstrap failed while it was handed out) is not counted: the window then stays.
+  void leave_shared_window() noexcept;
 
   Bootstrap& bootstrap_;
   int rank_;
