@@ -14,6 +14,7 @@
 #include "iris/ccl/collectives.hpp"
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
+#include "support/scoped_capture.hpp"
 #include "support/stopped_error.hpp"
 
 namespace iris {
@@ -322,10 +323,12 @@ void replay_graph_and_check(Context& ctx, int64_t n, const std::vector<Config>& 
   // synchronization) to this thread and, with ranks as threads, to every thread: the calls must make none. The
   // host barriers keep every rank's setup and checks outside the other ranks' captures.
   ctx.bootstrap().barrier();
-  IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeGlobal));
-  fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, n, ctx.rank(), k);
-  for (int i = 0; i < calls; ++i) ccl::all_reduce(ctx, out_of(i), tin, cfgs[i], ws);
-  IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  {
+    test::ScopedCapture capture(ctx.stream(), cudaStreamCaptureModeGlobal);
+    fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, n, ctx.rank(), k);
+    for (int i = 0; i < calls; ++i) ccl::all_reduce(ctx, out_of(i), tin, cfgs[i], ws);
+    graph = capture.end();
+  }
   ctx.bootstrap().barrier();
   IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   std::vector<__nv_bfloat16> host(n);

@@ -20,6 +20,7 @@
 #include "support/call_tag_error.hpp"
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
+#include "support/scoped_capture.hpp"
 #include "support/stopped_error.hpp"
 
 namespace iris {
@@ -457,10 +458,12 @@ void replay_graph(Context& ctx, const char* name, int replays, __nv_bfloat16* in
   // In global mode (PyTorch's default), with host barriers around it: see replay_graph_and_check in
   // test_ccl_all_reduce.cu.
   ctx.bootstrap().barrier();
-  IRIS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeGlobal));
-  fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, in_n, ctx.rank(), k);
-  op();
-  IRIS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  {
+    test::ScopedCapture capture(ctx.stream(), cudaStreamCaptureModeGlobal);
+    fill_replay_input<<<64, 256, 0, ctx.stream()>>>(in, in_n, ctx.rank(), k);
+    op();
+    graph = capture.end();
+  }
   ctx.bootstrap().barrier();
   IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   std::vector<__nv_bfloat16> host(out_n);

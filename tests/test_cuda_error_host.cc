@@ -10,9 +10,9 @@ namespace iris {
 namespace {
 
 const std::string kSetup =
-    "iris's setup calls (Context creation, allocations, reserve_workspace and the preambles: they allocate, zero "
-    "and synchronize) cannot be made while a capture is open, whichever stream it captures; make them before the "
-    "capture begins and capture the calls only)";
+    "iris's setup calls (a Context's creation and destruction, allocations, reserve_workspace, the preambles and "
+    "release(): they allocate, zero and synchronize) cannot be made while a capture is open, whichever stream it "
+    "captures; make them before the capture begins or after it ends, and capture the calls only)";
 
 template <typename E, typename Call>
 std::string what_of(Call call, int want_code) {
@@ -30,8 +30,8 @@ std::string what_of(Call call, int want_code) {
 // call (cudaMalloc, a synchronization) with this code; iris's own refusal sees only the context's stream.
 TEST(CudaErrors, ACaptureThatForbidsTheCallSaysToMakeSetupCallsBeforeIt) {
   const std::string hint =
-      "\n  (a CUDA graph is being captured on this thread, or on another in cudaStreamCaptureModeGlobal, and forbids "
-      "this call; " +
+      "\n  (a CUDA graph is being captured, on a stream of this device or by a thread in cudaStreamCaptureModeGlobal, "
+      "and the capture forbids this call; " +
       kSetup;
   for (cudaError_t code : {cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureImplicit}) {
     const std::string what = what_of<CudaError>([&] { IRIS_CUDA_CHECK(code); }, code);

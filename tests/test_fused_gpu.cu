@@ -61,6 +61,7 @@
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
 #include "support/require_gemm_core.hpp"
+#include "support/scoped_capture.hpp"
 #include "support/stopped_error.hpp"
 
 namespace iris::ops {
@@ -1062,9 +1063,10 @@ TEST_P(FusedGpu, GemmWorkspaceOfAShallowerCallIsRefused) {
       options());
 }
 
-// A preamble made while the caller captures a stream of its own in global mode (PyTorch's default): iris's
-// refusal looks at the context's stream, which is not captured, and the split-K partials' cudaMalloc, which such
-// a capture forbids to every thread, fails. Every rank raises (the allocation is an agreed step) with the CUDA
+// A preamble made while the caller captures a stream of its own (in global mode, PyTorch's default; a capture
+// of any mode open on the device does the same): iris's refusal looks at the context's stream, which is not
+// captured, and the reservation of the split-K partials, whose device-wide synchronization (before its
+// cudaMalloc) the capture forbids, fails. Every rank raises (the reservation is an agreed step) with the CUDA
 // error and what to do about it (before 2026-12-06 the runtime's text alone), the capture ends invalidated, and
 // the same preamble after it prepares the workspace for a right call. The shape is the one above that the
 // automatic split cuts on any GPU of 8 SMs or more.
@@ -1079,23 +1081,27 @@ TEST_P(FusedGpu, APreambleDuringAGlobalCaptureOfAnotherStreamSaysToMakeItFirst) 
         FusedWorkspace ws;
         Stream stream;
         ctx.bootstrap().barrier();
-        IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
         std::string why = "nothing raised";
-        try {
-          matmul_all_reduce_preamble(ctx, deep.operands(), config, ws);
-        } catch (const std::exception& e) {
-          why = e.what();
+        cudaError_t ended = cudaSuccess;
+        {
+          test::ScopedCapture capture(stream.get(), cudaStreamCaptureModeGlobal);
+          try {
+            matmul_all_reduce_preamble(ctx, deep.operands(), config, ws);
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
+          cudaGraph_t graph = nullptr;
+          ended = capture.end(&graph);
+          if (graph != nullptr) IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
         }
-        cudaGraph_t graph = nullptr;
-        const cudaError_t ended = cudaStreamEndCapture(stream.get(), &graph);
-        if (graph != nullptr) IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
         ctx.bootstrap().barrier();
         EXPECT_NE(why.find("cudaErrorStreamCaptureUnsupported"), std::string::npos) << why;
-        EXPECT_NE(why.find("\n  (a CUDA graph is being captured on this thread, or on another in "
-                           "cudaStreamCaptureModeGlobal, and forbids this call; iris's setup calls (Context creation, "
-                           "allocations, reserve_workspace and the preambles: they allocate, zero and synchronize) "
-                           "cannot be made while a capture is open, whichever stream it captures; make them before "
-                           "the capture begins and capture the calls only)"),
+        EXPECT_NE(why.find("\n  (a CUDA graph is being captured, on a stream of this device or by a thread in "
+                           "cudaStreamCaptureModeGlobal, and the capture forbids this call; iris's setup calls (a "
+                           "Context's creation and destruction, allocations, reserve_workspace, the preambles and "
+                           "release(): they allocate, zero and synchronize) cannot be made while a capture is open, "
+                           "whichever stream it captures; make them before the capture begins or after it ends, and "
+                           "capture the calls only)"),
                   std::string::npos)
             << why;
         EXPECT_EQ(ended, cudaErrorStreamCaptureInvalidated) << cudaGetErrorName(ended);
@@ -1329,9 +1335,11 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
           // with ranks as threads, to every thread; the host barriers keep every rank's setup and checks outside
           // the other ranks' captures.
           ctx.bootstrap().barrier();
-          IRIS_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
-          fns(flavor.op).run(ctx, p.operands(), config, ws, stream.get());
-          IRIS_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+          {
+            test::ScopedCapture capture(stream.get(), cudaStreamCaptureModeGlobal);
+            fns(flavor.op).run(ctx, p.operands(), config, ws, stream.get());
+            graph = capture.end();
+          }
           ctx.bootstrap().barrier();
           IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
           for (int replay = 0; replay < 20; ++replay) {

@@ -11,30 +11,28 @@ namespace iris::detail {
 
 namespace {
 // What to do about the errors a CUDA graph capture raises (the runtime's and the driver's codes are the same
-// numbers), or "". The one iris most often meets: a preamble, reserve_workspace, an allocation or a Context made
-// while the caller captures a stream of its own in cudaStreamCaptureModeGlobal (PyTorch's default): iris's
-// refusal looks only at the context's stream, which is not captured, and the first call that a capture
-// forbids (cudaMalloc, a synchronization) fails with the runtime's bare text and ends the caller's capture.
+// numbers), or "". The one iris most often meets: a setup call (a preamble, reserve_workspace, release(), an
+// allocation, a Context made or destroyed) while the caller captures a stream of its own: iris's refusal looks
+// only at the context's stream, which is not captured, and the first call that the capture forbids (a device
+// synchronization, cudaMalloc) fails with the runtime's bare text and ends the caller's capture.
 std::string capture_hint(int code) {
   static_assert(int{cudaErrorStreamCaptureUnsupported} == int{CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED} &&
                 int{cudaErrorStreamCaptureInvalidated} == int{CUDA_ERROR_STREAM_CAPTURE_INVALIDATED} &&
                 int{cudaErrorStreamCaptureImplicit} == int{CUDA_ERROR_STREAM_CAPTURE_IMPLICIT});
-  constexpr const char* kSetup =
-      "iris's setup calls (Context creation, allocations, reserve_workspace and the preambles: they allocate, "
-      "zero and synchronize) cannot be made while a capture is open, whichever stream it captures; make them "
-      "before the capture begins and capture the calls only";
+  const std::string setup =
+      "iris's setup calls (a Context's creation and destruction, allocations, reserve_workspace, the preambles "
+      "and release(): they allocate, zero and synchronize) cannot be made while a capture is open, whichever "
+      "stream it captures; make them before the capture begins or after it ends, and capture the calls only)";
   switch (code) {
     case cudaErrorStreamCaptureUnsupported:
     case cudaErrorStreamCaptureImplicit:
-      return str_cat(
-          "\n  (a CUDA graph is being captured on this thread, or on another in "
-          "cudaStreamCaptureModeGlobal, and forbids this call; ",
-          kSetup, ")");
+      return "\n  (a CUDA graph is being captured, on a stream of this device or by a thread in "
+             "cudaStreamCaptureModeGlobal, and the capture forbids this call; " +
+             setup;
     case cudaErrorStreamCaptureInvalidated:
-      return str_cat(
-          "\n  (the CUDA graph capture was invalidated by an earlier error or forbidden call; end it, "
-          "discard the graph and capture again; ",
-          kSetup, ")");
+      return "\n  (the CUDA graph capture was invalidated by an earlier error or forbidden call; end it, discard "
+             "the graph and capture again; " +
+             setup;
     default:
       return "";
   }
