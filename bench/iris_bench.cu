@@ -605,7 +605,8 @@ int main_impl(int argc, char** argv) {
                                          : std::string("one per GPU"));
   }
   shared.machine.shared_gpus = shared_gpus;
-  if (shared_gpus) shared.machine.gpus_used = std::min(local, gpus);
+  // This host's GPUs in use, times the hosts (as many ranks on each: the launchers start them so).
+  if (shared_gpus) shared.machine.gpus_used = std::min(local, gpus) * std::max(1, world / std::max(1, local));
   iris::ContextOptions copts;
   if (shared_gpus) copts.device = launch.local_rank % gpus;
   const char* env_heap = std::getenv("IRIS_HEAP_SIZE");
