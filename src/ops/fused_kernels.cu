@@ -24,6 +24,14 @@ __device__ __forceinline__ uint64_t current_epoch(const uint64_t* state) {
   return dev::load<dev::Order::kRelaxed, dev::Scope::kGpu>(state);
 }
 
+// The epoch of the call a kernel after fused_begin_kernel belongs to (that kernel stored it), or 0 (no call's:
+// epochs start at 1) when the workspace has stopped, by an earlier call or a wait of this one: the kernel then
+// returns at once. The epoch is loaded before the stop word, as each kernel did on its own before 2026-12-06.
+__device__ __forceinline__ uint64_t running_epoch(const uint64_t* state, const DeviceContext& ctx) {
+  const uint64_t epoch = current_epoch(state);
+  return ccl::detail::workspace_stopped(ctx) ? 0 : epoch;
+}
+
 __global__ void fused_begin_kernel(const __grid_constant__ FusedSync s, int ready_base) {
   if (threadIdx.x != 0) return;
   const uint64_t epoch = current_epoch(s.state) + 1;
@@ -47,8 +55,8 @@ __global__ void fused_begin_kernel(const __grid_constant__ FusedSync s, int read
 
 __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first, int count, int stride, int skip,
                                   int what) {
-  const uint64_t epoch = current_epoch(s.state);
-  if (ccl::detail::workspace_stopped(s.ctx)) return;  // by an earlier call or a wait of this one
+  const uint64_t epoch = running_epoch(s.state, s.ctx);
+  if (epoch == 0) return;
   const char* op = what == 0 ? "fused op: wait for a peer's ready flag"
                    : what == 1 ? "fused op: wait for a peer's data"
                                : "fused op: wait for a peer's reduced rows";
@@ -84,8 +92,8 @@ __global__ void fused_wait_kernel(const __grid_constant__ FusedSync s, int first
 
 __global__ void fused_signal_kernel(const __grid_constant__ FusedSync s, int index, int to) {
   if (threadIdx.x != 0) return;
-  const uint64_t epoch = current_epoch(s.state);
-  if (ccl::detail::workspace_stopped(s.ctx)) return;  // by an earlier call or a wait of this one
+  const uint64_t epoch = running_epoch(s.state, s.ctx);
+  if (epoch == 0) return;
   // The stream's earlier work (the copies this flag publishes: copy kernels, or copy-engine copies with
   // cudaMemcpy2DAsync) has completed before this kernel starts. That the completed writes, which this thread
   // neither made nor observed, are visible at the peer before the flag rests on stream order: a completed
@@ -234,8 +242,8 @@ __global__ void __launch_bounds__(kReduceThreads) tile_push_kernel(const __grid_
   constexpr int kN = P::kN;
   const DeviceContext& ctx = r.ctx;
   const int me = ctx.rank, world = ctx.world_size;
-  const uint64_t epoch = current_epoch(r.state);
-  if (ccl::detail::workspace_stopped(ctx)) return;  // by an earlier call or a wait of this one
+  const uint64_t epoch = running_epoch(r.state, ctx);
+  if (epoch == 0) return;
   const int64_t tile_elems = int64_t{r.block_m} * r.block_n;
   const T* c = static_cast<const T*>(r.c);
   // atomic: every owner's accumulators are zeroed for this call before any add (fused.cc,
@@ -318,8 +326,8 @@ __global__ void __launch_bounds__(kReduceThreads) tile_finish_kernel(const __gri
   constexpr int kN = P::kN;
   const DeviceContext& ctx = r.ctx;
   const int me = ctx.rank, world = ctx.world_size;
-  const uint64_t epoch = current_epoch(r.state);
-  if (ccl::detail::workspace_stopped(ctx)) return;  // by an earlier call or a wait of this one
+  const uint64_t epoch = running_epoch(r.state, ctx);
+  if (epoch == 0) return;
   const int64_t tile_elems = int64_t{r.block_m} * r.block_n;
   T* c = static_cast<T*>(r.c);
   T* res = static_cast<T*>(r.res);
