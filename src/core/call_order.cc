@@ -18,6 +18,8 @@ CallOrder& CallOrder::operator=(CallOrder&& other) noexcept {
     capture_event_ = std::exchange(other.capture_event_, nullptr);
     stream_ = std::exchange(other.stream_, nullptr);
     eager_stream_id_ = std::exchange(other.eager_stream_id_, 0);
+    asked_id_ = std::exchange(other.asked_id_, 0);
+    asked_stream_ = std::exchange(other.asked_stream_, nullptr);
     capture_ = std::exchange(other.capture_, 0);
     called_ = std::exchange(other.called_, false);
     eager_called_ = std::exchange(other.eager_called_, false);
@@ -62,14 +64,18 @@ unsigned long long id_of(cudaStream_t stream) {
 }  // namespace
 
 void CallOrder::before(cudaStream_t stream) {
+  asked_id_ = 0;  // an earlier call that threw between before() and after() leaves no id for this one
   if (!called_) return;
   const unsigned long long capture = capture_of(stream);
   if (capture == 0) {
     // An eager call waits for the last eager call, on whichever stream it was made, whatever calls were captured
     // since (their graphs' replays are another matter: see the class). Before 2026-12-06 a call captured in
     // between made this wait be skipped: eager calls on streams A, then B, with a capture on A between them,
-    // could run at once on one workspace. Streams are told apart by id (id_of).
-    if (eager_called_ && id_of(stream) != eager_stream_id_) IRIS_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+    // could run at once on one workspace. Streams are told apart by id (id_of), asked once per call.
+    if (!eager_called_) return;
+    asked_id_ = id_of(stream);
+    asked_stream_ = stream;
+    if (asked_id_ != eager_stream_id_) IRIS_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
     return;
   }
   // Within one capture sequence the handles compare exactly: the last call's stream still takes part in it, so
@@ -91,12 +97,14 @@ void CallOrder::after(cudaStream_t stream) {
   if (capture == 0) {
     create_event(event_);
     IRIS_CUDA_CHECK(cudaEventRecord(event_, stream));
-    eager_stream_id_ = id_of(stream);
+    // The call's stream lives until the call returns, so the id before() asked of it is still its own.
+    eager_stream_id_ = asked_id_ != 0 && asked_stream_ == stream ? asked_id_ : id_of(stream);
     eager_called_ = true;
   }
   stream_ = stream;
   capture_ = capture;
   called_ = true;
+  asked_id_ = 0;
 }
 
 void CallOrder::create_event(cudaEvent_t& event) {

@@ -65,6 +65,9 @@ class CallOrder {
   unsigned long long capture_ = 0;       // the capture sequence the last call was made in; 0: none
   bool called_ = false;                  // a call was made (stream_ and capture_ say where)
   bool eager_called_ = false;            // a call was made outside capture (eager_stream_id_ says where)
+  // The id before() asked of this call's stream, asked_stream_, for after() (one query per eager call); 0: none.
+  unsigned long long asked_id_ = 0;
+  cudaStream_t asked_stream_ = nullptr;
 };
 
 }  // namespace iris
