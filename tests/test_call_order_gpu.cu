@@ -10,6 +10,7 @@
 #include "iris/core/cuda_check.hpp"
 #include "iris/device.cuh"
 #include "support/ranks.hpp"
+#include "test_device_util.cuh"
 
 namespace iris {
 namespace {
@@ -44,6 +45,10 @@ class Stream {
 // at once, as two collectives on one workspace would, and B's read 0.
 TEST(CallOrderGpu, EagerCallsKeepTheirOrderWhenCallsCapturedBetweenThemCameFirst) {
   IRIS_TEST_REQUIRE_GPUS(1);
+  // Loaded ahead: a kernel's first launch waits for the kernels running (test::load_kernels), so the first look
+  // would wait for the hold whatever CallOrder did (before 2026-12-06 the first case could not fail).
+  IRIS_CUDA_CHECK(cudaFree(nullptr));  // the device's primary context, which loading a kernel needs current
+  test::load_kernels(hold_then_set, look, nothing);
   Stream a, b, c;
   unsigned* words = nullptr;  // [0]: set by the first call; [1]: what the second saw
   IRIS_CUDA_CHECK(cudaMalloc(&words, 2 * sizeof(unsigned)));
@@ -89,6 +94,8 @@ TEST(CallOrderGpu, EagerCallsKeepTheirOrderWhenCallsCapturedBetweenThemCameFirst
 // on streams whose handles differ are checked as well.
 TEST(CallOrderGpu, AStreamThatReusesADestroyedStreamsHandleStillWaits) {
   IRIS_TEST_REQUIRE_GPUS(1);
+  IRIS_CUDA_CHECK(cudaFree(nullptr));
+  test::load_kernels(hold_then_set, look);  // as above: the first try's look must not wait for the hold itself
   unsigned* words = nullptr;  // [0]: set by the first call; [1]: what the second saw
   IRIS_CUDA_CHECK(cudaMalloc(&words, 2 * sizeof(unsigned)));
   int reused = 0, tries = 0;
