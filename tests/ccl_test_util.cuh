@@ -41,15 +41,18 @@ __host__ __device__ inline int small_value(int rank, int k, int64_t i) {
 
 // Element i of rank r's input for draw `seed`, already rounded to the dtype, as a double.
 // Floats: uniform in [-1, 1) (float8: in [-448, 448) and [-57344, 57344), most of each type's range, so
-// every exponent bit moves); int32: integers in [-1000, 1000]; int64: 53-bit integers of either sign, so all
-// eight bytes move; uint8 and int8: any byte but 0xFF, the poison (so every element left unwritten is
-// caught; float8 inputs are finite, and 0xFF is NaN in both float8 types).
+// every exponent bit moves); int32: integers in [-1000, 1000] but -1; int64: 53-bit integers of either sign, so
+// all eight bytes move; uint8 and int8: any byte but 0xFF. No input is the poison, 0xFF bytes (int32's -1 was
+// until 2026-12-06), so every element a call that moves data leaves unwritten is caught; float8 inputs are
+// finite, and 0xFF is NaN in both float8 types.
 inline double input_value(DType dt, uint64_t seed, int rank, int64_t i) {
   const uint64_t h = splitmix(splitmix(seed * 1315423911ull + static_cast<uint64_t>(rank)) ^ static_cast<uint64_t>(i));
   const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
   switch (dt) {
-    case DType::kInt32:
-      return static_cast<double>(static_cast<int64_t>(h % 2001) - 1000);
+    case DType::kInt32: {
+      const int64_t v = static_cast<int64_t>(h % 2000) - 1000;  // [-1000, 999]
+      return static_cast<double>(v >= -1 ? v + 1 : v);          // [-1000, -2] and [0, 1000]
+    }
     case DType::kInt64:
       return static_cast<double>(static_cast<int64_t>(h) >> 11);
     case DType::kFloat64:

@@ -1365,6 +1365,9 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
 // into one graph whose second stream forks off the first before the hold; banded and unfused.
 TEST_P(FusedGpu, CallsWithOneWorkspaceOnTwoStreamsRunInTheOrderMade) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  if (GetParam().world < 2)
+    GTEST_SKIP() << "one rank: its calls exchange nothing, so calls run out of order still give right results and "
+                    "the order is not shown";
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
