@@ -1461,7 +1461,26 @@ TEST_P(FusedGpu, MatmulAllGatherRefusesACOnAnotherHeapThanItsPreambleSaw) {
           ctx.barrier();
         }
         matmul_all_gather_preamble(ctx, elsewhere, config, ws);  // every rank: C at the second offset
-        matmul_all_gather(ctx, elsewhere, config, ws, nullptr);
+        {
+          // The call it accepts writes every rank's rows into the moved C (peers write theirs straight into it):
+          // A_r = r + 1 everywhere, B = 1, so rank r's rows are k (r + 1), exact in bf16; C poisoned (NaN).
+          const std::vector<__nv_bfloat16> a_host(mr * k, __float2bfloat16(static_cast<float>(ctx.rank() + 1)));
+          const std::vector<__nv_bfloat16> b_host(k * n, __float2bfloat16(1.0f));
+          IRIS_CUDA_CHECK(cudaMemcpy(a, a_host.data(), a_host.size() * 2, cudaMemcpyHostToDevice));
+          IRIS_CUDA_CHECK(cudaMemcpy(b, b_host.data(), b_host.size() * 2, cudaMemcpyHostToDevice));
+          IRIS_CUDA_CHECK(cudaMemset(c_heap2, 0xFF, static_cast<size_t>(w * mr * n) * 2));
+          IRIS_CUDA_CHECK(cudaDeviceSynchronize());
+          ctx.barrier();  // no peer writes into C before its poison
+          matmul_all_gather(ctx, elsewhere, config, ws, nullptr);
+          ctx.barrier();  // every peer's rows are in
+          std::vector<__nv_bfloat16> c_host(w * mr * n);
+          IRIS_CUDA_CHECK(cudaMemcpy(c_host.data(), c_heap2, c_host.size() * 2, cudaMemcpyDeviceToHost));
+          int64_t wrong = 0, first = -1;
+          for (int64_t i = 0; i < w * mr * n; ++i)
+            if (__bfloat162float(c_host[i]) != static_cast<float>(k * (i / (mr * n) + 1)) && wrong++ == 0) first = i;
+          EXPECT_EQ(wrong, 0) << "the call after the preamble with C moved: first wrong element " << first << " (row "
+                              << first / n << "): " << (first >= 0 ? __bfloat162float(c_host[first]) : 0.0f);
+        }
         ctx.synchronize();
         matmul_all_gather_preamble(ctx, off_heap, config, ws);
         EXPECT_FALSE(ws.signature().symmetric_output);
