@@ -1070,11 +1070,7 @@ void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& 
     // call only, an earlier shape's call would no longer fit (before 2026-12-06: the preambles of shapes whose
     // collectives need more staging and more flags, in turn, each freed what the other needed).
     ccl::WorkspaceNeeds grown = ws.collective().capacity();
-    const ccl::Config auto_config;
-    const int w = ctx.world_size();
-    grown.include(p.sig.op == OpKind::kMatmulAllReduce       ? ccl::all_reduce_needs(v.out, v.in, auto_config, w)
-                  : p.sig.op == OpKind::kMatmulReduceScatter ? ccl::reduce_scatter_needs(v.out, v.in, auto_config, w)
-                                                             : ccl::all_gather_needs(v.out, v.in, auto_config, w));
+    grown.include(p.collective);  // the plan's (collective_needs), which heap_bytes counts too
     ccl::ContextWorkspaceHost host(ctx);
     ws.collective().release(host);  // waits until no call of any rank still reaches the arrays
     ccl::reserve_workspace(ctx, ws.collective(), grown);
