@@ -1,5 +1,5 @@
 // Helpers for the collective GPU tests: deterministic random inputs reproducible on the host, fp64
-// references, per-dtype tolerances, poisoning, and cross-rank comparison of results.
+// references and the float reductions' bounds, poisoning, and cross-rank comparison of results.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -70,28 +71,6 @@ inline double input_value(DType dt, uint64_t seed, int rank, int64_t i) {
   }
 }
 
-// |out - ref| <= atol + rtol * |ref|: the result is accumulated in float32 (float64 in float64) and
-// rounded once to the dtype, so the bound is the dtype's rounding plus the accumulation over `world` terms
-// (float8: compared with the reference already rounded to float8, within one unit in the last place).
-inline double tolerance(DType dt, double ref, int world) {
-  switch (dt) {
-    case DType::kFloat32:
-      return 1e-6 * world + 1e-6 * std::fabs(ref);
-    case DType::kFloat16:
-      return 1e-3 + 1e-3 * std::fabs(ref);
-    case DType::kBFloat16:
-      return 8e-3 + 8e-3 * std::fabs(ref);
-    case DType::kFloat64:  // accumulated in double: far below float32's error, which it would catch
-      return 1e-13 * world + 1e-13 * std::fabs(ref);
-    case DType::kFloat8E4M3:  // one unit in the last place (3 mantissa bits), 2^-9 among the subnormals
-      return 0x1.0p-3 * std::fabs(ref) + 0x1.0p-9;
-    case DType::kFloat8E5M2:  // 2 mantissa bits, subnormals down to 2^-16
-      return 0x1.0p-2 * std::fabs(ref) + 0x1.0p-16;
-    default:
-      return 0;  // the integer types are exact (reduce_int_ref)
-  }
-}
-
 // The float references' combine: sum and avg add (avg divides once, after), prod multiplies.
 template <typename A>
 A combine_ref(ccl::ReduceOp op, A a, A b) {
@@ -105,6 +84,73 @@ A combine_ref(ccl::ReduceOp op, A a, A b) {
     default:
       return a + b;
   }
+}
+
+// Element i of a float reduction over `world` ranks as a kernel that adds in rank order 0..W-1 computes it:
+// accumulated in float32 (float64 for float64), avg divided once at the end (one IEEE division), rounded
+// once to the dtype (to nearest even; float8 saturating, as the kernels' Elem<T>::from_acc). Every kernel
+// accumulates so (src/ccl/ccl_common.cuh); only the order of the terms differs by variant.
+inline double reduce_float_in_rank_order(DType dt, ccl::ReduceOp op, uint64_t seed, int world, int64_t i) {
+  if (dt == DType::kFloat64) {
+    double acc = input_value(dt, seed, 0, i);
+    for (int r = 1; r < world; ++r) acc = combine_ref(op, acc, input_value(dt, seed, r, i));
+    return op == ccl::ReduceOp::kAvg ? acc / world : acc;
+  }
+  float acc = static_cast<float>(input_value(dt, seed, 0, i));
+  for (int r = 1; r < world; ++r) acc = combine_ref(op, acc, static_cast<float>(input_value(dt, seed, r, i)));
+  if (op == ccl::ReduceOp::kAvg) acc /= static_cast<float>(world);
+  return stored_value(dt, acc);
+}
+
+// Whether `got` is element i of a float all_reduce over `world` ranks; *want gets the value it is checked
+// against. Where the order of the terms cannot change the float32 (float64) accumulator, with one or two
+// ranks (a + b == b + a) or for min and max, got must be reduce_float_in_rank_order's value exactly: one
+// rounding of the exact result, to nearest (the bounds before 2026-12-06, 8e-3 + 8e-3 |ref| for bfloat16 and
+// one unit in the last place for float8, admitted a truncating conversion or a sum rounded twice, and
+// bfloat16 elements below 8e-3 were not checked at all). With more ranks the order varies (the atomic
+// variant adds in arrival order): |got - x| <= u |x| + (W - 1) u_acc S (1 + u) + floor, where x is the
+// exact (fp64) result clamped to the dtype's finite range (float8 saturates), u the dtype's unit roundoff,
+// u_acc the accumulator's, S the sum of the terms' magnitudes (for prod, |x|; for avg, divided by W) and
+// floor half the dtype's smallest subnormal for each rounding.
+inline bool float_reduction_ok(DType dt, ccl::ReduceOp op, uint64_t seed, int world, int64_t i, double got,
+                               double* want) {
+  const bool order_free = world <= 2 || op == ccl::ReduceOp::kMin || op == ccl::ReduceOp::kMax;
+  if (order_free) {
+    *want = reduce_float_in_rank_order(dt, op, seed, world, i);
+    return got == *want;  // NaN fails
+  }
+  double x = input_value(dt, seed, 0, i), sum_abs = std::fabs(x);
+  for (int r = 1; r < world; ++r) {
+    const double v = input_value(dt, seed, r, i);
+    x = combine_ref(op, x, v);
+    sum_abs += std::fabs(v);
+  }
+  if (op == ccl::ReduceOp::kAvg) x /= world, sum_abs /= world;
+  if (op == ccl::ReduceOp::kProd) sum_abs = std::fabs(x);
+  double u = 0x1.0p-24, floor = 0x1.0p-150, max = 0x1.fffffep127;
+  switch (dt) {
+    case DType::kFloat16:
+      u = 0x1.0p-11, floor = 0x1.0p-25, max = 65504;
+      break;
+    case DType::kBFloat16:
+      u = 0x1.0p-8, floor = 0x1.0p-134;
+      break;
+    case DType::kFloat8E4M3:
+      u = 0x1.0p-4, floor = 0x1.0p-10, max = 448;
+      break;
+    case DType::kFloat8E5M2:
+      u = 0x1.0p-3, floor = 0x1.0p-17, max = 57344;
+      break;
+    case DType::kFloat64:
+      u = 0x1.0p-53, floor = 0x1.0p-1075, max = std::numeric_limits<double>::max();
+      break;
+    default:
+      break;
+  }
+  const double u_acc = dt == DType::kFloat64 ? 0x1.0p-53 : 0x1.0p-24;
+  *want = std::clamp(x, -max, max);
+  const double bound = u * std::fabs(*want) + (world - 1) * u_acc * sum_abs * (1 + u) + (world + 1) * floor;
+  return std::fabs(got - *want) <= bound;  // NaN fails
 }
 
 inline bool is_integer(DType dt) {

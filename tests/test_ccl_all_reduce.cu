@@ -74,13 +74,6 @@ void prepare_for_every(Context& ctx, Workspace& ws, const Tensor& t, const std::
   prepare_for_every(ctx, ws, calls);
 }
 
-// Element i of a float reduction in double (the integer types: test::reduce_int_ref, exactly).
-double reduce_ref(ReduceOp op, DType dt, uint64_t seed, int world, int64_t i) {
-  double acc = test::input_value(dt, seed, 0, i);
-  for (int r = 1; r < world; ++r) acc = test::combine_ref(op, acc, test::input_value(dt, seed, r, i));
-  return op == ReduceOp::kAvg ? acc / world : acc;
-}
-
 // One all_reduce of rows x cols (row stride `stride`) on every rank; checks every element against
 // the fp64 reference and that every rank holds bitwise-identical results.
 void check_once(Context& ctx, const Config& cfg, Workspace& ws, DType dt, ReduceOp op, int64_t rows, int64_t cols,
@@ -117,13 +110,8 @@ void check_once(Context& ctx, const Config& cfg, Workspace& ws, DType dt, Reduce
           poison_is_a_result = poison_is_a_result || w == test::decode_int(dt, poison_bytes.data());
           got = static_cast<double>(g), want = static_cast<double>(w);
         } else {
-          want = reduce_ref(op, dt, seed, world, i);
-          if (dt == DType::kFloat8E4M3 || dt == DType::kFloat8E5M2) want = stored_value(dt, want);  // saturates
           got = decode_element(dt, bytes);
-          // min and max select, and one rank's result is its input: exact, whatever the variant (the
-          // tolerance before 2026-12-05 admitted a near value there too); sums and averages over ranks round.
-          const bool exact = op == ReduceOp::kMin || op == ReduceOp::kMax || world == 1;
-          ok = exact ? got == want : std::fabs(got - want) <= test::tolerance(dt, want, world);  // NaN fails too
+          ok = test::float_reduction_ok(dt, op, seed, world, i, got, &want);
         }
         if (!ok) {
           if (first < 0) first = i, first_got = got, first_want = want;
@@ -448,9 +436,9 @@ TEST_P(AllReduce, LLLinesOfCallsTwoToThe32ApartNeverPassForEachOther) {
           const auto host = out.download(ctx.stream());
           int64_t wrong = 0, first = -1;
           for (int64_t i = 0; i < n; ++i) {
-            const double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, seed, ctx.world_size(), i);
-            if (!(std::fabs(decode_element(DType::kFloat32, host.data() + i * 4) - want) <=
-                  test::tolerance(DType::kFloat32, want, ctx.world_size())) &&
+            double want;
+            if (!test::float_reduction_ok(DType::kFloat32, ReduceOp::kSum, seed, ctx.world_size(), i,
+                                          decode_element(DType::kFloat32, host.data() + i * 4), &want) &&
                 wrong++ == 0)
               first = i;
           }
@@ -507,9 +495,9 @@ TEST_P(AllReduce, HundredCallsReuseTheWorkspace) {
             auto host = out.download(ctx.stream());
             int64_t wrong = 0;
             for (int64_t i = 0; i < 64000; ++i) {
-              double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, 1000 + call, ctx.world_size(), i);
-              wrong += !(std::fabs(decode_element(DType::kFloat32, host.data() + i * 4) - want) <=
-                         test::tolerance(DType::kFloat32, want, ctx.world_size()));
+              double want;
+              wrong += !test::float_reduction_ok(DType::kFloat32, ReduceOp::kSum, 1000 + call, ctx.world_size(), i,
+                                                 decode_element(DType::kFloat32, host.data() + i * 4), &want);
             }
             ASSERT_EQ(wrong, 0) << ccl::variant_name(v) << (k == 1 ? " simple" : "") << " call " << call;
           }
@@ -601,9 +589,9 @@ TEST_P(AllReduce, VariantsAndShapesMixedBackToBackOnOneWorkspace) {
         auto host = outs[k].download(ctx.stream());
         int64_t wrong = 0, first = -1;
         for (int64_t i = 0; i < c.rows * c.cols; ++i) {
-          const double want = reduce_ref(ReduceOp::kSum, dt, seeds[k], ctx.world_size(), i);
-          if (!(std::fabs(decode_element(dt, host.data() + i * 4) - want) <=
-                test::tolerance(dt, want, ctx.world_size())))
+          double want;
+          if (!test::float_reduction_ok(dt, ReduceOp::kSum, seeds[k], ctx.world_size(), i,
+                                        decode_element(dt, host.data() + i * 4), &want))
             if (wrong++ == 0) first = i;
         }
         EXPECT_EQ(wrong, 0) << "round " << round << ", " << ccl::variant_name(c.variant) << " "
@@ -1166,9 +1154,9 @@ TEST_P(AllReduce, CallsFromAThreadWithAnotherDeviceCurrentRunOnTheContextsDevice
           auto host = out.download(ctx.stream());
           int64_t wrong = 0;
           for (int64_t i = 0; i < 64000; ++i) {
-            const double want = reduce_ref(ReduceOp::kSum, DType::kFloat32, seed, ctx.world_size(), i);
-            wrong += !(std::fabs(decode_element(DType::kFloat32, host.data() + i * 4) - want) <=
-                       test::tolerance(DType::kFloat32, want, ctx.world_size()));
+            double want;
+            wrong += !test::float_reduction_ok(DType::kFloat32, ReduceOp::kSum, seed, ctx.world_size(), i,
+                                               decode_element(DType::kFloat32, host.data() + i * 4), &want);
           }
           EXPECT_EQ(wrong, 0);
           ++seed;

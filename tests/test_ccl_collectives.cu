@@ -169,18 +169,7 @@ void reduced_bytes(DType dt, ReduceOp op, uint64_t seed, int world, int64_t i, c
     std::memcpy(dst, &v, dtype_size(dt));  // the low bytes: little-endian
     return;
   }
-  if (dt == DType::kFloat64) {
-    double acc = test::input_value(dt, seed, 0, i);
-    for (int s = 1; s < world; ++s) acc = test::combine_ref(op, acc, test::input_value(dt, seed, s, i));
-    if (op == ReduceOp::kAvg) acc /= world;
-    std::memcpy(dst, &acc, 8);
-    return;
-  }
-  float acc = static_cast<float>(test::input_value(dt, seed, 0, i));
-  for (int s = 1; s < world; ++s)
-    acc = test::combine_ref(op, acc, static_cast<float>(test::input_value(dt, seed, s, i)));
-  if (op == ReduceOp::kAvg) acc /= static_cast<float>(world);
-  encode_element(dt, acc, dst);
+  encode_element(dt, test::reduce_float_in_rank_order(dt, op, seed, world, i), dst);
 }
 
 void check_reduce_scatter(Context& ctx, const Config& cfg, Workspace& ws, DType dt, ReduceOp op, int64_t m, int64_t n,
