@@ -22,6 +22,7 @@
 #include "iris/device/common.cuh"
 #include "runtime/agree.hpp"
 #include "runtime/bootstrap_detail.hpp"
+#include "runtime/device_error_record.hpp"
 #include "runtime/heap_allocator.hpp"
 #include "runtime/heap_guard.hpp"
 #include "runtime/symmetric_heap.hpp"
@@ -604,12 +605,8 @@ void Context::synchronize() {
 }
 
 void Context::check_device_error() {
-  volatile DeviceErrorRecord* rec = error_record_;
-  if (rec->code == 0) return;
-  DeviceErrorRecord copy;
-  std::memcpy(&copy, const_cast<DeviceErrorRecord*>(rec), sizeof(copy));
-  copy.op[DeviceErrorRecord::kOpNameSize - 1] = '\0';
-  std::memset(error_record_, 0, sizeof(DeviceErrorRecord));
+  DeviceErrorRecord copy{};
+  if (!detail::take_device_error(*error_record_, copy)) return;
   // Counted whatever the code: a misuse also made every bounded wait of this rank's running kernels give
   // up (timeout.cuh), so workspaces and barriers may be out of step all the same.
   ++device_timeouts_;

@@ -33,6 +33,9 @@ struct DeviceErrorRecord {
   int32_t rank;      // rank that observed the failure
   int32_t peer;      // rank that owns the waited-on word (-1 if unknown)
   int32_t block;     // blockIdx.x of the waiting thread
+  // 1 once the writer has stored every other field: its last store, a system-scope release after a system
+  // fence. The host reads the fields only then (a host thread may read the record while the kernel runs).
+  int32_t written;
   uint64_t address;  // address of the word waited on (in the waiting rank's address space)
   uint64_t observed; // last value read
   uint64_t expected; // value compared against

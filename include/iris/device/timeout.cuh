@@ -116,8 +116,10 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
   for (; op != nullptr && op[i] != '\0' && i < DeviceErrorRecord::kOpNameSize - 1; ++i) out->op[i] = op[i];
   out->op[i] = '\0';
   // Why: a host thread may read the record while other blocks of this kernel still run (code is
-  // already non-zero); push the fields out to host memory now rather than at kernel end.
+  // already non-zero); push the fields out to host memory now rather than at kernel end, and then say that
+  // they are all there (the host waits for `written` before it reads them: take_device_error).
   __threadfence_system();
+  cuda::atomic_ref<int32_t, cuda::thread_scope_system>(record->written).store(1, cuda::std::memory_order_release);
   if (code == kDeviceErrorPeerNotInCall) {
     printf(
         "iris: device timeout in %s on rank %d (block %d): rank %d has not started this call (call %llu on the "

@@ -1,0 +1,48 @@
+// The host's side of the device error record (device_error_record.hpp).
+#include "runtime/device_error_record.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+namespace iris::detail {
+
+bool take_device_error(DeviceErrorRecord& record, DeviceErrorRecord& out, std::chrono::milliseconds writer_wait) {
+  std::atomic_ref<int32_t> code(record.code), written(record.written);
+  if (code.load(std::memory_order_acquire) == 0) return false;
+  const auto give_up = std::chrono::steady_clock::now() + writer_wait;
+  bool complete = written.load(std::memory_order_acquire) != 0;
+  while (!complete && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+    complete = written.load(std::memory_order_acquire) != 0;
+  }
+  // The fields, read through volatile: device stores to this mapped memory the compiler cannot see.
+  const volatile DeviceErrorRecord& rec = record;
+  out.code = code.load(std::memory_order_relaxed);
+  out.written = complete ? 1 : 0;
+  out.rank = rec.rank;
+  out.peer = rec.peer;
+  out.block = rec.block;
+  out.address = rec.address;
+  out.observed = rec.observed;
+  out.expected = rec.expected;
+  out.elapsed_ns = rec.elapsed_ns;
+  for (int i = 0; i < DeviceErrorRecord::kOpNameSize; ++i) out.op[i] = rec.op[i];
+  out.op[DeviceErrorRecord::kOpNameSize - 1] = '\0';
+  if (!complete) std::strncpy(out.op, "a kernel whose record was left unfinished", DeviceErrorRecord::kOpNameSize - 1);
+
+  volatile DeviceErrorRecord& clear = record;
+  written.store(0, std::memory_order_relaxed);
+  clear.rank = 0;
+  clear.peer = 0;
+  clear.block = 0;
+  clear.address = 0;
+  clear.observed = 0;
+  clear.expected = 0;
+  clear.elapsed_ns = 0;
+  for (int i = 0; i < DeviceErrorRecord::kOpNameSize; ++i) clear.op[i] = '\0';
+  code.store(0, std::memory_order_release);  // last: a claim from here on finds the fields cleared
+  return true;
+}
+
+}  // namespace iris::detail
