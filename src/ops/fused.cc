@@ -229,23 +229,81 @@ CollectiveViews collective_views(OpKind op, const MatmulOperands& mm, void* stag
   }
 }
 
+// The iris::ccl collective of an op's unfused path, in one place: its sizing, preamble, checks and call, each
+// with the auto config (and the sum: the reducing ops' only reduction). Before 2026-12-06 four switches over
+// the op each picked the collective anew (sizing, preamble, checks, run).
+struct UnfusedCollective {
+  ccl::WorkspaceNeeds (*needs)(const Tensor& out, const Tensor& in, int world);
+  void (*preamble)(Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws);
+  // The call's own checks, without its launch (ccl::detail::check_*_call).
+  void (*check)(const Context& ctx, const Tensor& out, const Tensor& in, const ccl::Workspace& ws);
+  void (*call)(Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws, cudaStream_t stream);
+  bool before_gemm;  // all_gather_matmul gathers A, then multiplies; the others reduce or gather C after the GEMM
+};
+
+template <bool kBeforeGemm>
+constexpr UnfusedCollective kUnfusedAllGather{
+    [](const Tensor& out, const Tensor& in, int world) { return ccl::all_gather_needs(out, in, ccl::Config{}, world); },
+    [](Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws) {
+      ccl::all_gather_preamble(ctx, out, in, ccl::Config{}, ws);
+    },
+    [](const Context& ctx, const Tensor& out, const Tensor& in, const ccl::Workspace& ws) {
+      ccl::detail::check_all_gather_call(ctx, out, in, ccl::Config{}, ws);
+    },
+    [](Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws, cudaStream_t stream) {
+      ccl::all_gather(ctx, out, in, ccl::Config{}, ws, stream);
+    },
+    kBeforeGemm};
+
+const UnfusedCollective& unfused_collective(OpKind op) {
+  static constexpr UnfusedCollective all_reduce{
+      [](const Tensor& out, const Tensor& in, int world) {
+        return ccl::all_reduce_needs(out, in, ccl::Config{}, world);
+      },
+      [](Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws) {
+        ccl::all_reduce_preamble(ctx, out, in, ccl::Config{}, ws);
+      },
+      [](const Context& ctx, const Tensor& out, const Tensor& in, const ccl::Workspace& ws) {
+        ccl::detail::check_all_reduce_call(ctx, out, in, ccl::Config{}, ws);
+      },
+      [](Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws, cudaStream_t stream) {
+        ccl::all_reduce(ctx, out, in, ccl::Config{}, ws, stream);
+      },
+      false};
+  static constexpr UnfusedCollective reduce_scatter{
+      [](const Tensor& out, const Tensor& in, int world) {
+        return ccl::reduce_scatter_needs(out, in, ccl::Config{}, world);
+      },
+      [](Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws) {
+        ccl::reduce_scatter_preamble(ctx, out, in, ccl::Config{}, ws);
+      },
+      [](const Context& ctx, const Tensor& out, const Tensor& in, const ccl::Workspace& ws) {
+        ccl::detail::check_reduce_scatter_call(ctx, out, in, ccl::Config{}, ws);
+      },
+      [](Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws, cudaStream_t stream) {
+        ccl::reduce_scatter(ctx, out, in, ccl::Config{}, ws, stream);
+      },
+      false};
+  switch (op) {
+    case OpKind::kMatmulAllReduce:
+      return all_reduce;
+    case OpKind::kMatmulReduceScatter:
+      return reduce_scatter;
+    case OpKind::kAllGatherMatmul:
+      return kUnfusedAllGather<true>;
+    case OpKind::kMatmulAllGather:
+      return kUnfusedAllGather<false>;
+    default:  // all_gather_matmul_k_sharded is never unfused
+      IRIS_ASSERT(false, "no unfused path");
+      return all_reduce;
+  }
+}
+
 // The unfused path's collective (run_unfused) sized ahead, as iris::ccl's auto plans it for a fresh
 // workspace; the views' addresses do not matter (the staging is not allocated yet).
 ccl::WorkspaceNeeds collective_needs(OpKind op, const MatmulOperands& mm, int world) {
   const CollectiveViews v = collective_views(op, mm, nullptr, 0, world);
-  const ccl::Config auto_config;
-  switch (op) {
-    case OpKind::kMatmulAllReduce:
-      return ccl::all_reduce_needs(v.out, v.in, auto_config, world);
-    case OpKind::kMatmulReduceScatter:
-      return ccl::reduce_scatter_needs(v.out, v.in, auto_config, world);
-    case OpKind::kAllGatherMatmul:
-    case OpKind::kMatmulAllGather:
-      return ccl::all_gather_needs(v.out, v.in, auto_config, world);
-    default:  // all_gather_matmul_k_sharded is never unfused
-      IRIS_ASSERT(false, "no unfused path");
-      return {};
-  }
+  return unfused_collective(op).needs(v.out, v.in, world);
 }
 
 // Every plan's last step. An unfused call holds its collective's workspace. The ops whose collective runs
@@ -1039,15 +1097,7 @@ GemmArguments unfused_gemm_split_k(const FusedPlan& p, const MatmulOperands& mm,
 // that hold both what it held and this call's needs, and prepares it.
 void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& mm, FusedWorkspace& ws) {
   const CollectiveViews v = collective_views(p.sig.op, mm, ws.staging(), ctx.rank(), ctx.world_size());
-  auto prepare = [&] {
-    const ccl::Config auto_config;
-    if (p.sig.op == OpKind::kMatmulAllReduce)
-      ccl::all_reduce_preamble(ctx, v.out, v.in, auto_config, ws.collective());
-    else if (p.sig.op == OpKind::kMatmulReduceScatter)
-      ccl::reduce_scatter_preamble(ctx, v.out, v.in, auto_config, ws.collective());
-    else
-      ccl::all_gather_preamble(ctx, v.out, v.in, auto_config, ws.collective());
-  };
+  auto prepare = [&] { unfused_collective(p.sig.op).preamble(ctx, v.out, v.in, ws.collective()); };
   // The GEMM's split-K partials, this rank's memory, in an agreed step: cudaMalloc can fail on one rank only (a
   // GPU fuller than its peers', a KV cache's), whose peers would otherwise wait in the collective's preamble
   // below until the bootstrap timeout.
@@ -1099,49 +1149,16 @@ void check_unfused(const Context& ctx, const UnfusedSteps& s, OpKind op, const F
                  "but the workspace was prepared for the band pipeline only; call ",
                  preamble_name(op), " with these operands first.");
   check_gemm_in(op, s.gemm, ws);
-  const ccl::Config auto_config;
-  refusals_of(op, [&] {
-    switch (op) {
-      case OpKind::kMatmulAllReduce:
-        ccl::detail::check_all_reduce_call(ctx, s.v.out, s.v.in, auto_config, ws.collective());
-        break;
-      case OpKind::kMatmulReduceScatter:
-        ccl::detail::check_reduce_scatter_call(ctx, s.v.out, s.v.in, auto_config, ws.collective());
-        break;
-      case OpKind::kAllGatherMatmul:
-      case OpKind::kMatmulAllGather:
-        ccl::detail::check_all_gather_call(ctx, s.v.out, s.v.in, auto_config, ws.collective());
-        break;
-      default:
-        IRIS_ASSERT(false, "no unfused path");
-    }
-  });
+  refusals_of(op, [&] { unfused_collective(op).check(ctx, s.v.out, s.v.in, ws.collective()); });
 }
 
 // The GEMM and the collective, one after the other on the caller's stream (the gathering op of A
 // gathers first); check_unfused has checked both.
 void run_unfused(Context& ctx, const UnfusedSteps& s, OpKind op, FusedWorkspace& ws, cudaStream_t stream) {
-  const ccl::Config auto_config;
-  switch (op) {
-    case OpKind::kMatmulAllReduce:
-      run_gemm_in(op, s.gemm, ws, stream);
-      ccl::all_reduce(ctx, s.v.out, s.v.in, auto_config, ws.collective(), stream);
-      break;
-    case OpKind::kMatmulReduceScatter:
-      run_gemm_in(op, s.gemm, ws, stream);
-      ccl::reduce_scatter(ctx, s.v.out, s.v.in, auto_config, ws.collective(), stream);
-      break;
-    case OpKind::kAllGatherMatmul:
-      ccl::all_gather(ctx, s.v.out, s.v.in, auto_config, ws.collective(), stream);
-      run_gemm_in(op, s.gemm, ws, stream);
-      break;
-    case OpKind::kMatmulAllGather:
-      run_gemm_in(op, s.gemm, ws, stream);
-      ccl::all_gather(ctx, s.v.out, s.v.in, auto_config, ws.collective(), stream);
-      break;
-    default:
-      IRIS_ASSERT(false, "not a fused op");
-  }
+  const UnfusedCollective& collective = unfused_collective(op);
+  if (!collective.before_gemm) run_gemm_in(op, s.gemm, ws, stream);
+  collective.call(ctx, s.v.out, s.v.in, ws.collective(), stream);
+  if (collective.before_gemm) run_gemm_in(op, s.gemm, ws, stream);
 }
 
 // True when every byte of the view is in this rank's heap (so peers can write it).
