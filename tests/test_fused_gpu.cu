@@ -1329,6 +1329,8 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
           FusedWorkspace ws;
           p.upload(refs.seed(0), stream.get());
           fns(flavor.op).preamble(ctx, p.operands(), config, ws);
+          // The preamble created the events the call orders its streams with: the captured call creates none.
+          const size_t events = ctx.ordering_events_created();
           cudaGraph_t graph;
           cudaGraphExec_t exec;
           // In global mode (PyTorch's default), which forbids the calls a graph cannot hold to this thread and,
@@ -1340,6 +1342,7 @@ TEST_P(FusedGpu, GraphReplaysWithChangingInputsStayCorrect) {
             fns(flavor.op).run(ctx, p.operands(), config, ws, stream.get());
             graph = capture.end();
           }
+          EXPECT_EQ(ctx.ordering_events_created(), events) << name << ": the captured call created events";
           ctx.bootstrap().barrier();
           IRIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
           for (int replay = 0; replay < 20; ++replay) {

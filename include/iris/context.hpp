@@ -112,6 +112,8 @@ class Context {
   // it follows, so the next call may record the same event again), instead of creating and destroying
   // events on every call.
   cudaEvent_t ordering_event(size_t i);
+  // How many of those events exist (the fused ops' preambles create as many as one call uses).
+  size_t ordering_events_created() const { return ordering_events_.size(); }
   Bootstrap& bootstrap() { return *bootstrap_; }
 
   // ---- heap ------------------------------------------------------------------------------------

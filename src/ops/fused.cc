@@ -547,6 +547,16 @@ FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm
 void prepare_collective(Context& ctx, const FusedPlan& p, const MatmulOperands& mm, FusedWorkspace& ws);
 GemmArguments single_rank_gemm(const MatmulOperands& mm);
 
+// The most events (Context::ordering_event) one call of the band pipeline marks at `world` ranks: the
+// reduce-scatter ring forks at each sub-band of its W - 1 steps that push, two_shot once more per sub-band,
+// and joins (W kRingSubBands + 1); one_shot and the tile reductions fork after each band and join
+// (kOneShotBands + 1); matmul_all_gather the same with kAllGatherBands; all_gather_matmul forks and joins;
+// k_sharded forks, marks each band's local copy and joins (kAllGatherBands + 2).
+size_t max_marks_per_call(int world) {
+  return static_cast<size_t>(
+      std::max({world * kRingSubBands + 1, kOneShotBands + 1, kAllGatherBands + 1, kAllGatherBands + 2}));
+}
+
 // The band pipeline's arrays, and the collective's when the call runs unfused. Every rank computes the
 // same plan, so all prepare the collective or none.
 void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedConfig& config, FusedWorkspace& ws) {
@@ -554,6 +564,12 @@ void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedCo
   FusedPlan p;
   ccl::detail::prepare_everywhere(ctx, ws, [&] { return p = context_plan(plan, ctx, mm, config); });
   if (p.unfused) prepare_collective(ctx, p, mm, ws);
+  // The band pipeline's side stream and ordering events, created here rather than at the first call, which
+  // may be captured in a CUDA graph (DESIGN: everything is created up front; nothing on the hot path).
+  if (!p.unfused && ctx.world_size() > 1) {
+    ctx.side_stream();
+    ctx.ordering_event(max_marks_per_call(ctx.world_size()) - 1);
+  }
   // One rank's GEMM may split K (this rank's memory: nothing to agree on).
   if (ctx.world_size() == 1)
     ws.reserve_gemm_workspace(ops::workspace_size(single_rank_gemm(mm)), preamble_name(p.sig.op));
