@@ -148,7 +148,9 @@ class Context {
   size_t offset_of(const void* ptr) const;
 
   // Typed helpers. Fills run on stream() and are complete when they return. A count whose bytes overflow
-  // size_t is refused (it would wrap to a small allocation that the fills then run past).
+  // size_t is refused (it would wrap to a small allocation that the fills then run past). A fill that fails
+  // (a CUDA error) throws with the allocation still made, as it is on every peer whose fill passed, so that
+  // the ranks' allocation sequences stay the same: its bytes stay in use until the context ends.
   template <typename T>
   T* empty(size_t count) {
     IRIS_CHECK_ARG(count <= SIZE_MAX / sizeof(T), "Context::empty: ", count, " elements of ", sizeof(T),
