@@ -108,10 +108,13 @@ inline double reduce_float_in_rank_order(DType dt, ccl::ReduceOp op, uint64_t se
 // rounding of the exact result, to nearest (the bounds before 2026-12-06, 8e-3 + 8e-3 |ref| for bfloat16 and
 // one unit in the last place for float8, admitted a truncating conversion or a sum rounded twice, and
 // bfloat16 elements below 8e-3 were not checked at all). With more ranks the order varies (the atomic
-// variant adds in arrival order): |got - x| <= u |x| + (W - 1) u_acc S (1 + u) + floor, where x is the
-// exact (fp64) result clamped to the dtype's finite range (float8 saturates), u the dtype's unit roundoff,
-// u_acc the accumulator's, S the sum of the terms' magnitudes (for prod, |x|; for avg, divided by W) and
-// floor half the dtype's smallest subnormal for each rounding.
+// variant adds in arrival order; ring and spinlock multiply in chain or arrival order): |got - x| <= u |x| +
+// (W - 1) u_acc S (1 + u) + [avg] u_acc |x| + W 2^-53 S + floor, where x is the result computed in fp64 in rank
+// order and clamped to the dtype's finite range (float8 saturates), u the dtype's unit roundoff, u_acc the
+// accumulator's, S the sum of the terms' magnitudes (for prod, |x|; for avg, divided by W), the avg term the
+// accumulator's division, the 2^-53 term x's own rounding in fp64 (a float64 product of three ranks is as
+// far from exact as the kernel's; a reviewer's finding) and floor half the dtype's smallest subnormal for
+// each rounding.
 inline bool float_reduction_ok(DType dt, ccl::ReduceOp op, uint64_t seed, int world, int64_t i, double got,
                                double* want) {
   const bool order_free = world <= 2 || op == ccl::ReduceOp::kMin || op == ccl::ReduceOp::kMax;
@@ -149,7 +152,9 @@ inline bool float_reduction_ok(DType dt, ccl::ReduceOp op, uint64_t seed, int wo
   }
   const double u_acc = dt == DType::kFloat64 ? 0x1.0p-53 : 0x1.0p-24;
   *want = std::clamp(x, -max, max);
-  const double bound = u * std::fabs(*want) + (world - 1) * u_acc * sum_abs * (1 + u) + (world + 1) * floor;
+  const double bound = u * std::fabs(*want) + (world - 1) * u_acc * sum_abs * (1 + u) +
+                       (op == ccl::ReduceOp::kAvg ? u_acc * std::fabs(x) : 0) + world * 0x1.0p-53 * sum_abs +
+                       (world + 1) * floor;
   return std::fabs(got - *want) <= bound;  // NaN fails
 }
 
