@@ -42,17 +42,19 @@ void expect_cleared(const DeviceErrorRecord& r) {
 
 TEST(DeviceErrorRecordHost, NoneRecordedTakesNothingAndLeavesTheOutputAlone) {
   DeviceErrorRecord rec{}, out{};
+  bool abandoned = false;
   out.rank = 42;
-  EXPECT_FALSE(take_device_error(rec, out));
+  EXPECT_FALSE(take_device_error(rec, out, abandoned));
   EXPECT_EQ(out.rank, 42);
 }
 
 TEST(DeviceErrorRecordHost, AFinishedRecordIsCopiedAndClearedWithItsCodeLast) {
   DeviceErrorRecord rec{}, out{};
+  bool abandoned = false;
   rec.code = 1;
   fill_fields(rec, "all_reduce");
   rec.written = 1;
-  ASSERT_TRUE(take_device_error(rec, out));
+  ASSERT_TRUE(take_device_error(rec, out, abandoned));
   EXPECT_EQ(out.code, 1);
   EXPECT_EQ(out.rank, 3);
   EXPECT_EQ(out.peer, 5);
@@ -63,20 +65,21 @@ TEST(DeviceErrorRecordHost, AFinishedRecordIsCopiedAndClearedWithItsCodeLast) {
   EXPECT_EQ(out.elapsed_ns, 13u);
   EXPECT_STREQ(out.op, "all_reduce");
   expect_cleared(rec);
-  EXPECT_FALSE(take_device_error(rec, out)) << "taken once";
+  EXPECT_FALSE(take_device_error(rec, out, abandoned)) << "taken once";
 }
 
 // The writer has claimed the record (code set) but not yet written its fields when the host looks: the host
 // waits for them. (Before 2026-12-06 it copied at once and raised with rank 0, block 0 and no op name.)
 TEST(DeviceErrorRecordHost, AClaimedRecordIsReadOnlyOnceItsWriterHasWrittenIt) {
   DeviceErrorRecord rec{}, out{};
+  bool abandoned = false;
   std::atomic_ref<int32_t>(rec.code).store(2, std::memory_order_relaxed);
   std::thread writer([&] {
     std::this_thread::sleep_for(100ms);
     fill_fields(rec, "fused op matmul_all_reduce");
     std::atomic_ref<int32_t>(rec.written).store(1, std::memory_order_release);
   });
-  const bool taken = take_device_error(rec, out, 10s);
+  const bool taken = take_device_error(rec, out, abandoned, 10s);
   writer.join();
   ASSERT_TRUE(taken);
   EXPECT_EQ(out.code, 2);
@@ -86,17 +89,37 @@ TEST(DeviceErrorRecordHost, AClaimedRecordIsReadOnlyOnceItsWriterHasWrittenIt) {
   expect_cleared(rec);
 }
 
-// A writer that never finishes (its kernel was killed between its claim and its fields): the host takes
-// the record after the wait, saying so in the op name, and clears it.
-TEST(DeviceErrorRecordHost, ARecordLeftUnfinishedIsTakenAfterTheWaitAndSaysSo) {
+// A writer that has not finished after the wait (stalled, or its kernel was killed between its claim and its
+// fields): the host reports the record as it is, saying so in the op name, and leaves the claim in place, so
+// that the writer's late stores cannot mix into the next failure's record. Later takes report nothing; the one
+// after the writer finished clears the record, and the next failure is recorded and taken whole.
+TEST(DeviceErrorRecordHost, ARecordLeftUnfinishedIsReportedOnceAndClearedWhenItsWriterFinishes) {
   DeviceErrorRecord rec{}, out{};
+  bool abandoned = false;
   rec.code = 1;
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(take_device_error(rec, out, 50ms));
+  ASSERT_TRUE(take_device_error(rec, out, abandoned, 50ms));
   EXPECT_GE(std::chrono::steady_clock::now() - start, 50ms);
   EXPECT_EQ(out.code, 1);
   EXPECT_EQ(out.written, 0);
   EXPECT_EQ(std::string(out.op), "a kernel whose record was left unfinished");
+  EXPECT_TRUE(abandoned);
+  EXPECT_EQ(rec.code, 1) << "the claim stays while its writer may still store";
+
+  EXPECT_FALSE(take_device_error(rec, out, abandoned, 50ms)) << "reported once";
+  EXPECT_EQ(rec.code, 1);
+  fill_fields(rec, "late writer");  // the stalled writer finishes
+  std::atomic_ref<int32_t>(rec.written).store(1, std::memory_order_release);
+  EXPECT_FALSE(take_device_error(rec, out, abandoned, 50ms)) << "its late record is not reported again";
+  EXPECT_FALSE(abandoned);
+  expect_cleared(rec);
+
+  rec.code = 2;  // the next failure
+  fill_fields(rec, "next");
+  rec.written = 1;
+  ASSERT_TRUE(take_device_error(rec, out, abandoned));
+  EXPECT_EQ(out.code, 2);
+  EXPECT_STREQ(out.op, "next");
   expect_cleared(rec);
 }
 

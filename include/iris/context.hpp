@@ -240,6 +240,7 @@ class Context {
   std::unique_ptr<SymmetricHeap> heap_;
   std::unique_ptr<HeapAllocator> allocator_;
   DeviceErrorRecord* error_record_ = nullptr;  // pinned, mapped host memory
+  bool error_record_abandoned_ = false;        // its claim reported before its writer finished (take_device_error)
   DeviceContext device_ctx_{};
   std::unique_ptr<detail::HeapGuards> guards_;  // heap guards on
   std::vector<std::string> freed_damage_;       // found at free(), reported at the next check

@@ -606,7 +606,7 @@ void Context::synchronize() {
 
 void Context::check_device_error() {
   DeviceErrorRecord copy{};
-  if (!detail::take_device_error(*error_record_, copy)) return;
+  if (!detail::take_device_error(*error_record_, copy, error_record_abandoned_)) return;
   // Counted whatever the code: a misuse also made every bounded wait of this rank's running kernels give
   // up (timeout.cuh), so workspaces and barriers may be out of step all the same.
   ++device_timeouts_;

@@ -7,9 +7,37 @@
 
 namespace iris::detail {
 
-bool take_device_error(DeviceErrorRecord& record, DeviceErrorRecord& out, std::chrono::milliseconds writer_wait) {
+namespace {
+void clear(DeviceErrorRecord& record) {
+  volatile DeviceErrorRecord& r = record;
+  std::atomic_ref<int32_t>(record.written).store(0, std::memory_order_relaxed);
+  r.rank = 0;
+  r.peer = 0;
+  r.block = 0;
+  r.address = 0;
+  r.observed = 0;
+  r.expected = 0;
+  r.elapsed_ns = 0;
+  for (int i = 0; i < DeviceErrorRecord::kOpNameSize; ++i) r.op[i] = '\0';
+  std::atomic_ref<int32_t>(record.code).store(0, std::memory_order_release);  // last: a claim from here on finds
+                                                                              // the fields cleared
+}
+}  // namespace
+
+bool take_device_error(DeviceErrorRecord& record, DeviceErrorRecord& out, bool& abandoned,
+                       std::chrono::milliseconds writer_wait) {
   std::atomic_ref<int32_t> code(record.code), written(record.written);
-  if (code.load(std::memory_order_acquire) == 0) return false;
+  if (code.load(std::memory_order_acquire) == 0) {
+    abandoned = false;
+    return false;
+  }
+  if (abandoned) {  // reported already: cleared once its writer has finished, never reported again
+    if (written.load(std::memory_order_acquire) != 0) {
+      clear(record);
+      abandoned = false;
+    }
+    return false;
+  }
   const auto give_up = std::chrono::steady_clock::now() + writer_wait;
   bool complete = written.load(std::memory_order_acquire) != 0;
   while (!complete && std::chrono::steady_clock::now() < give_up) {
@@ -29,19 +57,12 @@ bool take_device_error(DeviceErrorRecord& record, DeviceErrorRecord& out, std::c
   out.elapsed_ns = rec.elapsed_ns;
   for (int i = 0; i < DeviceErrorRecord::kOpNameSize; ++i) out.op[i] = rec.op[i];
   out.op[DeviceErrorRecord::kOpNameSize - 1] = '\0';
-  if (!complete) std::strncpy(out.op, "a kernel whose record was left unfinished", DeviceErrorRecord::kOpNameSize - 1);
-
-  volatile DeviceErrorRecord& clear = record;
-  written.store(0, std::memory_order_relaxed);
-  clear.rank = 0;
-  clear.peer = 0;
-  clear.block = 0;
-  clear.address = 0;
-  clear.observed = 0;
-  clear.expected = 0;
-  clear.elapsed_ns = 0;
-  for (int i = 0; i < DeviceErrorRecord::kOpNameSize; ++i) clear.op[i] = '\0';
-  code.store(0, std::memory_order_release);  // last: a claim from here on finds the fields cleared
+  if (!complete) {
+    std::strncpy(out.op, "a kernel whose record was left unfinished", DeviceErrorRecord::kOpNameSize - 1);
+    abandoned = true;
+    return true;
+  }
+  clear(record);
   return true;
 }
 

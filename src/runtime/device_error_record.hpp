@@ -11,13 +11,16 @@ namespace iris::detail {
 // Copies the failure recorded in `record` into `out` and clears the record; false (and `out` untouched)
 // when none is recorded. A writer claims `code` first and sets `written` after the other fields (timeout.cuh,
 // record_device_error), so a record whose code is set is read once `written` is, waiting up to
-// `writer_wait` for it (the writer's stores follow its claim at once; one that never comes leaves the fields
-// as they are then, with an op name that says so). The record is then cleared field by field and `code`
-// last, so that the next writer's claim finds the other fields cleared and nothing clears what it writes.
+// `writer_wait` for it (the writer's stores follow its claim at once). The record is then cleared field by
+// field and `code` last, so that the next writer's claim finds the other fields cleared and nothing clears
+// what it writes. A writer that has not finished by then (stalled, or its kernel killed) is reported with
+// the fields as they are and an op name that says so, and its claim is left in place, `abandoned` set: a
+// later take clears it, silently, once that writer has finished, so that its late stores cannot mix into
+// the next writer's record (a reviewer's finding). `abandoned` is the reader's own state, false at first.
 // (Before 2026-12-06 the host copied the record without waiting for the writer and cleared it with one
 // memset from `code` on: a caller that took it while a kernel was recording could read fields not yet
 // written, and a second failure claimed in the middle of the memset lost its fields.)
-bool take_device_error(DeviceErrorRecord& record, DeviceErrorRecord& out,
+bool take_device_error(DeviceErrorRecord& record, DeviceErrorRecord& out, bool& abandoned,
                        std::chrono::milliseconds writer_wait = std::chrono::milliseconds(1000));
 
 }  // namespace iris::detail

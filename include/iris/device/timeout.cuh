@@ -103,7 +103,8 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
   if (record == nullptr) return false;
   cuda::atomic_ref<int32_t, cuda::thread_scope_system> claim(record->code);
   int32_t free_code = kDeviceErrorNone;
-  if (!claim.compare_exchange_strong(free_code, code, cuda::std::memory_order_relaxed)) return false;
+  // Acquire: the fields below are written after the claim saw the host's clearing (released with code = 0).
+  if (!claim.compare_exchange_strong(free_code, code, cuda::std::memory_order_acquire)) return false;
   volatile DeviceErrorRecord* out = record;
   out->rank = ctx.rank;
   out->peer = peer != -2 ? peer : rank_of(ctx, address);
