@@ -551,10 +551,12 @@ GemmArguments single_rank_gemm(const MatmulOperands& mm);
 // reduce-scatter ring forks at each sub-band of its W - 1 steps that push, two_shot once more per sub-band,
 // and joins (W kRingSubBands + 1); one_shot and the tile reductions fork after each band and join
 // (kOneShotBands + 1); matmul_all_gather the same with kAllGatherBands; all_gather_matmul forks and joins;
-// k_sharded forks, marks each band's local copy and joins (kAllGatherBands + 2).
+// k_sharded forks, marks each band's local copy and joins (kAllGatherBands + 2). One more: a join that throws
+// after its mark leaves the call forked, and launch's join_if_forked marks again.
 size_t max_marks_per_call(int world) {
   return static_cast<size_t>(
-      std::max({world * kRingSubBands + 1, kOneShotBands + 1, kAllGatherBands + 1, kAllGatherBands + 2}));
+             std::max({world * kRingSubBands + 1, kOneShotBands + 1, kAllGatherBands + 1, kAllGatherBands + 2})) +
+         1;
 }
 
 // The band pipeline's arrays, and the collective's when the call runs unfused. Every rank computes the
@@ -565,8 +567,10 @@ void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedCo
   ccl::detail::prepare_everywhere(ctx, ws, [&] { return p = context_plan(plan, ctx, mm, config); });
   if (p.unfused) prepare_collective(ctx, p, mm, ws);
   // The band pipeline's side stream and ordering events, created here rather than at the first call, which
-  // may be captured in a CUDA graph (DESIGN: everything is created up front; nothing on the hot path).
-  if (!p.unfused && ctx.world_size() > 1) {
+  // may be captured in a CUDA graph (DESIGN: everything is created up front; nothing on the hot path). Also
+  // by an unfused preamble: a banded call of another shape may use its workspace (check_fused_workspace
+  // asks for capacity, not for the plan the preamble saw).
+  if (ctx.world_size() > 1) {
     ctx.side_stream();
     ctx.ordering_event(max_marks_per_call(ctx.world_size()) - 1);
   }
