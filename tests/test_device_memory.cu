@@ -158,11 +158,14 @@ struct SysShorthandAccess {
   }
 };
 
-// Rank r stores its values into slot r of every rank's `slots` (including its own).
+// Rank r stores values[to * n, (to + 1) * n) into slot r of rank `to`'s `slots`, for every rank (its own
+// included): values of its own for each destination, so that a store that reaches another rank than `to`
+// (or a load that reads another than `from`) leaves values that the check tells apart.
 template <typename T, typename Access>
 __global__ void store_everywhere(DeviceContext ctx, T* slots, const T* values, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-    for (int to = 0; to < ctx.world_size; ++to) Access::store(ctx, slots + ctx.rank * n + i, values[i], to);
+    for (int to = 0; to < ctx.world_size; ++to)
+      Access::store(ctx, slots + ctx.rank * n + i, values[static_cast<int64_t>(to) * n + i], to);
 }
 
 // out[(from * W + writer) * n + i] = slot `writer` of rank `from`'s `slots`, element i.
@@ -202,8 +205,17 @@ void check_load_store(Context& ctx, const LoadStoreKernels& k, const char* type_
   const size_t e = k.elem_size;
   auto* slots = static_cast<unsigned char*>(ctx.alloc(static_cast<size_t>(world) * n * e));
   test::fill_bytes(ctx.stream(), slots, 0xA5, static_cast<size_t>(world) * n * e);
-  test::DeviceBuffer<unsigned char> values(n * e);
-  test::copy_to_device(ctx.stream(), values.get(), k.values(me, n, salt));
+  // What writer w stores into rank `to`: values of their own for each (writer, destination) pair. (Before
+  // 2026-12-06 a writer stored the same values into every rank, so that a load that read its own rank
+  // whatever `from` said, or stores that swapped destinations, passed: a test audit's finding.)
+  auto pair_values = [&](int writer, int to) { return k.values(writer * world + to, n, salt); };
+  std::vector<unsigned char> mine;
+  for (int to = 0; to < world; ++to) {
+    const auto v = pair_values(me, to);
+    mine.insert(mine.end(), v.begin(), v.end());
+  }
+  test::DeviceBuffer<unsigned char> values(static_cast<size_t>(world) * n * e);
+  test::copy_to_device(ctx.stream(), values.get(), mine);
   test::DeviceBuffer<unsigned char> out(static_cast<size_t>(world) * world * n * e);
   test::fill_bytes(ctx.stream(), out.get(), 0x5A, out.size());
   ctx.barrier();  // every rank poisoned its slots before anyone stores
@@ -216,16 +228,16 @@ void check_load_store(Context& ctx, const LoadStoreKernels& k, const char* type_
   auto got = test::copy_to_host(ctx.stream(), out.get(), out.size());
   size_t wrong = 0;
   std::string first;
-  for (int w = 0; w < world; ++w) {
-    auto expected = k.values(w, n, salt);
-    for (int from = 0; from < world; ++from)
+  for (int w = 0; w < world; ++w)
+    for (int from = 0; from < world; ++from) {
+      const auto expected = pair_values(w, from);  // what writer w stored into rank `from`
       for (int i = 0; i < n; ++i)
         if (std::memcmp(&got[((static_cast<size_t>(from) * world + w) * n + i) * e], &expected[i * e], e) != 0) {
           if (wrong++ == 0)
             first = "from rank " + std::to_string(from) + ", writer " + std::to_string(w) + ", element " +
                     std::to_string(i);
         }
-  }
+    }
   EXPECT_EQ(wrong, 0u) << type_name << " " << access_name << " on rank " << me << ": first wrong " << first;
   ctx.barrier();  // nobody reads `slots` any more
   ctx.free(slots);
@@ -351,9 +363,13 @@ void launch_bulk(Context& ctx, unsigned char* dst, const unsigned char* src, siz
       ctx.device_context(), reinterpret_cast<T*>(dst), reinterpret_cast<const T*>(src), bytes / sizeof(T), a, b);
 }
 
-// Runs every case through one (element type, form, op), with every shift of peers: in round k rank r
-// uses rank (r + k) % W (and, for copy, writes into rank (r + k + 1) % W), so every rank's destination
-// has exactly one writer per round and rounds cover local and remote.
+// Runs every case through one (element type, form, op), with every shift of peers: put and get, in round k
+// rank r uses rank (r + k) % W, so every rank's destination has exactly one writer per round and rounds
+// cover local and remote. copy, which names two ranks, has one writer per round, whose destination rank
+// differs from its source rank, and every rank checks its destination (poison where it is not the
+// target): in round k < W rank k copies from rank k + 1 into its own, in round W + k from its own into rank
+// k + 1. (Before 2026-12-06 every rank copied at once from r + k into r + k + 1: at two ranks a copy with
+// source and destination swapped left the same bytes everywhere; a test audit's finding.)
 void check_bulk(Context& ctx, BulkLauncher launch, size_t elem_size, Form form, Op op, unsigned char* dst_region,
                 unsigned char* src_region, const std::vector<std::vector<unsigned char>>& sources,
                 const std::vector<BulkCase>& cases) {
@@ -362,19 +378,29 @@ void check_bulk(Context& ctx, BulkLauncher launch, size_t elem_size, Form form, 
     ASSERT_EQ(c.bytes % elem_size, 0u);
     ASSERT_LE(c.dst_offset + c.bytes + 256, kRegion);
     ASSERT_LE(c.src_offset + c.bytes, kRegion);
-    for (int k = 0; k < world; ++k) {
+    const int rounds = op == Op::kCopy ? 2 * world : world;
+    for (int k = 0; k < rounds; ++k) {
       test::fill_bytes(ctx.stream(), dst_region, kPoison, kRegion);
       ctx.barrier();  // every destination is poisoned before anyone writes
-      const int a = (me + k) % world, b = (me + k + 1) % world;
-      launch(ctx, dst_region + c.dst_offset, src_region + c.src_offset, c.bytes, a, b);
+      // copy: this round's writer, its source rank and its destination rank.
+      const int writer = k % world, other = (k + 1) % world;
+      const int copy_from = k < world ? other : writer, copy_to = k < world ? writer : other;
+      int source = -1;  // the rank whose source bytes this rank's destination receives; -1: none (poison)
+      if (op == Op::kCopy) {
+        if (me == writer)
+          launch(ctx, dst_region + c.dst_offset, src_region + c.src_offset, c.bytes, copy_from, copy_to);
+        if (me == copy_to) source = copy_from;
+      } else {
+        launch(ctx, dst_region + c.dst_offset, src_region + c.src_offset, c.bytes, (me + k) % world, -1);
+        source = op == Op::kPut ? (me - k + world) % world : (me + k) % world;
+      }
       IRIS_CUDA_CHECK_LAUNCH();
       ctx.barrier();  // every rank's copy is complete
-      const int source = op == Op::kPut ? (me - k + world) % world : op == Op::kGet ? a : (me - 1 + world) % world;
       const size_t check = c.dst_offset + c.bytes + 256;
       auto got = test::copy_to_host(ctx.stream(), dst_region, check);
       size_t wrong = 0, first = SIZE_MAX;
       for (size_t i = 0; i < check; ++i) {
-        bool in = i >= c.dst_offset && i < c.dst_offset + c.bytes;
+        bool in = source >= 0 && i >= c.dst_offset && i < c.dst_offset + c.bytes;
         unsigned char want = in ? sources[source][c.src_offset + (i - c.dst_offset)] : kPoison;
         if (got[i] != want && wrong++ == 0) first = i;
       }
