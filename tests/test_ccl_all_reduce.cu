@@ -48,6 +48,10 @@ ContextOptions big_heap(int world) {
   // 8192 x 8192 fp32 in + out, plus staging that grows with the ranks (one_shot: a slot per rank and parity).
   o.heap_size = (size_t{1} << 30) + static_cast<size_t>(world) * (size_t{512} << 20);
   o.device_timeout = std::chrono::milliseconds(20000);
+  // Heap guards: a kernel that writes past the end of an output or a workspace array (into the rounding up
+  // to 256 bytes, where the checks of the outputs do not look, or into the next heap object) makes the next
+  // barrier() raise HeapCorruption (a test audit's finding: nothing here saw such a write before 2026-12-06).
+  o.heap_guards = true;
   return o;
 }
 

@@ -53,6 +53,10 @@ ContextOptions big_heap(int world) {
   // 8192 x 8192 fp32/bf16 in + out, plus staging that grows with the ranks.
   o.heap_size = (size_t{1} << 30) + static_cast<size_t>(world) * (size_t{512} << 20);
   o.device_timeout = std::chrono::milliseconds(20000);
+  // Heap guards: a kernel that writes past the end of an output or a workspace array (into the rounding up
+  // to 256 bytes, where the checks of the outputs do not look, or into the next heap object) makes the next
+  // barrier() raise HeapCorruption (a test audit's finding: nothing here saw such a write before 2026-12-06).
+  o.heap_guards = true;
   return o;
 }
 
@@ -1620,6 +1624,14 @@ void verify_exchange(Context& ctx, Op op, const std::vector<char>& host, int64_t
           input_bytes(dt, seed, static_cast<int>(r / m), (me * m + r % m) * n + c, dst);
         },
         false, what);
+  // Broadcast from rank 0 (call()'s root). Before 2026-12-06 it had no branch here, so the check of rank 1's
+  // first broadcast checked nothing (a test audit's finding).
+  if (op == Op::kBroadcast)
+    verify(
+        host, dt, m, n, n, [&](int64_t r, int64_t c, char* dst) { input_bytes(dt, seed, 0, r * n + c, dst); }, false,
+        what);
+  if (op != Op::kAllGather && op != Op::kReduceScatter && op != Op::kAllToAll && op != Op::kBroadcast)
+    ADD_FAILURE() << "verify_exchange has no check of " << op_name(op);
 }
 
 // A rank whose call failed skips the calls it queued behind it on the workspace, and its peers name it. Every
