@@ -113,7 +113,9 @@ TEST_P(DeviceTimeoutTest, RecordedErrorMakesLaterWaitsGiveUpQuicklyAndKeepsTheFi
         IRIS_CUDA_CHECK_LAUNCH();
         IRIS_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));  // times out and records; not reported yet
         // A later kernel's waits see the unreported record and give up at their first error poll (about
-        // 100 us), long before their own 200 ms bound.
+        // 100 us), long before their own 200 ms bound. Its results start poisoned (0x7f7f7f7f), so that each
+        // thread's 0 is its own report of giving up.
+        test::fill_bytes(ctx.stream(), results.get(), 0x7f, 128);
         const auto t0 = Clock::now();
         wait_named_kernel<<<2, 64, 0, ctx.stream()>>>(ctx.device_context(), word, results.get(), 0);
         IRIS_CUDA_CHECK_LAUNCH();
@@ -142,15 +144,20 @@ struct UnsatisfiedCase {
   uint64_t value;
 };
 
+// elapsed_ms[i]: how long case i waited. Every wait has the same bound and starts at once, so each gives up
+// at its bound (the first to record, at its own; the others at their next poll of the record, at about the
+// same time): a comparison that gave up at once, without waiting, shows as a short wait.
 __global__ void unsatisfied_kernel(DeviceContext ctx, uint64_t* words, const UnsatisfiedCase* cases, int count,
-                                   int* results) {
+                                   int* results, double* elapsed_ms) {
   const int i = threadIdx.x;
   if (i >= count) return;
   words[i] = cases[i].observed;
+  const uint64_t t0 = test::global_timer_ns();
   results[i] =
       dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, words + i, cases[i].cmp, cases[i].value, "test_unsatisfied")
           ? 1
           : 0;
+  elapsed_ms[i] = static_cast<double>(test::global_timer_ns() - t0) * 1e-6;
 }
 
 TEST_P(DeviceTimeoutTest, UnsatisfiedComparisonsWaitUntilTheBound) {
@@ -175,12 +182,18 @@ TEST_P(DeviceTimeoutTest, UnsatisfiedComparisonsWaitUntilTheBound) {
         test::copy_to_device(ctx.stream(), dev_cases.get(), cases);
         test::DeviceBuffer<int> results(count);
         test::fill_bytes(ctx.stream(), results.get(), 0x7f, count);
+        test::DeviceBuffer<double> elapsed(count);
+        test::fill_bytes(ctx.stream(), elapsed.get(), 0x00, count);
         unsatisfied_kernel<<<1, 32, 0, ctx.stream()>>>(ctx.device_context(), words, dev_cases.get(), count,
-                                                       results.get());
+                                                       results.get(), elapsed.get());
         IRIS_CUDA_CHECK_LAUNCH();
         EXPECT_THROW(ctx.synchronize(), TimeoutError);
         auto got = test::copy_to_host(ctx.stream(), results.get(), count);
-        for (int i = 0; i < count; ++i) EXPECT_EQ(got[i], 0) << "case " << i << " was satisfied";
+        auto waited = test::copy_to_host(ctx.stream(), elapsed.get(), count);
+        for (int i = 0; i < count; ++i) {
+          EXPECT_EQ(got[i], 0) << "case " << i << " was satisfied";
+          EXPECT_GE(waited[i], 150.0) << "case " << i << " gave up without waiting for the 200 ms bound";
+        }
         ctx.barrier();
         ctx.free(words);
       },

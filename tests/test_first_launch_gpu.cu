@@ -38,6 +38,11 @@ TEST_P(FirstLaunchGpu, StackLimitCoversTheDeepestIrisKernel) {
         ASSERT_TRUE(loaded.failure.empty()) << loaded.failure;
         // The barrier kernel alone has a 64-byte frame (its error path's call): 0 would mean nothing was read.
         EXPECT_GT(loaded.max_local_bytes, size_t{0});
+        // Within CUDA's default stack (1 KiB per thread) the check below holds whatever the context did (a
+        // test audit's finding): nothing to show then.
+        if (loaded.max_local_bytes <= 1024)
+          GTEST_SKIP() << "the deepest iris kernel's frame (" << loaded.max_local_bytes
+                       << " bytes) fits CUDA's default 1 KiB stack: no growth to check";
         size_t stack = 0;
         IRIS_CUDA_CHECK(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
         EXPECT_GE(stack, loaded.max_local_bytes)
