@@ -513,6 +513,61 @@ TEST_P(DeviceAtomicsTest, ReduceAddV4SumsEveryRanksAddsExactly) {
       test::device_test_options());
 }
 
+// Memory order, not only atomicity: a spinlock on rank 0's heap, taken with atomic_cas<kAcquire, kSys> and
+// given back with atomic_xchg<kRelease, kSys>, guards two plain (non-atomic) counters there, which every
+// holder reads and increments. The acquire must make the last holder's plain stores visible to the next
+// holder's plain loads and the release must keep this holder's stores before the lock's release, across
+// SMs and ranks: with either order relaxed, a holder may read a counter before the last holder's increment
+// arrived and lose it. (Before 2026-12-06 the atomics tests checked only a serial order of each word's own
+// operations, which holds with every order relaxed: a test audit's finding.) One thread per block takes the
+// lock; every spin is bounded, and a lock never taken shows as a count short, not as a hang.
+constexpr int kLockBlocks = 8;
+constexpr int kLockRounds = 200;
+
+__global__ void locked_increments(DeviceContext ctx, int* lock, int* counters, int* timed_out) {
+  if (threadIdx.x != 0) return;
+  for (int round = 0; round < kLockRounds; ++round) {
+    const uint64_t t0 = test::global_timer_ns();
+    while (dev::atomic_cas<Order::kAcquire, Scope::kSys>(ctx, lock, 0, 1, 0) != 0)
+      if (test::global_timer_ns() - t0 > 20'000'000'000ull) {  // 20 s
+        atomicAdd(timed_out, 1);
+        return;
+      }
+    const int a = dev::load(ctx, counters, 0), b = dev::load(ctx, counters + 1, 0);
+    dev::store(ctx, counters, a + 1, 0);
+    dev::store(ctx, counters + 1, b + 1, 0);
+    dev::atomic_xchg<Order::kRelease, Scope::kSys>(ctx, lock, 0, 0);
+  }
+}
+
+TEST_P(DeviceAtomicsTest, AcquireCasAndReleaseXchgGuardPlainDataAcrossRanks) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        int* lock = ctx.zeros<int>(1);
+        int* counters = ctx.zeros<int>(2);
+        test::DeviceBuffer<int> timed_out(1);
+        test::fill_bytes(ctx.stream(), timed_out.get(), 0, 1);
+        ctx.barrier();  // the lock and the counters are zero on rank 0 before anyone takes the lock
+        locked_increments<<<kLockBlocks, 32, 0, ctx.stream()>>>(ctx.device_context(), lock, counters, timed_out.get());
+        IRIS_CUDA_CHECK(cudaGetLastError());
+        ctx.synchronize();
+        ctx.barrier();  // every rank's increments are done
+        EXPECT_EQ(test::copy_to_host(ctx.stream(), timed_out.get(), 1)[0], 0) << "a block never got the lock";
+        if (ctx.rank() == 0) {
+          const auto got = test::copy_to_host(ctx.stream(), counters, 2);
+          const int want = ctx.world_size() * kLockBlocks * kLockRounds;
+          EXPECT_EQ(got[0], want) << "increments lost under the lock (or made outside it)";
+          EXPECT_EQ(got[1], want);
+        }
+        ctx.barrier();
+        ctx.free(counters);
+        ctx.free(lock);
+      },
+      test::device_test_options());
+}
+
 // The host-side checker must reject what it is meant to catch (it guards every test above).
 TEST(DeviceAtomicsChecker, RejectsLostDuplicatedAndStaleUpdates) {
   // Three adds of 1, 2, 4 from 10: a valid order returns 10, 11, 13 and ends at 17.
