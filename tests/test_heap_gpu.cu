@@ -89,9 +89,11 @@ TEST_P(HeapGpu, OffsetsAreIdenticalAcrossRanksAndTranslationMatchesHeapBases) {
       size_t off = ctx.offset_of(ptrs.back());
       offsets.append(reinterpret_cast<const char*>(&off), sizeof(off));
     }
+    const size_t hole = ctx.offset_of(ptrs[1]);
     ctx.free(ptrs[1]);
     ptrs[1] = ctx.alloc(100);  // reuses the hole on every rank
     size_t off = ctx.offset_of(ptrs[1]);
+    EXPECT_EQ(off, hole) << "the freed hole is reused";
     offsets.append(reinterpret_cast<const char*>(&off), sizeof(off));
     auto all = ctx.bootstrap().allgather(offsets);
     for (int r = 0; r < ctx.world_size(); ++r) EXPECT_EQ(all[r], offsets) << "rank " << r << " differs";
@@ -150,9 +152,11 @@ TEST_P(HeapGpu, TypedHelpersFillOnEveryRank) {
     auto* f = ctx.full<int32_t>(n, -7);
     auto* r = ctx.random<float>(n, 42, -2.0, 3.0);
     auto* r2 = ctx.random<float>(n, 42, -2.0, 3.0);
+    auto* r3 = ctx.random<float>(n, 43, -2.0, 3.0);
     auto* ri = ctx.random<int32_t>(n, 9, 0, 10);
-    std::vector<float> hz(n), hr(n), hr2(n);
+    std::vector<float> hz(n), hr(n), hr2(n), hr3(n);
     std::vector<int32_t> hf(n), hri(n);
+    IRIS_CUDA_CHECK(cudaMemcpy(hr3.data(), r3, n * 4, cudaMemcpyDeviceToHost));
     IRIS_CUDA_CHECK(cudaMemcpy(hz.data(), z, n * 4, cudaMemcpyDeviceToHost));
     IRIS_CUDA_CHECK(cudaMemcpy(hf.data(), f, n * 4, cudaMemcpyDeviceToHost));
     IRIS_CUDA_CHECK(cudaMemcpy(hr.data(), r, n * 4, cudaMemcpyDeviceToHost));
@@ -172,9 +176,16 @@ TEST_P(HeapGpu, TypedHelpersFillOnEveryRank) {
       mean += hr[i];
     }
     EXPECT_NEAR(mean / n, 0.5, 0.1);
+    size_t same = 0;  // another seed gives other values (a test audit's finding: an ignored seed passed)
+    for (size_t i = 0; i < n; ++i) same += hr3[i] == hr[i];
+    EXPECT_LT(same, n / 100) << "seeds 42 and 43 gave the same values";
+    // "On every rank": the values depend on (seed, index) only, so every rank holds the same ones.
+    const auto all = ctx.bootstrap().allgather(std::string(reinterpret_cast<const char*>(hr.data()), n * 4));
+    for (int rank = 0; rank < ctx.world_size(); ++rank)
+      EXPECT_EQ(all[rank], all[ctx.rank()]) << "rank " << rank << "'s random values differ";
     for (int b = 0; b < 10; ++b) EXPECT_GT(hist[b], static_cast<int>(n / 20)) << "bucket " << b;
     for (void* p : {static_cast<void*>(z), static_cast<void*>(f), static_cast<void*>(r), static_cast<void*>(r2),
-                    static_cast<void*>(ri)})
+                    static_cast<void*>(r3), static_cast<void*>(ri)})
       ctx.free(p);
     ctx.barrier();
   }, small_heap());
