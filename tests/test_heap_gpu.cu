@@ -418,15 +418,22 @@ TEST(HeapGpuThreads, DifferentHeapSizesOnRanksRaiseOnEveryRank) {
 
 TEST(HeapGpuThreads, ContextsCreatedOneAfterAnotherLeakNothing) {
   IRIS_TEST_REQUIRE_GPUS(1);
-  int world = std::min(test::gpu_count(), 2);
-  auto device_free = [] {
-    size_t free_bytes = 0, total = 0;
+  const int world = std::min(test::gpu_count(), 2);
+  // Free memory summed over every device the ranks use (rank r on device r): a leak of a peer's heap, or of
+  // its import of this rank's, shows on its own device (before 2026-12-06 only device 0 was measured).
+  auto device_free = [world] {
+    size_t sum = 0;
+    for (int d = 0; d < world; ++d) {
+      size_t free_bytes = 0, total = 0;
+      IRIS_CUDA_CHECK(cudaSetDevice(d));
+      IRIS_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+      sum += free_bytes;
+    }
     IRIS_CUDA_CHECK(cudaSetDevice(0));
-    IRIS_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    return free_bytes;
+    return sum;
   };
   run_threads(world, [](Context& ctx) { ctx.barrier(); }, small_heap());  // warm: CUDA contexts exist
-  size_t before = device_free();
+  const size_t before = device_free();
   for (int i = 0; i < 10; ++i)
     run_threads(world, [i](Context& ctx) {
       auto* p = ctx.full<int32_t>(1000, i);
@@ -435,7 +442,7 @@ TEST(HeapGpuThreads, ContextsCreatedOneAfterAnotherLeakNothing) {
       EXPECT_EQ(v, i);
       ctx.barrier();
     }, small_heap());
-  size_t after = device_free();
+  const size_t after = device_free();
   EXPECT_LE(before > after ? before - after : 0, size_t{4} << 20) << "device memory leaked across 10 contexts";
 }
 
