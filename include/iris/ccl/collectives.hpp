@@ -29,8 +29,9 @@
 // in 32 bits, the others in their own type (integer sums and products wrap in the element type, as in
 // NCCL). Every rank receives bitwise-identical results: each element is reduced once (in a fixed rank
 // order for one_shot, two_shot and reduce_scatter; in tile order for ring; in arrival order for atomic
-// and spinlock, whose single result is then copied to every rank). all_gather, all_to_all and broadcast
-// move any DType bit for bit.
+// and spinlock, whose single result is then copied to every rank). atomic adds with the GPU's float32
+// atomics, which flush subnormal float32 operands and sums (magnitudes below 2^-126) to zero of the same
+// sign; every other variant keeps them. all_gather, all_to_all and broadcast move any DType bit for bit.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -30,7 +30,8 @@
 //                                float32 accumulators with 16-byte remote reductions; each owner then
 //                                adds its own partial, publishes, and every rank copies the tiles it
 //                                does not own. The communication always runs on SMs (copy_engine does
-//                                not apply: a copy engine cannot add).
+//                                not apply: a copy engine cannot add). The float32 atomics flush
+//                                subnormal sums (below 2^-126) to zero, as all_reduce atomic's.
 //   matmul_all_reduce spinlock   the same, but a peer takes the owner's per-tile lock and overwrites
 //                                (first writer of the call) or adds into the accumulator with plain
 //                                accesses. For both, every rank gets the owner's bits (identical across
