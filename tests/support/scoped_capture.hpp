@@ -30,11 +30,15 @@ class ScopedCapture {
     IRIS_CUDA_CHECK(end(&graph));
     return graph;
   }
-  // Ends the capture: its status, and the graph in *graph (nullptr when there is none).
+  // Ends the capture: its status, and the graph in *graph (nullptr when there is none). A failed end's error
+  // is returned and not also left as the thread's last error, where the next check of a launch would find it
+  // and report it as that launch's (with heap guards, the next preamble's guard fill did so).
   cudaError_t end(cudaGraph_t* graph) {
     open_ = false;
     *graph = nullptr;
-    return cudaStreamEndCapture(stream_, graph);
+    const cudaError_t ended = cudaStreamEndCapture(stream_, graph);
+    if (ended != cudaSuccess) (void)cudaGetLastError();
+    return ended;
   }
 
  private:
