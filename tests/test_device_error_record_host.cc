@@ -91,9 +91,9 @@ TEST(DeviceErrorRecordHost, AClaimedRecordIsReadOnlyOnceItsWriterHasWrittenIt) {
 
 // A writer that has not finished after the wait (stalled, or its kernel was killed between its claim and its
 // fields): the host reports the record as it is, saying so in the op name, and leaves the claim in place, so
-// that the writer's late stores cannot mix into the next failure's record. Later takes report nothing; the one
-// after the writer finished clears the record, and the next failure is recorded and taken whole.
-TEST(DeviceErrorRecordHost, ARecordLeftUnfinishedIsReportedOnceAndClearedWhenItsWriterFinishes) {
+// that the writer's late stores cannot mix into the next failure's record. Later takes report it again until the
+// writer has finished; the one after clears the record silently, and the next failure is taken whole.
+TEST(DeviceErrorRecordHost, ARecordLeftUnfinishedIsReportedUntilItsWriterFinishesAndThenCleared) {
   DeviceErrorRecord rec{}, out{};
   bool abandoned = false;
   rec.code = 1;
@@ -106,7 +106,11 @@ TEST(DeviceErrorRecordHost, ARecordLeftUnfinishedIsReportedOnceAndClearedWhenIts
   EXPECT_TRUE(abandoned);
   EXPECT_EQ(rec.code, 1) << "the claim stays while its writer may still store";
 
-  EXPECT_FALSE(take_device_error(rec, out, abandoned, 50ms)) << "reported once";
+  // While its writer has not finished, every bounded wait gives up with no record of its own: reported again.
+  ASSERT_TRUE(take_device_error(rec, out, abandoned, 50ms)) << "an unfinished claim is not passed over";
+  EXPECT_EQ(out.code, 1);
+  EXPECT_EQ(std::string(out.op), "a kernel whose record is still unfinished");
+  EXPECT_TRUE(abandoned);
   EXPECT_EQ(rec.code, 1);
   fill_fields(rec, "late writer");  // the stalled writer finishes
   std::atomic_ref<int32_t>(rec.written).store(1, std::memory_order_release);

@@ -31,12 +31,18 @@ bool take_device_error(DeviceErrorRecord& record, DeviceErrorRecord& out, bool& 
     abandoned = false;
     return false;
   }
-  if (abandoned) {  // reported already: cleared once its writer has finished, never reported again
+  if (abandoned) {  // reported already: cleared once its writer has finished, and then not reported again
     if (written.load(std::memory_order_acquire) != 0) {
       clear(record);
       abandoned = false;
+      return false;
     }
-    return false;
+    // Still claimed by a writer that has not finished: every bounded wait gives up meanwhile, with no record
+    // of its own, so the failure is reported again rather than nothing.
+    out = DeviceErrorRecord{};
+    out.code = code.load(std::memory_order_relaxed);
+    std::strncpy(out.op, "a kernel whose record is still unfinished", DeviceErrorRecord::kOpNameSize - 1);
+    return true;
   }
   const auto give_up = std::chrono::steady_clock::now() + writer_wait;
   bool complete = written.load(std::memory_order_acquire) != 0;

@@ -15,7 +15,8 @@ namespace iris::detail {
 // field and `code` last, so that the next writer's claim finds the other fields cleared and nothing clears
 // what it writes. A writer that has not finished by then (stalled, or its kernel killed) is reported with
 // the fields as they are and an op name that says so, and its claim is left in place, `abandoned` set: a
-// later take clears it, silently, once that writer has finished, so that its late stores cannot mix into
+// later take reports it again while that writer has not finished (every bounded wait gives up meanwhile,
+// with no record of its own) and clears it, silently, once it has, so that its late stores cannot mix into
 // the next writer's record (a reviewer's finding). `abandoned` is the reader's own state, false at first.
 // (Before 2026-12-06 the host copied the record without waiting for the writer and cleared it with one
 // memset from `code` on: a caller that took it while a kernel was recording could read fields not yet
