@@ -569,11 +569,13 @@ void preamble(PlanFn plan, Context& ctx, const MatmulOperands& mm, const FusedCo
   // The band pipeline's side stream and ordering events, created here rather than at the first call, which
   // may be captured in a CUDA graph (DESIGN: everything is created up front; nothing on the hot path). Also
   // by an unfused preamble: a banded call of another shape may use its workspace (check_fused_workspace
-  // asks for capacity, not for the plan the preamble saw).
-  if (ctx.world_size() > 1) {
-    ctx.side_stream();
-    ctx.ordering_event(max_marks_per_call(ctx.world_size()) - 1);
-  }
+  // asks for capacity, not for the plan the preamble saw). Agreed, so that a rank whose creation fails tells
+  // its peers (a reviewer's note), which would otherwise go on to calls that wait for it.
+  if (ctx.world_size() > 1)
+    iris::detail::agree(ctx.bootstrap(), "to create its side stream and ordering events", [&] {
+      ctx.side_stream();
+      ctx.ordering_event(max_marks_per_call(ctx.world_size()) - 1);
+    });
   // One rank's GEMM may split K (this rank's memory: nothing to agree on).
   if (ctx.world_size() == 1)
     ws.reserve_gemm_workspace(ops::workspace_size(single_rank_gemm(mm)), preamble_name(p.sig.op));
