@@ -426,7 +426,18 @@ void* Context::alloc(size_t bytes, size_t alignment) {
   const detail::DeviceGuard device(device_);
   size_t offset = allocator_->allocate(bytes, alignment);
   char* ptr = heap_->slot(rank_) + offset;
-  if (guards_ != nullptr) guards_->fill(heap_->slot(rank_), {allocator_->guard_region(offset)}, stream_);
+  if (guards_ != nullptr) {
+    try {
+      guards_->fill(heap_->slot(rank_), {allocator_->guard_region(offset)}, stream_);
+    } catch (...) {
+      // Never handed out, and its guard never written (a fill refused under a caller's graph capture, say):
+      // released, so that the next check does not report the unwritten guard as damage (seen on an H100 with
+      // guards on: a preamble refused inside a capture left its first array allocated, and the next barrier
+      // raised HeapCorruption for it) and the block is not lost.
+      allocator_->release(offset);
+      throw;
+    }
+  }
   if (nvtx_heap_ == nullptr) return ptr;
   for (int slot : heap_->registered_slots()) {
     nvtxMemVirtualRangeDesc_t region{};
