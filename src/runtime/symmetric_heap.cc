@@ -209,7 +209,10 @@ void SymmetricHeap::build(bool& together) {
       },
       &together);
   if (world_ > 1) {
+    // Room for every descriptor before any arrives: once they are this rank's, taking them into owners
+    // allocates nothing, so none can leak to a bad_alloc half-way.
     std::vector<detail::UniqueFd> peers;
+    peers.reserve(static_cast<size_t>(world_));
     for (int received : bootstrap_.exchange_fds(fd.get())) peers.emplace_back(received);
     fd.reset();
     detail::agree(
