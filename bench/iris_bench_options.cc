@@ -240,7 +240,8 @@ after the other on the same buffers.
   -n, --iters N             collective calls captured in one CUDA graph           [20]
   -w, --warmup N            untimed graph replays before timing                   [2]
   -r, --repeats N           timed graph replays; the median per call is reported  [10]
-  -c, --check 0|1           check one eager call and one replay exactly           [1]
+  -c, --check 0|1           check one eager call and one replay (collectives      [1]
+                            exactly, avg within a rounding; fused: see below)
       --eager               time direct launches instead of CUDA-graph replays, every
                             path alike (iris, NCCL, cuBLAS + NCCL): -n calls per timed
                             batch, so the host's cost per call shows where it exceeds
@@ -262,7 +263,7 @@ after the other on the same buffers.
                             other in its memory, so the times are not NVLink's, and NCCL (one
                             rank per GPU) is not run                              [1]
   -J, --json FILE           also write every row as JSON (scripts/plot_bench.py plots it)
-      --quick               short suite: 8K, 64K, 256K, 1M, 4M, 16M, 64M; 5 repeats
+      --quick               short suite: 8K, 64K, 256K, 1M, 4M, 16M, 64M; 5 repeats, 1 warm-up
       --targets             the run the project's targets are checked on (2 x H200): -b 1K
                             -e 1G -o all_reduce,all_gather,reduce_scatter --fused; flags
                             given as well override it (not --quick). Every run ends with
@@ -295,13 +296,14 @@ Sizes: all_reduce and broadcast: the tensor; all_gather: one rank's input (bandw
 gathered output, world x size); reduce_scatter: the whole input; all_to_all: one rank's whole input.
 Times are us per call: median over the timed replays on each rank, then the maximum over ranks.
 
-Fused tables (bf16 whatever -d says; -n, -w, -r, -c, -g, -J and --no-nccl apply): one per op
-(matmul_all_reduce one_shot and two_shot, matmul_reduce_scatter, all_gather_matmul,
-matmul_all_gather), a row per global (M, N, K) in (8192, 8192, 8192), (16384, 4096, 8192),
-(4096, 8192, 4096), (2048, 8192, 8192), (128, 8192, 8192), split over the W ranks as in
-include/iris/ops/fused.hpp. Columns: fused_us (the fused op), seq_us (cuBLAS GEMM and the NCCL
-collective one after the other), gemm_us (that GEMM alone), TFLOP/s per GPU = 2*M*N*K / W / time,
-speedup = seq_us / fused_us (>1: fused faster), rel_diff = max |fused - seq| / max |seq| and #wrong =
+Fused tables (bf16 whatever -d says; -n, -w, -r, -c, -g, -J and --no-nccl apply): one per op and
+variant (matmul_all_reduce atomic, spinlock, one_shot and two_shot, matmul_reduce_scatter,
+all_gather_matmul, all_gather_matmul_k_sharded, matmul_all_gather), a row per global (M, N, K) in
+(8192, 8192, 8192), (16384, 4096, 8192), (4096, 8192, 4096), (2048, 8192, 8192), (128, 8192, 8192),
+split over the W ranks as in include/iris/ops/fused.hpp. Columns: fused_us (the fused op), seq_us
+(cuBLAS GEMM and the NCCL collective one after the other; with --no-nccl, iris::ccl's), gemm_us
+(that GEMM alone), TFLOP/s per GPU = 2*M*N*K / W / time, speedup = seq_us / fused_us (>1: fused
+faster), rel_diff = max |fused - seq| / max |seq| and #wrong =
 elements whose difference exceeds 2^-6 max |seq| (random inputs, different on every rank).
 )";
 }

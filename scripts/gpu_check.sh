@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The complete GPU check for the H200 test machine, in one run: build with all cores, run every test
-# (threads and processes), run the example over all GPUs in both modes, write logs under
+# (threads and processes), run the examples heap_exchange and tp_mlp over all GPUs, then device_bench, write logs under
 # $IRIS_LOG_DIR (default $OUT, else ./gpu-logs), and print a short summary last.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs prebuilt test binaries on the GPU machine without building there: each gtest group in its
-# own process with a time limit, then the examples and the device benchmark. Logs go to
+# own process with a time limit, then the examples (heap_exchange, tp_mlp, message_exchange) and the
+# device benchmark. Logs go to
 # $IRIS_LOG_DIR (default $OUT); a summary is printed last.
 #   bash scripts/gpu_prebuilt.sh BIN_DIR [gtest-filter[@seconds] ...]
 # A group's time limit is its @seconds, else $IRIS_GROUP_TIMEOUT (default 300). Counts come from the

@@ -14,5 +14,8 @@ source scripts/env.sh
 iris_configure_and_build -DIRIS_BUILD_TESTS=OFF
 # Bounded, as every GPU command should be: a hang ends with a message instead of holding the machine.
 timeout 600 "$IRIS_BUILD_DIR/examples/heap_exchange"
-timeout 600 "$IRIS_BUILD_DIR/examples/tp_mlp"
+# Exit status 3: a build without the GEMM core (IRIS_ALLOW_NO_CUTLASS=1), which still has the collectives.
+rc=0
+timeout 600 "$IRIS_BUILD_DIR/examples/tp_mlp" || rc=$?
+if [ "$rc" -eq 3 ]; then echo "main: tp_mlp skipped (above: why); iris-bench runs the collectives" >&2; elif [ "$rc" -ne 0 ]; then exit "$rc"; fi
 exec timeout 3600 "$IRIS_BUILD_DIR/bench/iris-bench" --quick --fused "$@"

@@ -3,7 +3,7 @@
 #   bash scripts/sanitize_ranks.sh TOOL WORLD BIN_DIR TEST [TEST ...]
 # TOOL is memcheck, racecheck, synccheck or initcheck. Each TEST names a test of the rank-parameterized
 # suites without its prefix and suffix (AllReduce.TwoShotMatchesFp64Reference runs
-# Ranks/AllReduce.TwoShotMatchesFp64Reference/processes_WORLD). With fewer GPUs than ranks, set
+# Ranks/AllReduce.TwoShotMatchesFp64Reference/processes_WORLD, DeviceBarrierTest.X DeviceRanks/...). With fewer GPUs than ranks, set
 # IRIS_TEST_RANKS_PER_GPU as for the tests.
 #
 # Why not `compute-sanitizer iris_tests`: a process-mode test starts its ranks with posix_spawn, and the
@@ -37,7 +37,7 @@ export IRIS_TEST_MAX_RANKS=$(( ${IRIS_TEST_MAX_RANKS:-2} > WORLD ? ${IRIS_TEST_M
 limit="${IRIS_SANITIZE_TIMEOUT:-300}"
 status=0
 for t in "$@"; do
-  name="Ranks/$t/processes_$WORLD"
+  name="*/$t/processes_$WORLD"  # any instantiation prefix: Ranks/ (ccl, heap, fused), DeviceRanks/ (device API)
   port=$((20000 + RANDOM % 20000))
   pids=()
   start=$(date +%s)

@@ -8,8 +8,8 @@
 //     | rank 0's heap (H bytes) | rank 1's heap (H bytes) | ... | rank W-1's heap |
 //
 // so rank r's heap starts at heap_base + r * heap_size in *this* process, and translating a pointer
-// into this rank's heap to the same object in rank `to`'s heap is one add:
-//     remote = ptr + (to - rank) * heap_size.
+// into this rank's heap to the same object in rank `to`'s heap is one add, in bytes:
+//     remote = (char*)ptr + (to - rank) * heap_size   (on a typed pointer it would step in elements).
 // Threads of one process share one window (heap_base is then the same on every rank); separate
 // processes each map their own (heap_base differs, the formula does not). No world-size limit, and
 // no table of bases to load in a kernel.

@@ -8,7 +8,7 @@
 //
 // Pointers passed with a rank (`to`, `from`) point into THIS rank's heap (an allocation of the
 // Context, or anything inside one) and are translated to the same object in that rank's heap:
-//     translate(ctx, ptr, r) == ptr + (r - ctx.rank) * ctx.heap_size.
+//     translate(ctx, ptr, r) == (T*)((char*)ptr + (r - ctx.rank) * ctx.heap_size)   (bytes, not elements).
 // Pointers passed without a rank are used as they are: local device memory, or a pointer already
 // translated. A rank equal to ctx.rank means the local heap; all forms work for local and remote.
 //

@@ -140,6 +140,10 @@ size_t workspace_size(const GemmArguments& args);
 // operands are read, and a workspace that overlaps one is refused before launch. Throws std::invalid_argument
 // (iris::InvalidArgument) for bad arguments (iris::WorkspaceTooSmall when the call needs workspace and `workspace` is
 // null), and iris::Error when this build has no GEMM core or CUTLASS refuses the problem.
+// This overload cannot check the workspace's capacity: with sm_count 0 the automatic tile and split follow the
+// SM count of the device current at the call, so workspace_size(args) must have been asked with the same device
+// current (or a nonzero sm_count); the overload below checks the capacity against the launch's own plan.
+// `stream` is used as given (no context: 0 is CUDA's default stream).
 void gemm(const GemmArguments& args, void* workspace, cudaStream_t stream);
 // The same, with the capacity of `workspace` (workspace_bytes) checked against what these arguments
 // need right before launch, from the one plan the launch uses (so a caller that owns a workspace does
