@@ -575,6 +575,92 @@ TEST(HeapGpuThreads, ADestroyedContextWaitsForTheKernelsOfEveryStreamOfItsDevice
   if (err == cudaSuccess) IRIS_CUDA_CHECK(cudaStreamDestroy(user));
 }
 
+// Memory a kernel on the context's device cannot reach is named before any launch (Context::reach_problem),
+// instead of faulting in the kernel (a sticky error for the whole process, and peers waiting out their
+// device timeouts); what it can reach passes. Another device's memory needs a second GPU.
+TEST(HeapGpuThreads, ReachProblemNamesMemoryTheDeviceCannotReach) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  run_threads(
+      1,
+      [](Context& ctx) {
+        constexpr size_t kBytes = 4096;
+        void* heap = ctx.alloc(kBytes);
+        EXPECT_EQ(ctx.reach_problem(heap), "") << "the heap";
+        void* device = nullptr;
+        void* managed = nullptr;
+        void* pinned = nullptr;
+        IRIS_CUDA_CHECK(cudaMalloc(&device, kBytes));
+        IRIS_CUDA_CHECK(cudaMallocManaged(&managed, kBytes));
+        IRIS_CUDA_CHECK(cudaHostAlloc(&pinned, kBytes, cudaHostAllocDefault));  // mapped: UVA
+        EXPECT_EQ(ctx.reach_problem(device), "") << "device memory of the context's device";
+        EXPECT_EQ(ctx.reach_problem(static_cast<char*>(device) + 100), "") << "inside it";
+        EXPECT_EQ(ctx.reach_problem(managed), "") << "managed memory";
+        EXPECT_EQ(ctx.reach_problem(pinned), "") << "pinned host memory";
+        std::vector<char> pageable(kBytes);
+        int pageable_access = 0;
+        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&pageable_access, cudaDevAttrPageableMemoryAccess, ctx.device()));
+        const std::string dev = std::to_string(ctx.device());
+        EXPECT_EQ(ctx.reach_problem(pageable.data()),
+                  pageable_access ? ""
+                                  : "is pageable host memory, which device " + dev +
+                                        " cannot read; pass device memory (or pinned, mapped host memory).")
+            << "pageable access: " << pageable_access;
+        if (test::gpu_count() >= 2) {
+          const int other = (ctx.device() + 1) % test::gpu_count();
+          void* elsewhere = nullptr;
+          IRIS_CUDA_CHECK(cudaSetDevice(other));
+          IRIS_CUDA_CHECK(cudaMalloc(&elsewhere, kBytes));
+          IRIS_CUDA_CHECK(cudaSetDevice(ctx.device()));
+          EXPECT_EQ(ctx.reach_problem(elsewhere),
+                    "is memory of device " + std::to_string(other) + ", but rank 0's context runs on device " + dev +
+                        "; pass memory of device " + dev + " (or an allocation of the symmetric heap).");
+          IRIS_CUDA_CHECK(cudaFree(elsewhere));
+        } else {
+          std::printf("[ iris     ] another device's memory not checked: one GPU visible\n");
+        }
+        IRIS_CUDA_CHECK(cudaFree(device));
+        IRIS_CUDA_CHECK(cudaFree(managed));
+        IRIS_CUDA_CHECK(cudaFreeHost(pinned));
+        ctx.free(heap);
+      },
+      small_heap());
+}
+
+// An op's stream (Context::op_stream): none means the context's stream, CUDA's special handles and the
+// device's own streams pass as they are, and a stream of another device is refused, naming the op, before
+// anything is queued. The refusal needs a second GPU.
+TEST(HeapGpuThreads, OpStreamIsTheContextsForNoneAndRefusesAnotherDevicesStream) {
+  IRIS_TEST_REQUIRE_GPUS(1);
+  run_threads(
+      1,
+      [](Context& ctx) {
+        EXPECT_EQ(ctx.op_stream("op", nullptr), ctx.stream());
+        EXPECT_EQ(ctx.op_stream("op", cudaStreamLegacy), cudaStreamLegacy);
+        EXPECT_EQ(ctx.op_stream("op", cudaStreamPerThread), cudaStreamPerThread);
+        cudaStream_t own = nullptr;
+        IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
+        EXPECT_EQ(ctx.op_stream("op", own), own);
+        IRIS_CUDA_CHECK(cudaStreamDestroy(own));
+        if (test::gpu_count() < 2 || !Context::op_stream_checks_device()) {
+          std::printf("[ iris     ] another device's stream not checked: %s\n",
+                      test::gpu_count() < 2 ? "one GPU visible" : "toolkit or driver before CUDA 12.8");
+          return;
+        }
+        const int other = (ctx.device() + 1) % test::gpu_count();
+        cudaStream_t elsewhere = nullptr;
+        IRIS_CUDA_CHECK(cudaSetDevice(other));
+        IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&elsewhere, cudaStreamNonBlocking));
+        IRIS_CUDA_CHECK(cudaSetDevice(ctx.device()));
+        const std::string dev = std::to_string(ctx.device());
+        EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ctx.op_stream("all_gather", elsewhere); }),
+                  "all_gather: the stream belongs to device " + std::to_string(other) +
+                      ", but rank 0's context runs on device " + dev + "; pass a stream of device " + dev +
+                      " (or none, for ctx.stream()).");
+        IRIS_CUDA_CHECK(cudaStreamDestroy(elsewhere));
+      },
+      small_heap());
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, HeapGpu, ::testing::ValuesIn(test::any_world_rank_setups()), test::rank_setup_name);
 
 }  // namespace

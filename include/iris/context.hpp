@@ -8,8 +8,8 @@
 //
 // Heap allocation is collective: every rank makes the same alloc/free calls in the same order, so
 // an allocation has the same offset in every rank's heap. alloc/free talk to no other rank (no
-// hidden collective); instead they extend a running hash of the allocation sequence that barrier()
-// compares across ranks, and a rank out of step makes every rank throw.
+// hidden collective); instead they extend a running hash of the allocation sequence that every
+// barrier() and every op's preamble compare across ranks, and a rank out of step makes every rank throw.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -135,6 +135,10 @@ class Context {
   // Throws InvalidArgument when the heap cannot fit the request (naming the size and free space).
   void* alloc(size_t bytes, size_t alignment = 256);
   // Collective free of a pointer returned by alloc (or a typed helper). Reused by later allocations.
+  // It does not wait (unlike cudaFree): the next alloc may hand the block out at once, and its fill runs on
+  // stream(). The caller makes sure no queued work still reads or writes it: work on other streams than
+  // stream() synchronized first, and, for a buffer peers write into (a fused op's C on the heap), a barrier()
+  // after every rank's calls on it have finished.
   void free(void* ptr);
   // True when ptr points into a live allocation of this rank's heap.
   bool is_symmetric(const void* ptr) const;
@@ -144,6 +148,24 @@ class Context {
   // peer's heap, in no live allocation, or run past the end of theirs (an output described larger than
   // it was allocated, which would write into the next heap object), or start below the heap and run into it.
   std::string heap_span_problem(const void* ptr, size_t bytes) const;
+  // Why this rank's kernels (on device()) cannot reach ptr, as the rest of a sentence that starts with the
+  // argument's name, or "" when they can: the symmetric window (heap_span_problem's to judge), device memory
+  // of device(), managed memory, host memory mapped for the device, and pageable host memory where the device
+  // reads it (HMM, ATS). Memory of another device (iris enables no peer access but its heap's, and looks at
+  // none the caller enabled: pass memory of device()) or pageable memory elsewhere would fault in the
+  // kernel: a sticky error that ends this process's use of the device, while its peers wait out their device
+  // timeouts. One cudaPointerGetAttributes outside the window. Refused at one rank too, where the op is a
+  // cudaMemcpyAsync that could take it: a program then runs alike at every world size.
+  std::string reach_problem(const void* ptr) const;
+  // The stream an op runs on: `stream`, or stream() for nullptr (not CUDA's legacy default stream: pass
+  // cudaStreamLegacy for that, which, as cudaStreamPerThread, means device()'s). Throws InvalidArgument,
+  // naming `op`, for a stream of another device: a kernel launched there fails after the peers have
+  // launched theirs, which would then wait out their device timeouts. Needs a CUDA 12.8 toolkit and driver
+  // (cudaStreamGetDevice); with older ones the stream is taken as given. Every op and
+  // DeviceBarrier::arrive_and_wait resolve their stream here.
+  cudaStream_t op_stream(const char* op, cudaStream_t stream) const;
+  // True when op_stream can tell a stream's device (CUDA 12.8 toolkit and driver).
+  static bool op_stream_checks_device();
   // Offset of ptr within this rank's heap (throws InvalidArgument when not in the heap).
   size_t offset_of(const void* ptr) const;
 
@@ -244,6 +266,7 @@ class Context {
   DeviceContext device_ctx_{};
   std::unique_ptr<detail::HeapGuards> guards_;  // heap guards on
   std::vector<std::string> freed_damage_;       // found at free(), reported at the next check
+  bool pageable_access_ = false;                // device() reaches pageable host memory (HMM, ATS): reach_problem
   bool nvtx_on_ = false;        // IRIS_NVTX_HEAP=1
   void* nvtx_heap_ = nullptr;  // nvtxMemHeapHandle_t of this process's heap window (shared in threads mode)
 };

@@ -40,7 +40,8 @@ class DeviceBarrier {
   DeviceBarrier(DeviceBarrier&& other) noexcept;
   DeviceBarrier& operator=(DeviceBarrier&&) = delete;
 
-  // Enqueues one crossing of slot 0 on `stream` (a one-block kernel): work queued on `stream` after it
+  // Enqueues one crossing of slot 0 on `stream` (a one-block kernel; nullptr: ctx.stream(), and a stream of
+  // another device is refused, as the ops do: Context::op_stream): work queued on `stream` after it
   // starts once every rank has reached its own arrive_and_wait, and sees everything every rank's
   // stream did before its arrival. Capturable in a CUDA graph. Does not block the host. A crossing that
   // times out is reported by ctx.synchronize()/check_device_error() as iris::TimeoutError naming

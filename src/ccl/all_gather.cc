@@ -57,10 +57,13 @@ void all_gather(Context& ctx, const Tensor& out, const Tensor& in, const Config&
                 cudaStream_t stream) {
   const iris::detail::DeviceGuard device(ctx.device());
   const Plan p = detail::checked_call(
-      ctx, ws, [&] { return ready_plan(ctx, out, in, config, ws); },
+      ctx, ws,
+      [&] {
+        stream = ctx.op_stream(kOp, stream);
+        return ready_plan(ctx, out, in, config, ws);
+      },
       [](const Plan& plan) -> const OpSignature& { return plan.x.sig; });
   if (in.numel() == 0) return;
-  stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   ws.begin_call(stream);
   if (p.x.ll) {

@@ -258,10 +258,13 @@ void all_reduce(Context& ctx, const Tensor& out, const Tensor& in, const Config&
                 cudaStream_t stream, ReduceOp op) {
   const iris::detail::DeviceGuard device(ctx.device());
   const Plan p = detail::checked_call(
-      ctx, ws, [&] { return ready_plan(ctx, out, in, config, ws, op); },
+      ctx, ws,
+      [&] {
+        stream = ctx.op_stream("all_reduce", stream);
+        return ready_plan(ctx, out, in, config, ws, op);
+      },
       [](const Plan& plan) -> const OpSignature& { return plan.sig; });
   if (in.numel() == 0) return;
-  stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   const DeviceContext dctx = detail::call_context(ctx, ws, p.sig);
   const uint64_t key = layout_key(p, in.element_size());

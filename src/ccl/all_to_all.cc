@@ -39,13 +39,13 @@ void all_to_all(Context& ctx, const Tensor& out, const Tensor& in, const Config&
   const detail::ExchangePlan p = detail::checked_call(
       ctx, ws,
       [&] {
+        stream = ctx.op_stream(kOp, stream);
         detail::ExchangePlan plan = make_plan(detail::PlanScope::of(ctx), out, in, config);
         detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kAllToAll, plan.needs);
         return plan;
       },
       [](const detail::ExchangePlan& plan) -> const OpSignature& { return plan.sig; });
   if (in.numel() == 0) return;
-  stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   ws.begin_call(stream);
   if (p.ll) {

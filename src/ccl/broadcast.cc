@@ -80,13 +80,13 @@ void broadcast(Context& ctx, const Tensor& out, const Tensor& in, int root, cons
   const Plan p = detail::checked_call(
       ctx, ws,
       [&] {
+        stream = ctx.op_stream(kOp, stream);
         Plan plan = make_plan(detail::PlanScope::of(ctx), out, in, root, config);
         detail::require_ready(ctx, kOp, kPreamble, ws, OpKind::kBroadcast, plan.needs);
         return plan;
       },
       [](const Plan& plan) -> const OpSignature& { return plan.sig; });
   if (out.numel() == 0) return;
-  stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   const bool is_root = ctx.rank() == root;
   if (p.ll) {

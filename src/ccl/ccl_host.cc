@@ -28,6 +28,9 @@ void check_view(const char* op, const char* what, const Tensor& t, const PlanSco
   if (s.ctx == nullptr) return;
   const std::string where = s.ctx->heap_span_problem(t.data, t.span_bytes());
   IRIS_CHECK_ARG(where.empty(), op, ": ", what, " ", t.describe(), " ", where);
+  if (t.span_bytes() == 0) return;
+  const std::string reach = s.ctx->reach_problem(t.data);
+  IRIS_CHECK_ARG(reach.empty(), op, ": ", what, " ", t.describe(), " ", reach);
 }
 
 void check_matching(const char* op, const Tensor& out, const Tensor& in, bool same_shape) {

@@ -92,8 +92,6 @@ int sm_count(const Context& ctx);
 // (s.shapes_only) knows no device and checks nothing. Every rank of one kind of GPU raises alike, in
 // the preamble's exchange and at the call.
 int comm_block_limit(const char* op, const PlanScope& s, const Config& config);
-// The stream to launch on.
-inline cudaStream_t pick_stream(const Context& ctx, cudaStream_t s) { return s != nullptr ? s : ctx.stream(); }
 // Rounds up to 256 bytes (heap alignment) so arrays carved from one staging buffer stay aligned.
 inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 

@@ -56,10 +56,13 @@ void reduce_scatter(Context& ctx, const Tensor& out, const Tensor& in, const Con
                     cudaStream_t stream, ReduceOp op) {
   const iris::detail::DeviceGuard device(ctx.device());
   const detail::ExchangePlan p = detail::checked_call(
-      ctx, ws, [&] { return ready_plan(ctx, out, in, config, ws, op); },
+      ctx, ws,
+      [&] {
+        stream = ctx.op_stream(kOp, stream);
+        return ready_plan(ctx, out, in, config, ws, op);
+      },
       [](const detail::ExchangePlan& plan) -> const OpSignature& { return plan.sig; });
   if (out.numel() == 0) return;
-  stream = detail::pick_stream(ctx, stream);
   if (detail::single_rank_copy(ctx, out, in, ws, stream)) return;
   ws.begin_call(stream);
   if (p.ll) {

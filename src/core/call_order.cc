@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "core/relaxed_query.hpp"
 #include "iris/core/cuda_check.hpp"
 
 namespace iris {
@@ -49,15 +50,11 @@ unsigned long long capture_of(cudaStream_t stream) {
 }
 // The stream's id, which no other stream of the process has had: a stream destroyed while its call still
 // runs can hand its handle to the next stream created, which a handle compared by value would take for the
-// same stream, ordered by itself, and the next call there would skip its wait. The query is one that a
-// thread capturing a CUDA graph in global or thread-local mode may not make (cudaErrorStreamCaptureUnsupported,
-// which also invalidates the capture): made in relaxed mode, this thread's mode restored after.
+// same stream, ordered by itself, and the next call there would skip its wait. A query a capturing thread
+// may not make but in relaxed mode (relaxed_query).
 unsigned long long id_of(cudaStream_t stream) {
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  IRIS_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   unsigned long long id = 0;
-  const cudaError_t queried = cudaStreamGetId(stream, &id);
-  IRIS_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  const cudaError_t queried = detail::relaxed_query([&] { return cudaStreamGetId(stream, &id); });
   IRIS_CUDA_CHECK(queried);
   return id;
 }

@@ -54,6 +54,7 @@ void DeviceBarrier::arrive_and_wait(cudaStream_t stream) {
   // One thread per rank (rounded up to whole warps), so every peer's word is written and polled in
   // parallel; ranks beyond 1024 are handled by the strided loops in barrier_block.
   const detail::DeviceGuard device(ctx_->device());  // the calling thread may have another device current
+  stream = ctx_->op_stream("DeviceBarrier::arrive_and_wait", stream);
   int world = ctx_->world_size();
   int threads = ((world + 31) / 32) * 32;
   if (threads > 1024) threads = 1024;

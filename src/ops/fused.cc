@@ -534,6 +534,8 @@ FusedPlan context_plan(PlanFn plan, const Context& ctx, const MatmulOperands& mm
   for (auto [name, t] : operands) {
     const std::string where = ctx.heap_span_problem(t->data, t->span_bytes());
     IRIS_CHECK_ARG(where.empty(), ccl::op_name(p.sig.op), ": ", name, " ", t->describe(), " ", where);
+    const std::string reach = t->span_bytes() > 0 ? ctx.reach_problem(t->data) : std::string();
+    IRIS_CHECK_ARG(reach.empty(), ccl::op_name(p.sig.op), ": ", name, " ", t->describe(), " ", reach);
   }
   // Contiguous too: peers write with this rank's geometry, and the signature holds no row stride.
   const bool peers_write_c = ctx.world_size() > 1 && !p.unfused &&
@@ -614,11 +616,7 @@ void run_gemm(const MatmulOperands& mm, const Tensor& a, const Tensor& c, const 
 class Pipeline {
  public:
   Pipeline(Context& ctx, const FusedPlan& plan, bool copy_engine, FusedWorkspace& ws, cudaStream_t stream)
-      : ctx_(ctx),
-        plan_(plan),
-        copy_engine_(copy_engine),
-        main_(ccl::detail::pick_stream(ctx, stream)),
-        side_(ctx.side_stream()) {
+      : ctx_(ctx), plan_(plan), copy_engine_(copy_engine), main_(stream), side_(ctx.side_stream()) {
     sync_.ctx = ccl::detail::call_context(ctx, ws, plan.sig);  // the call words: fused_begin_kernel stores them
     sync_.state = ws.block_state();
     sync_.flags = ws.flags();
@@ -1273,6 +1271,7 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
       ctx, ws,
       [&] {
         FusedPlan plan = context_plan(plan_fn, ctx, mm, config);
+        stream = ctx.op_stream(ccl::op_name(plan.sig.op), stream);
         check_launch(ctx, mm, plan, ws);
         return plan;
       },
@@ -1290,7 +1289,7 @@ void launch(PlanFn plan_fn, Context& ctx, const MatmulOperands& mm, const FusedC
     unfused = unfused_steps(ctx, mm, p, ws);
     check_unfused(ctx, *unfused, p.sig.op, ws);
   }
-  const cudaStream_t on = ccl::detail::pick_stream(ctx, stream);
+  const cudaStream_t on = stream;  // ctx.op_stream's, above
   if (iris::detail::capturing(on)) ws.mark_captured();
   // The GEMM's split-K buffer, the flags and the staging serve one call at a time: a call on another stream
   // than the last waits for it (iris::CallOrder). The pipeline's side stream forks off `on` after this wait

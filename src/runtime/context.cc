@@ -17,6 +17,7 @@
 
 #include "core/first_launch.hpp"
 #include "core/kernel_modules.hpp"
+#include "core/relaxed_query.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/log.hpp"
 #include "iris/device/common.cuh"
@@ -265,6 +266,9 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   try {
     detail::agree(*bootstrap_, "to create its stream and error record", [&] {
       IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      int pageable = 0;
+      IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device_));
+      pageable_access_ = pageable != 0;
       IRIS_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&error_record_), sizeof(DeviceErrorRecord),
                                     cudaHostAllocMapped | cudaHostAllocPortable));
       std::memset(error_record_, 0, sizeof(DeviceErrorRecord));
@@ -482,6 +486,61 @@ void Context::free(void* ptr) {
     batch.refElements = &ref;
     nvtxMemRegionsUnregister(nvtx_domain(), &batch);
   }
+}
+
+std::string Context::reach_problem(const void* ptr) const {
+  const auto p = static_cast<const char*>(ptr);
+  const char* window = heap_->slot(0);
+  if (p >= window && p < window + heap_size_ * static_cast<size_t>(world_size_)) return "";
+  const detail::DeviceGuard device(device_);  // devicePointer is answered for the current device
+  cudaPointerAttributes a{};
+  if (detail::relaxed_query([&] { return cudaPointerGetAttributes(&a, ptr); }) != cudaSuccess) {
+    (void)cudaGetLastError();  // the query's own error, not a launch's: nothing known, nothing refused
+    return "";
+  }
+  switch (a.type) {
+    case cudaMemoryTypeDevice:
+      if (a.device == device_) return "";
+      return detail::str_cat("is memory of device ", a.device, ", but rank ", rank_, "'s context runs on device ",
+                             device_, "; pass memory of device ", device_,
+                             " (or an allocation of the symmetric heap).");
+    case cudaMemoryTypeManaged:
+      return "";
+    case cudaMemoryTypeHost:
+      if (a.devicePointer == ptr) return "";  // the kernels are handed ptr itself
+      return detail::str_cat("is pinned host memory that device ", device_,
+                             " reaches at another address or not at all; pass its device address "
+                             "(cudaHostGetDevicePointer), or device memory.");
+    default:  // cudaMemoryTypeUnregistered: pageable host memory
+      if (pageable_access_) return "";
+      return detail::str_cat("is pageable host memory, which device ", device_,
+                             " cannot read; pass device memory (or pinned, mapped host memory).");
+  }
+}
+
+bool Context::op_stream_checks_device() {
+#if CUDART_VERSION >= 12080
+  int driver = 0;
+  return cudaDriverGetVersion(&driver) == cudaSuccess && driver >= 12080;
+#else
+  return false;
+#endif
+}
+
+cudaStream_t Context::op_stream(const char* op, cudaStream_t stream) const {
+  if (stream == nullptr) return stream_;
+  if (stream == cudaStreamLegacy || stream == cudaStreamPerThread) return stream;  // device()'s: the op sets it
+#if CUDART_VERSION >= 12080  // cudaStreamGetDevice; with older toolkits or drivers the launch's own check stays
+  int device = -1;
+  if (detail::relaxed_query([&] { return cudaStreamGetDevice(stream, &device); }) != cudaSuccess) {
+    (void)cudaGetLastError();  // a driver before 12.8
+    return stream;
+  }
+  IRIS_CHECK_ARG(device == device_, op, ": the stream belongs to device ", device, ", but rank ", rank_,
+                 "'s context runs on device ", device_, "; pass a stream of device ", device_,
+                 " (or none, for ctx.stream()).");
+#endif
+  return stream;
 }
 
 bool Context::is_symmetric(const void* ptr) const {

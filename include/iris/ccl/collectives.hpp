@@ -11,12 +11,13 @@
 // size of the tensor per rank (two_shot, reduce_scatter), twice the output for all_gather and
 // all_to_all (two parities), and W x 16 bytes per 4 data bytes for one_shot (small sizes).
 //
-// Every call is asynchronous on `stream` (default: ctx.stream()), allocates nothing, talks to no
-// host peer, and is capturable in a CUDA graph: flags carry generations kept in device memory, so
-// repeated calls and graph replays need no barrier and no re-zeroing. Every rank must make the same
-// calls with the same workspace in the same order. One all_reduce workspace serves every variant and
-// shape it has the capacity for, in any order (a call whose layout differs from the last one's first
-// waits until every rank has finished that one); a workspace prepared again for another op serves it.
+// Every call is asynchronous on `stream` (nullptr, the default: ctx.stream(), which does not wait for
+// CUDA's legacy default stream; pass cudaStreamLegacy for that; a stream of another device than ctx.device()
+// is refused), allocates nothing, talks to no host peer, and is capturable in a CUDA graph: flags carry generations
+// kept in device memory, so repeated calls and graph replays need no barrier and no re-zeroing. Every rank must make
+// the same calls with the same workspace in the same order. One all_reduce workspace serves every variant and shape it
+// has the capacity for, in any order (a call whose layout differs from the last one's first waits until every rank has
+// finished that one); a workspace prepared again for another op serves it.
 //
 // Preambles are collective: they compare the call's parameters across ranks (all raise together on
 // a mismatch), allocate what the workspace is missing, keep larger arrays and reject smaller ones

@@ -8,6 +8,9 @@
 //   iris::ops::matmul_all_reduce_preamble(ctx, mm, config, ws);   // collective, once (allocates)
 //   iris::ops::matmul_all_reduce(ctx, mm, config, ws, stream);    // stream-ordered
 //
+// The caller's stream: `stream`, or ctx.stream() for nullptr (not CUDA's legacy default stream: pass
+// cudaStreamLegacy for that); one of another device than ctx.device() is refused (Context::op_stream), as are
+// operands the device cannot reach (Context::reach_problem).
 // How they overlap (the band pipeline, src/ops/fused.cc). Each call forks the context's side stream
 // (Context::side_stream) off the caller's stream with events and joins it back before returning. The
 // GEMM core runs on the caller's stream, one band of output rows at a time; the communication of a
