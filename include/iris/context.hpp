@@ -161,7 +161,7 @@ class Context {
   // cudaStreamLegacy for that, which, as cudaStreamPerThread, means device()'s). Throws InvalidArgument,
   // naming `op`, for a stream of another device: a kernel launched there fails after the peers have
   // launched theirs, which would then wait out their device timeouts. Needs a CUDA 12.8 toolkit and driver
-  // (cudaStreamGetDevice); with older ones the stream is taken as given. Every op and
+  // (cudaStreamGetDevice); with older ones, and for a stream being captured, the stream is taken as given. Every op and
   // DeviceBarrier::arrive_and_wait resolve their stream here.
   cudaStream_t op_stream(const char* op, cudaStream_t stream) const;
   // True when op_stream can tell a stream's device (CUDA 12.8 toolkit and driver).

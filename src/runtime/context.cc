@@ -531,6 +531,9 @@ cudaStream_t Context::op_stream(const char* op, cudaStream_t stream) const {
   if (stream == nullptr) return stream_;
   if (stream == cudaStreamLegacy || stream == cudaStreamPerThread) return stream;  // device()'s: the op sets it
 #if CUDART_VERSION >= 12080  // cudaStreamGetDevice; with older toolkits or drivers the launch's own check stays
+  // A stream being captured is taken as given: nothing runs until a replay, and its capture sees the launch
+  // fail; only capture-safe queries are made on it (cudaStreamIsCapturing).
+  if (detail::capturing(stream)) return stream;
   int device = -1;
   if (detail::relaxed_query([&] { return cudaStreamGetDevice(stream, &device); }) != cudaSuccess) {
     (void)cudaGetLastError();  // a driver before 12.8
