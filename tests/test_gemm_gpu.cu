@@ -347,6 +347,26 @@ const GemmCase kCases[] = {
     {300, 264, 136, kF16, kF32, true, false, kGemmTileSmall, 1.0f, 8, 0, false, 1, 2},
     {20, 1000, 2400, kBF16, kBF16, true, true, GemmTile{}, 1.0f, 0, 0, false, 0, 1},
     {1000, 1024, 128, kBF16, kBF16, false, false, GemmTile{}, 1.0f, 0, 0, false, 1, 2},
+    // edges the cases above missed (a read-only audit, 2026-12-06): K below one 64-deep k-stage on every
+    // tile, N narrower than the tile, one row on the 64- and 128-row tiles (the 2x1 cluster too) and the
+    // swapped ones in float16 and float32 C, split K whose slices are 8 deep (below a k-stage) and at one
+    // row, a source at one row (the automatic choice)
+    {130, 136, 8, kBF16, kBF16, true, true, kGemmTileLarge},
+    {200, 264, 40, kF16, kF32, false, false, kGemmTileSmall},
+    {130, 136, 8, kF16, kF16, false, true, kGemmTileSkinny},
+    {200, 264, 40, kBF16, kBF16, true, false, kGemmTileTiny},
+    {300, 8, 72, kBF16, kF32, true, true, kGemmTileLarge},
+    {200, 24, 64, kF16, kF16, false, false, kGemmTileLarge},
+    {1, 264, 136, kBF16, kBF16, true, true, kGemmTileLarge},
+    {1, 264, 136, kF16, kF32, false, true, kGemmTileSmall},
+    {1, 264, 136, kBF16, kF32, true, false, kGemmTileSkinny},
+    {1, 264, 136, kF16, kF16, false, false, kGemmTileTiny},
+    {1, 136, 200, kF16, kF16, true, true, kGemmTileRows16},
+    {1, 136, 200, kBF16, kF32, false, false, kGemmTileRows32},
+    {128, 256, 64, kBF16, kBF16, true, true, kGemmTileTiny, 1.0f, 0, 0, false, 8},
+    {64, 128, 16, kF16, kF32, false, false, kGemmTileSmall, 1.0f, 0, 0, false, 2},
+    {1, 4096, 4096, kBF16, kBF16, true, false, kGemmTileRows16, 1.0f, 0, 0, false, 4},
+    {1, 1000, 2400, kF16, kF16, false, true, GemmTile{}, 1.0f, 0, 0, false, 1, 1},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, GemmGpu, ::testing::ValuesIn(kCases), case_name);

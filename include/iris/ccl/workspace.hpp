@@ -225,7 +225,8 @@ class Workspace {
   // Collective: waits until no kernel of any rank can still reach the arrays (each rank's device
   // synchronized, then every rank), then frees every array and leaves the workspace fresh, also when a free
   // throws (the first error is raised after). A workspace whose arrays are not on this host's heap
-  // (arrays_on) is refused after the wait, with nothing freed on that rank.
+  // (arrays_on) is refused after the wait, with nothing freed on that rank. A CUDA graph captured with the
+  // workspace must not be replayed after it: its kernels hold the freed arrays (as with cudaFree under a graph).
   void release(WorkspaceHost& host);
 
   uint32_t* locks() const { return locks_; }

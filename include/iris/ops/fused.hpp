@@ -193,7 +193,8 @@ class FusedWorkspace : public ccl::Workspace {
   // Makes gemm_workspace() hold at least `bytes` (allocating; call with no GEMM of this workspace in flight).
   // Throws InvalidArgument naming `op` when that would re-allocate it after a call was captured (captured()).
   void reserve_gemm_workspace(size_t bytes, const char* op = "fused op");
-  // Collective: frees every array, the collective's and the GEMM's too.
+  // Collective: frees every array, the collective's and the GEMM's too. A CUDA graph captured with the
+  // workspace must not be replayed after it (its kernels hold the freed arrays).
   void release(ccl::WorkspaceHost& host);
   // True once a call with this workspace was captured into a CUDA graph (until release()). The graph's
   // replays use the buffers the call was captured with, so from then on a preamble that would re-allocate
