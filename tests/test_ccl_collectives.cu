@@ -20,6 +20,7 @@
 #include "support/call_tag_error.hpp"
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
+#include "support/reach.hpp"
 #include "support/scoped_capture.hpp"
 #include "support/stopped_error.hpp"
 
@@ -1170,51 +1171,34 @@ TEST_P(Collective, ViewsOnTheHeapMustLieWithinOneLiveAllocationOfThisRank) {
 // second GPU.
 TEST_P(Collective, BuffersTheDeviceCannotReachAndAnotherDevicesStreamAreRefused) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
-  int device0_pageable = 0;
-  IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&device0_pageable, cudaDevAttrPageableMemoryAccess, 0));
-  const bool other_stream = test::gpu_count() >= 2 && Context::op_stream_checks_device();
-  if (device0_pageable != 0 && !other_stream)
-    GTEST_SKIP() << "device 0 reads pageable host memory (HMM or ATS), and another device's stream cannot be "
-                 << "checked here (" << test::gpu_count() << " GPU(s), a stream's device needs CUDA 12.8): nothing "
-                 << "here is refused";
+  if (const std::string why = test::reach_refusals_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   test::run_ranks(
       GetParam(),
-      [other_stream](Context& ctx) {
-        int pageable_access = 0;
-        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&pageable_access, cudaDevAttrPageableMemoryAccess, ctx.device()));
+      [](Context& ctx) {
         const int w = ctx.world_size();
         const int64_t m = 4, n = 64;
         auto* out = ctx.empty<float>(w * m * n);
         auto* in = ctx.empty<float>(m * n);
         const Tensor all = Tensor::matrix(out, DType::kFloat32, w * m, n);
         const Tensor mine = Tensor::matrix(in, DType::kFloat32, m, n);
-        const std::string dev = std::to_string(ctx.device());
         auto error = [](auto&& fn) { return test::error_text<std::invalid_argument>(fn); };
         Workspace ws;
-        if (pageable_access == 0) {
+        if (!test::pageable_access(ctx.device())) {
           std::vector<float> host(static_cast<size_t>(m * n));
           const Tensor pageable = Tensor::matrix(host.data(), DType::kFloat32, m, n);
-          const std::string tail = " 4x64 float32 is pageable host memory, which device " + dev +
-                                   " cannot read; pass device memory (or pinned, mapped host memory).";
+          const std::string tail = " 4x64 float32 " + test::pageable_memory_problem(ctx);
           EXPECT_EQ(error([&] { ccl::all_gather_preamble(ctx, all, pageable, Config{}, ws); }),
                     "all_gather: input" + tail);
           EXPECT_EQ(error([&] { ccl::all_reduce_preamble(ctx, pageable, mine, Config{}, ws); }),
                     "all_reduce: output" + tail);
         }
-        if (other_stream) {
+        if (test::other_device_stream_checkable()) {
           ccl::all_gather_preamble(ctx, all, mine, Config{}, ws);
-          const int other = (ctx.device() + 1) % test::gpu_count();
-          cudaStream_t elsewhere = nullptr;
-          IRIS_CUDA_CHECK(cudaSetDevice(other));
-          IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&elsewhere, cudaStreamNonBlocking));
-          IRIS_CUDA_CHECK(cudaSetDevice(ctx.device()));
+          const test::OtherDeviceStream elsewhere(ctx.device());
           const uint64_t calls = ws.calls();
-          EXPECT_EQ(error([&] { ccl::all_gather(ctx, all, mine, Config{}, ws, elsewhere); }),
-                    "all_gather: the stream belongs to device " + std::to_string(other) + ", but rank " +
-                        std::to_string(ctx.rank()) + "'s context runs on device " + dev + "; pass a stream of device " +
-                        dev + " (or none, for ctx.stream()).");
+          EXPECT_EQ(error([&] { ccl::all_gather(ctx, all, mine, Config{}, ws, elsewhere.get()); }),
+                    test::other_device_stream_error("all_gather", ctx, elsewhere.device()));
           EXPECT_EQ(ws.calls(), calls) << "nothing queued";
-          IRIS_CUDA_CHECK(cudaStreamDestroy(elsewhere));
           ccl::all_gather(ctx, all, mine, Config{}, ws);  // the workspace still serves every rank
           ctx.synchronize();
         }

@@ -60,6 +60,7 @@
 #include "support/call_tag_error.hpp"
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
+#include "support/reach.hpp"
 #include "support/require_gemm_core.hpp"
 #include "support/scoped_capture.hpp"
 #include "support/stopped_error.hpp"
@@ -1712,18 +1713,10 @@ TEST_P(FusedGpu, OperandsOnTheHeapMustLieWithinOneLiveAllocation) {
 // pageable access, and a second GPU.
 TEST_P(FusedGpu, OperandsTheDeviceCannotReachAndAnotherDevicesStreamAreRefused) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
-  int device0_pageable = 0;
-  IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&device0_pageable, cudaDevAttrPageableMemoryAccess, 0));
-  const bool other_stream = test::gpu_count() >= 2 && Context::op_stream_checks_device();
-  if (device0_pageable != 0 && !other_stream)
-    GTEST_SKIP() << "device 0 reads pageable host memory (HMM or ATS), and another device's stream cannot be "
-                 << "checked here (" << test::gpu_count() << " GPU(s), a stream's device needs CUDA 12.8): nothing "
-                 << "here is refused";
+  if (const std::string why = test::reach_refusals_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   test::run_ranks(
       GetParam(),
-      [other_stream](Context& ctx) {
-        int pageable_access = 0;
-        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&pageable_access, cudaDevAttrPageableMemoryAccess, ctx.device()));
+      [](Context& ctx) {
         const int64_t m = 128, n = 128, k = 64;
         auto* a = ctx.empty<__nv_bfloat16>(m * k);
         auto* b = ctx.empty<__nv_bfloat16>(k * n);
@@ -1732,32 +1725,23 @@ TEST_P(FusedGpu, OperandsTheDeviceCannotReachAndAnotherDevicesStreamAreRefused) 
         mm.a = Tensor::matrix(a, kBF16, m, k);
         mm.b = Tensor::matrix(b, kBF16, k, n);
         mm.c = Tensor::matrix(c, kBF16, m, n);
-        const std::string dev = std::to_string(ctx.device());
         FusedWorkspace ws;
-        if (pageable_access == 0) {
+        if (!test::pageable_access(ctx.device())) {
           std::vector<__nv_bfloat16> host(static_cast<size_t>(m * k));
           MatmulOperands pageable = mm;
           pageable.a = Tensor::matrix(host.data(), kBF16, m, k);
-          const std::string want = "matmul_all_reduce: A 128x64 bfloat16 is pageable host memory, which device " + dev +
-                                   " cannot read; pass device memory (or pinned, mapped host memory).";
+          const std::string want = "matmul_all_reduce: A 128x64 bfloat16 " + test::pageable_memory_problem(ctx);
           EXPECT_EQ(error_text([&] { matmul_all_reduce_preamble(ctx, pageable, FusedConfig{}, ws); }), want);
           EXPECT_FALSE(ws.prepared());
         }
-        if (other_stream) {
+        if (test::other_device_stream_checkable()) {
           matmul_all_reduce_preamble(ctx, mm, FusedConfig{}, ws);
-          const int other = (ctx.device() + 1) % test::gpu_count();
-          cudaStream_t elsewhere = nullptr;
-          IRIS_CUDA_CHECK(cudaSetDevice(other));
-          IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&elsewhere, cudaStreamNonBlocking));
-          IRIS_CUDA_CHECK(cudaSetDevice(ctx.device()));
+          const test::OtherDeviceStream elsewhere(ctx.device());
           const uint64_t calls = ws.calls();
-          EXPECT_EQ(
-              error_text<std::invalid_argument>([&] { matmul_all_reduce(ctx, mm, FusedConfig{}, ws, elsewhere); }),
-              "matmul_all_reduce: the stream belongs to device " + std::to_string(other) + ", but rank " +
-                  std::to_string(ctx.rank()) + "'s context runs on device " + dev + "; pass a stream of device " + dev +
-                  " (or none, for ctx.stream()).");
+          EXPECT_EQ(error_text<std::invalid_argument>(
+                        [&] { matmul_all_reduce(ctx, mm, FusedConfig{}, ws, elsewhere.get()); }),
+                    test::other_device_stream_error("matmul_all_reduce", ctx, elsewhere.device()));
           EXPECT_EQ(ws.calls(), calls) << "nothing queued";
-          IRIS_CUDA_CHECK(cudaStreamDestroy(elsewhere));
           matmul_all_reduce(ctx, mm, FusedConfig{}, ws, nullptr);  // the workspace still serves every rank
           ctx.synchronize();
         }

@@ -17,6 +17,7 @@
 #include "runtime/heap_guard.hpp"
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
+#include "support/reach.hpp"
 #include "support/scoped_env.hpp"
 #include "test_device_util.cuh"
 
@@ -597,13 +598,9 @@ TEST(HeapGpuThreads, ReachProblemNamesMemoryTheDeviceCannotReach) {
         EXPECT_EQ(ctx.reach_problem(managed), "") << "managed memory";
         EXPECT_EQ(ctx.reach_problem(pinned), "") << "pinned host memory";
         std::vector<char> pageable(kBytes);
-        int pageable_access = 0;
-        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&pageable_access, cudaDevAttrPageableMemoryAccess, ctx.device()));
+        const bool pageable_access = test::pageable_access(ctx.device());
         const std::string dev = std::to_string(ctx.device());
-        EXPECT_EQ(ctx.reach_problem(pageable.data()),
-                  pageable_access ? ""
-                                  : "is pageable host memory, which device " + dev +
-                                        " cannot read; pass device memory (or pinned, mapped host memory).")
+        EXPECT_EQ(ctx.reach_problem(pageable.data()), pageable_access ? "" : test::pageable_memory_problem(ctx))
             << "pageable access: " << pageable_access;
         if (test::gpu_count() >= 2) {
           const int other = (ctx.device() + 1) % test::gpu_count();
@@ -640,23 +637,34 @@ TEST(HeapGpuThreads, OpStreamIsTheContextsForNoneAndRefusesAnotherDevicesStream)
         cudaStream_t own = nullptr;
         IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
         EXPECT_EQ(ctx.op_stream("op", own), own);
+        // While a graph is captured in global mode (the strictest: unsafe calls refused, and the capture
+        // invalidated), both queries are made without harm: the capture ends with a graph.
+        void* device = nullptr;
+        cudaStream_t plain = nullptr;  // not captured: its device is asked (cudaStreamGetDevice)
+        IRIS_CUDA_CHECK(cudaMalloc(&device, 256));
+        IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&plain, cudaStreamNonBlocking));
+        IRIS_CUDA_CHECK(cudaStreamBeginCapture(own, cudaStreamCaptureModeGlobal));
+        const cudaStream_t during = ctx.op_stream("op", own);
+        const cudaStream_t beside = ctx.op_stream("op", plain);
+        const std::string reach = ctx.reach_problem(device);
+        cudaGraph_t graph = nullptr;
+        EXPECT_EQ(cudaStreamEndCapture(own, &graph), cudaSuccess);
+        EXPECT_EQ(during, own);
+        EXPECT_EQ(beside, plain);
+        EXPECT_EQ(reach, "");
+        IRIS_CUDA_CHECK(cudaStreamDestroy(plain));
+        if (graph != nullptr) IRIS_CUDA_CHECK(cudaGraphDestroy(graph));
+        (void)cudaGetLastError();
+        IRIS_CUDA_CHECK(cudaFree(device));
         IRIS_CUDA_CHECK(cudaStreamDestroy(own));
-        if (test::gpu_count() < 2 || !Context::op_stream_checks_device()) {
+        if (!test::other_device_stream_checkable()) {
           std::printf("[ iris     ] another device's stream not checked: %s\n",
                       test::gpu_count() < 2 ? "one GPU visible" : "toolkit or driver before CUDA 12.8");
           return;
         }
-        const int other = (ctx.device() + 1) % test::gpu_count();
-        cudaStream_t elsewhere = nullptr;
-        IRIS_CUDA_CHECK(cudaSetDevice(other));
-        IRIS_CUDA_CHECK(cudaStreamCreateWithFlags(&elsewhere, cudaStreamNonBlocking));
-        IRIS_CUDA_CHECK(cudaSetDevice(ctx.device()));
-        const std::string dev = std::to_string(ctx.device());
-        EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ctx.op_stream("all_gather", elsewhere); }),
-                  "all_gather: the stream belongs to device " + std::to_string(other) +
-                      ", but rank 0's context runs on device " + dev + "; pass a stream of device " + dev +
-                      " (or none, for ctx.stream()).");
-        IRIS_CUDA_CHECK(cudaStreamDestroy(elsewhere));
+        const test::OtherDeviceStream elsewhere(ctx.device());
+        EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ctx.op_stream("all_gather", elsewhere.get()); }),
+                  test::other_device_stream_error("all_gather", ctx, elsewhere.device()));
       },
       small_heap());
 }
