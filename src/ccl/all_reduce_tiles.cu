@@ -294,7 +294,10 @@ __global__ void __launch_bounds__(kThreads) spinlock_kernel(const __grid_constan
       if (s_ok) s_first = dev::load<dev::Order::kRelaxed, dev::Scope::kSys>(mark) < epoch;
     }
     __syncthreads();
-    if (!s_ok) break;
+    if (!s_ok) {  // gave up (the error is recorded): end here, as the atomic kernel does, recording no layout
+      end_call(a.state, epoch);
+      return;
+    }
     const bool first = s_first != 0;
     Acc* acc = dev::translate(ctx, acc_stage + (t / world) * tile_elems, o);
     for_tile_packs<P::kN>(tile, 0, tile.w, [&](int row, int col) {
