@@ -751,6 +751,34 @@ TEST(OpsFusedWorkspace, ACapturedWorkspaceIsNotReallocatedUnderItsGraph) {
   EXPECT_FALSE(moved.captured()) << "release() frees every buffer: nothing of the graph's is left to protect";
 }
 
+// A release() that frees nothing (here: arrays of another heap, as when ranks are out of step) leaves the
+// workspace as it was, captured() included: the graph may still run on its buffers, so growing them stays
+// refused. Before 2026-12-06 it cleared captured() and freed the split-K buffer anyway.
+TEST(OpsFusedWorkspace, AReleaseThatFreesNothingKeepsTheCapturedMark) {
+  FakeWorkspaceHost prepared_with;
+  FakeWorkspaceHost other;
+  FusedWorkspace ws;
+  ccl::WorkspaceNeeds needs;
+  needs.locks = 64;
+  needs.block_state = 14;
+  ws.reserve(prepared_with, needs);
+  const int live = prepared_with.live;
+  ws.mark_captured();
+  EXPECT_EQ(
+      error_of([&] { ws.release(other); }).rfind("release: the workspace's arrays are not on this context's heap", 0),
+      0u);
+  EXPECT_TRUE(ws.captured());
+  EXPECT_NE(ws.any_array(), nullptr);
+  EXPECT_EQ(prepared_with.live, live);
+  EXPECT_EQ(error_of([&] {
+              ws.reserve_gemm_workspace(1 << 20, "matmul_all_reduce_preamble");
+            }).rfind("matmul_all_reduce_preamble: these operands need a larger GEMM split-K workspace", 0),
+            0u);
+  ws.release(prepared_with);
+  EXPECT_FALSE(ws.captured());
+  EXPECT_EQ(prepared_with.live, 0);
+}
+
 // The fusion threshold: a call whose bands would have fewer than min_band_tiles tiles (default: half
 // the SMs, 66 on 132) runs unfused, its GEMM then the iris::ccl collective; never with one rank.
 TEST(OpsFusedPlan, UnfusedBelowTheThreshold) {

@@ -1373,6 +1373,9 @@ void FusedWorkspace::release(ccl::WorkspaceHost& host) {
   } catch (...) {
     failed = std::current_exception();
   }
+  // A release that freed nothing (ranks out of step, arrays of another heap) leaves both workspaces as they
+  // were: a graph captured with them may still run, on the split-K buffer too, and growing them stays refused.
+  if (failed && (any_array() != nullptr || collective_.any_array() != nullptr)) std::rethrow_exception(failed);
   free_gemm_workspace();
   captured_ = false;
   if (failed) std::rethrow_exception(failed);

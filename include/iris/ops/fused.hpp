@@ -194,7 +194,8 @@ class FusedWorkspace : public ccl::Workspace {
   // Throws InvalidArgument naming `op` when that would re-allocate it after a call was captured (captured()).
   void reserve_gemm_workspace(size_t bytes, const char* op = "fused op");
   // Collective: frees every array, the collective's and the GEMM's too. A CUDA graph captured with the
-  // workspace must not be replayed after it (its kernels hold the freed arrays).
+  // workspace must not be replayed after it (its kernels hold the freed arrays). When it raises having freed
+  // nothing (ranks out of step, arrays of another context's heap), the workspace is as it was, captured().
   void release(ccl::WorkspaceHost& host);
   // True once a call with this workspace was captured into a CUDA graph (until release()). The graph's
   // replays use the buffers the call was captured with, so from then on a preamble that would re-allocate
