@@ -174,7 +174,8 @@ uint64_t seed_for(const Problem& p, uint64_t run) {
 }
 
 // All rows of one (op, dtype, size): NCCL plain and symmetric once, then iris once per variant.
-std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem& p, NcclComm* nccl, uint64_t run) {
+std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem& p, NcclComm* nccl, Aligner& align,
+                             uint64_t run) {
   std::vector<std::string> variants;
   if (p.op == Op::kAllReduce) {
     for (const AllReduceRow& v : o.variants) variants.push_back(v.name());
@@ -279,7 +280,7 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
     const std::vector<Subject*> subjects = {&plain, &sym, &s};
     const std::vector<Column*> columns = {&r.nccl, &r.nccl_sym, &r.iris};
     const std::vector<TurnTime> times =
-        time_together(ctx, {&plain.timed, &sym.timed, &s.timed}, o.iters, o.warmup, o.repeats, o.gpu_timeout_s);
+        time_together(ctx, {&plain.timed, &sym.timed, &s.timed}, o.iters, o.warmup, o.repeats, o.gpu_timeout_s, &align);
     // Step 5's input: another seed on every rank (NCCL's window gets a copy), set back after the checks.
     Expectation fresh = e;
     fresh.seed = mix64(e.seed ^ 0xc0ffee);
@@ -331,11 +332,12 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
 
 // The fused tables: one per op, a row per global shape (and all_reduce variant). Collective.
 void run_fused_tables(iris::Context& ctx, const Options& o, NcclComm* nccl, const std::string& no_nccl_reason,
-                      Shared& shared, uint64_t& run) {
+                      Aligner& align, Shared& shared, uint64_t& run) {
   const bool lead = ctx.rank() == 0;
   if (lead) print_fused_preamble(o, shared.machine, nccl != nullptr);
   std::unique_ptr<FusedRunner> runner;
-  std::string err = agree(ctx, try_step([&] { runner = std::make_unique<FusedRunner>(ctx, o, nccl, no_nccl_reason); }));
+  std::string err =
+      agree(ctx, try_step([&] { runner = std::make_unique<FusedRunner>(ctx, o, nccl, no_nccl_reason, align); }));
   if (!err.empty()) {
     if (lead) std::printf("# fused tables skipped: %s\n", err.c_str());
     return;
@@ -400,6 +402,8 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
   }
 
   uint64_t run = 0;
+  // Each timed turn starts after a device barrier, so none is charged a peer's lag from the turn before.
+  Aligner align(ctx);
   // --fused-only: no collective tables.
   for (iris::DType dtype : o.collectives ? o.dtypes : std::vector<iris::DType>{}) {
     for (Op op : o.ops) {
@@ -423,7 +427,7 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
                         iris::dtype_name(dtype), world);
           continue;
         }
-        std::vector<Record> rows = run_size(ctx, o, p, nccl.get(), ++run);
+        std::vector<Record> rows = run_size(ctx, o, p, nccl.get(), align, ++run);
         ctx.barrier();
         if (lead) {
           for (const Record& r : rows) {
@@ -440,7 +444,7 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
     }
   }
 
-  if (o.fused) run_fused_tables(ctx, o, nccl.get(), no_nccl_reason, shared, run);
+  if (o.fused) run_fused_tables(ctx, o, nccl.get(), no_nccl_reason, align, shared, run);
 
   ctx.barrier();
 }

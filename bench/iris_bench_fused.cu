@@ -390,13 +390,14 @@ struct FusedRunner::Impl {
   const Options& o;
   NcclComm* nccl;
   std::string no_nccl_reason;
+  Aligner& align;
   cublasHandle_t blas = nullptr;
   void* blas_workspace = nullptr;
   DeviceStats* stats = nullptr;
   int device_sms = 0;
 
-  Impl(iris::Context& c, const Options& opts, NcclComm* n, std::string reason)
-      : ctx(c), o(opts), nccl(n), no_nccl_reason(std::move(reason)) {}
+  Impl(iris::Context& c, const Options& opts, NcclComm* n, std::string reason, Aligner& a)
+      : ctx(c), o(opts), nccl(n), no_nccl_reason(std::move(reason)), align(a) {}
 
   ~Impl() {
     cudaSetDevice(ctx.device());
@@ -704,7 +705,7 @@ bool FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
 
   // The three paths in turns, so that none gains from running first on a GPU at its power limit.
   const std::vector<TurnTime> times =
-      time_together(ctx, {&seq, &gemm_only, &fused}, o.iters, o.warmup, o.repeats, o.gpu_timeout_s);
+      time_together(ctx, {&seq, &gemm_only, &fused}, o.iters, o.warmup, o.repeats, o.gpu_timeout_s, &align);
   if (nccl)
     record_time(times[0], r.seq);
   else
@@ -766,8 +767,9 @@ bool FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
   return inputs_back;
 }
 
-FusedRunner::FusedRunner(iris::Context& ctx, const Options& o, NcclComm* nccl, std::string no_nccl_reason)
-    : impl_(std::make_unique<Impl>(ctx, o, nccl, std::move(no_nccl_reason))) {
+FusedRunner::FusedRunner(iris::Context& ctx, const Options& o, NcclComm* nccl, std::string no_nccl_reason,
+                         Aligner& align)
+    : impl_(std::make_unique<Impl>(ctx, o, nccl, std::move(no_nccl_reason), align)) {
   impl_->init();
 }
 

@@ -12,6 +12,7 @@
 #include "iris_bench_nccl.hpp"
 #include "iris_bench_options.hpp"
 #include "iris_bench_report.hpp"
+#include "iris_bench_util.hpp"
 
 namespace iris_bench {
 
@@ -26,7 +27,8 @@ class FusedRunner {
  public:
   // Creates this rank's cuBLAS handle on ctx's device and stream (throws iris::Error on failure).
   // nccl may be null: the sequential column is then skipped with `no_nccl_reason`, and with it the check.
-  FusedRunner(iris::Context& ctx, const Options& o, NcclComm* nccl, std::string no_nccl_reason);
+  // Each timed turn starts after a crossing of `align` (kept by the caller, outliving the runner).
+  FusedRunner(iris::Context& ctx, const Options& o, NcclComm* nccl, std::string no_nccl_reason, Aligner& align);
   ~FusedRunner();
   FusedRunner(const FusedRunner&) = delete;
   FusedRunner& operator=(const FusedRunner&) = delete;

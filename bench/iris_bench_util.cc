@@ -144,17 +144,22 @@ Turn direct_turn(int iters, const std::function<void()>& call) {
 
 std::vector<std::vector<double>> time_in_turns(cudaStream_t stream, const std::vector<Turn>& turns, int warmup,
                                                int repeats, double timeout_s, int rank, const std::string& what,
-                                               ClockSampler* clocks, std::vector<ClockStats>* clock_out) {
+                                               ClockSampler* clocks, std::vector<ClockStats>* clock_out,
+                                               const std::function<void()>& align) {
   const size_t n = turns.size();
+  const size_t timed = static_cast<size_t>(repeats) * n;
   const bool sampling = clocks != nullptr && clocks->available();
   if (sampling) clocks->start();
   for (int i = 0; i < warmup; ++i)
     for (const Turn& t : turns) t.launch();
-  Events ev(static_cast<size_t>(repeats) * n + 1);
-  IRIS_CUDA_CHECK(cudaEventRecord(ev.events[0], stream));
-  for (size_t e = 1; e < ev.events.size(); ++e) {
-    turns[(e - 1) % n].launch();
-    IRIS_CUDA_CHECK(cudaEventRecord(ev.events[e], stream));
+  // Launch k (turn k % n) runs between events 2k and 2k + 1; without align, the end of one is the start of
+  // the next (an empty interval).
+  Events ev(2 * timed);
+  for (size_t k = 0; k < timed; ++k) {
+    if (align) align();
+    IRIS_CUDA_CHECK(cudaEventRecord(ev.events[2 * k], stream));
+    turns[k % n].launch();
+    IRIS_CUDA_CHECK(cudaEventRecord(ev.events[2 * k + 1], stream));
   }
   // The host time at which the last event completed, to within the poll (see iris_bench_clocks.hpp); a
   // wait that does not end here is wait_stream's to report.
@@ -175,14 +180,15 @@ std::vector<std::vector<double>> time_in_turns(cudaStream_t stream, const std::v
   const std::vector<ClockSampler::Sample> samples = sampling ? clocks->stop() : std::vector<ClockSampler::Sample>{};
   std::vector<std::vector<double>> us(n, std::vector<double>(static_cast<size_t>(repeats)));
   std::vector<std::vector<std::pair<double, double>>> intervals(n);
-  for (size_t e = 1; e < ev.events.size(); ++e) {
+  for (size_t k = 0; k < timed; ++k) {
     float ms = 0, begin_to_last = 0, end_to_last = 0;
-    IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.events[e - 1], ev.events[e]));
-    const size_t t = (e - 1) % n;
-    us[t][(e - 1) / n] = 1000.0 * ms / turns[t].calls;
+    const cudaEvent_t begin = ev.events[2 * k], end = ev.events[2 * k + 1];
+    IRIS_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
+    const size_t t = k % n;
+    us[t][k / n] = 1000.0 * ms / turns[t].calls;
     if (std::isfinite(t_end)) {
-      IRIS_CUDA_CHECK(cudaEventElapsedTime(&begin_to_last, ev.events[e - 1], ev.events.back()));
-      IRIS_CUDA_CHECK(cudaEventElapsedTime(&end_to_last, ev.events[e], ev.events.back()));
+      IRIS_CUDA_CHECK(cudaEventElapsedTime(&begin_to_last, begin, ev.events.back()));
+      IRIS_CUDA_CHECK(cudaEventElapsedTime(&end_to_last, end, ev.events.back()));
       intervals[t].emplace_back(t_end - 1e-3 * begin_to_last, t_end - 1e-3 * end_to_last);
     }
   }
@@ -224,8 +230,26 @@ void prepare_timed(iris::Context& ctx, Timed& t, int iters, double timeout_s, bo
   }
 }
 
+std::function<void()> Aligner::ready(cudaStream_t stream) {
+  if (ctx_.world_size() == 1) return {};
+  // Every rank renews when any rank must (its barrier's crossings may have given up): the same collective
+  // frees and allocations on every rank.
+  const bool stale = barrier_ == nullptr || ctx_.device_timeouts() != made_at_timeouts_;
+  bool renew = false;
+  for (double x : allgather_double(ctx_, stale ? 1.0 : 0.0)) renew = renew || x != 0;
+  if (renew) {
+    barrier_.reset();
+    unaligned_ = agree(ctx_, try_step([&] { barrier_ = std::make_unique<iris::DeviceBarrier>(ctx_); }));
+    if (!unaligned_.empty()) (void)barrier_.release();  // made on some ranks only: not freed (a collective free)
+    made_at_timeouts_ = ctx_.device_timeouts();
+  }
+  if (barrier_ == nullptr) return {};
+  iris::DeviceBarrier* b = barrier_.get();
+  return [b, stream] { b->arrive_and_wait(stream); };
+}
+
 std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const Timed*>& paths, int iters, int warmup,
-                                    int repeats, double timeout_s) {
+                                    int repeats, double timeout_s, Aligner* align) {
   cudaStream_t stream = ctx.stream();
   std::vector<TurnTime> out(paths.size());
   std::vector<Turn> turns;
@@ -246,11 +270,12 @@ std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const 
   IRIS_CUDA_CHECK(cudaGetDevice(&device));
   ClockSampler clocks(device);
   std::vector<ClockStats> clock;
+  const std::function<void()> crossing = align != nullptr ? align->ready(stream) : std::function<void()>();
   ctx.barrier();  // every rank starts together (collective; throws on every rank)
   std::vector<std::vector<double>> times;
   const std::string err = agree(ctx, try_step([&] {
                                   times = time_in_turns(stream, turns, warmup, repeats, timeout_s, ctx.rank(),
-                                                        "the timed turns of " + what, &clocks, &clock);
+                                                        "the timed turns of " + what, &clocks, &clock, crossing);
                                   for (size_t i : index)
                                     if (paths[i]->after_drain) paths[i]->after_drain();
                                 }));

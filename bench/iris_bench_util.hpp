@@ -7,10 +7,12 @@
 
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "iris/context.hpp"
+#include "iris/device_barrier.hpp"
 #include "iris_bench_clocks.hpp"
 
 namespace iris_bench {
@@ -77,15 +79,18 @@ struct Turn {
 // power limit runs whatever follows an idle gap faster (seen as 20% on an H200 GEMM). `warmup` untimed
 // rounds, then `repeats` rounds, each launching every turn once, back to back with an event between each
 // launch; waits (bounded, see wait_stream) and returns, per turn, the time of each timed round divided by
-// its `calls`, in us. The host stays ahead of the GPU, so each interval between two events is one launch
-// (the ranks' start skew lands in the warm-up, or at worst in the first interval).
+// its `calls`, in us. The host stays ahead of the GPU, so each interval between a turn's two events is its
+// launch. With `align` (several ranks), it is enqueued, untimed, before each timed turn: a device barrier,
+// so that no turn's time holds the wait for a peer that the previous turn left behind (a GEMM alone, a
+// broadcast's root, a GPU slower than its peer), which would be charged to whatever ran next.
 // With `clocks` (available), also samples the SM clock meanwhile and fills clock_out, per turn, with the
 // median over the samples that fall inside its timed rounds (iris_bench_clocks.hpp; NaN for turns too
 // short to hold kMinClockSamples).
 std::vector<std::vector<double>> time_in_turns(cudaStream_t stream, const std::vector<Turn>& turns, int warmup,
                                                int repeats, double timeout_s, int rank, const std::string& what,
                                                ClockSampler* clocks = nullptr,
-                                               std::vector<ClockStats>* clock_out = nullptr);
+                                               std::vector<ClockStats>* clock_out = nullptr,
+                                               const std::function<void()>& align = {});
 
 // `iters` calls captured into one executable CUDA graph (instantiated with flags 0).
 class Graph {
@@ -145,11 +150,29 @@ struct TurnTime {
   double power_capped = std::nan("");
 };
 
+// The device barrier time_together crosses before each timed turn (time_in_turns' align), one per run. A
+// crossing that gave up leaves a DeviceBarrier unusable (it refuses after a device error), so ready()
+// makes a new one on every rank once any rank's context has had a device error since the last was made.
+class Aligner {
+ public:
+  explicit Aligner(iris::Context& ctx) : ctx_(ctx) {}
+  // Collective: the crossing to enqueue before each turn on `stream`; empty with one rank, or when no
+  // barrier could be made (every rank then times without, and `unaligned` says why).
+  std::function<void()> ready(cudaStream_t stream);
+  const std::string& unaligned() const { return unaligned_; }
+
+ private:
+  iris::Context& ctx_;
+  std::unique_ptr<iris::DeviceBarrier> barrier_;
+  uint64_t made_at_timeouts_ = 0;
+  std::string unaligned_;
+};
+
 // Collective. After a barrier, times the ready entries of `paths` in turns (time_in_turns) on every rank,
-// then runs their after_drain. An entry that is not ready gets its own error; a failure while timing is
-// every entry's error.
+// each turn after a crossing of `align` (untimed; may be null), then runs their after_drain. An entry that
+// is not ready gets its own error; a failure while timing is every entry's error.
 std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const Timed*>& paths, int iters, int warmup,
-                                    int repeats, double timeout_s);
+                                    int repeats, double timeout_s, Aligner* align);
 
 // Which checks found wrong elements, from their counts over the ranks: "eager call", "replay after the
 // timing", both, or "" when neither did.
