@@ -122,6 +122,20 @@ void ready(iris::Context& ctx, const Options& o, const Expectation& e, Subject& 
   prepare_timed(ctx, s.timed, o.iters, o.gpu_timeout_s, o.eager, /*eager_first=*/false, /*direct_fallback=*/false);
 }
 
+// Collective (where o.check): the wrong elements the subject's eager call found, summed over the ranks, into
+// the column even where its timing or later checks failed, so that a wrong result is never shown only as an
+// error ("err"). Returns the sum.
+double record_eager_wrong(iris::Context& ctx, const Options& o, const Subject& s, Column& c) {
+  if (!o.check) return 0;
+  double eager = 0;
+  for (double w : allgather_double(ctx, static_cast<double>(s.wrong_eager))) eager += w;
+  if (eager > 0) {
+    c.wrong = static_cast<int64_t>(eager);
+    c.note = wrong_where(eager, 0);
+  }
+  return eager;
+}
+
 // Collective. Step 5 for a subject step 4 timed without error, after the input changed to `e`'s: one direct
 // call, then one more replay, each into a poisoned output (the subjects share buffers, so the last timed
 // replay's output may be another's) and checked against `e`; then the column's wrong count (with the eager
@@ -144,13 +158,13 @@ void check_replay(iris::Context& ctx, const Options& o, const Expectation& e, co
               if (s.timed.after_drain) s.timed.after_drain();
               wrong_replay += static_cast<int64_t>(count_wrong(s.out, e, stream));
             }));
+  const double eager = record_eager_wrong(ctx, o, s, c);
   if (!err.empty()) {
     c.error = "check after the replays: " + err;
     c.time_us = std::nan("");
     return;
   }
-  double eager = 0, replay = 0;
-  for (double w : allgather_double(ctx, static_cast<double>(s.wrong_eager))) eager += w;
+  double replay = 0;
   for (double w : allgather_double(ctx, static_cast<double>(wrong_replay))) replay += w;
   c.wrong = static_cast<int64_t>(eager + replay);
   c.note = wrong_where(eager, replay);
@@ -301,6 +315,7 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
       c.ran = true;
       if (!times[j].error.empty()) {
         c.error = times[j].error;
+        record_eager_wrong(ctx, o, *subjects[j], c);
         continue;
       }
       c.time_us = times[j].us;
@@ -309,6 +324,7 @@ std::vector<Record> run_size(iris::Context& ctx, const Options& o, const Problem
       if (!refresh.empty()) {
         c.error = "check after the replays: changing the input: " + refresh;
         c.time_us = std::nan("");
+        record_eager_wrong(ctx, o, *subjects[j], c);
         continue;
       }
       check_replay(ctx, o, fresh, *subjects[j], c);

@@ -721,7 +721,18 @@ bool FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
   } else {
     r.fused.error = fused.error;
   }
+  // Collective: the eager call's wrong elements, summed over the ranks, into the column where the timing
+  // or the later check failed too, so that a wrong result is never shown only as an error.
+  auto record_eager_wrong = [&] {
+    double beyond_eager = 0;
+    for (double x : allgather_double(ctx, static_cast<double>(eager.beyond))) beyond_eager += x;
+    if (beyond_eager > 0) {
+      r.fused.wrong = static_cast<int64_t>(beyond_eager);
+      r.wrong_where = wrong_where(beyond_eager, 0);
+    }
+  };
   bool inputs_back = true;
+  if (!r.fused.error.empty() && check && fused.ready()) record_eager_wrong();  // the timing failed
   if (r.fused.error.empty() && check) {
     // The sequential path and the GEMM wrote C between the fused replays: one more replay, on a new A and
     // into a poisoned C, is what the check sees (set_inputs), against the sequential result for that A.
@@ -747,6 +758,7 @@ bool FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
     inputs_back = set_inputs(/*fresh=*/false).empty();
     if (!err.empty()) {
       r.fused.error = "check after the replays: " + err;
+      record_eager_wrong();
     } else {
       // The same number of collective calls on every rank: `check` and the error above were agreed.
       double rel = 0, beyond_eager = 0, beyond_replay = 0;

@@ -27,7 +27,8 @@ double Record::ratio() const {
   for (const Column* c : {&nccl, &nccl_sym}) {
     if (c->measured() && c->wrong <= 0 && !(best <= c->time_us)) best = c->time_us;
   }
-  if (!iris.measured() || !std::isfinite(best)) return std::nan("");
+  // Nor is a wrong iris result a speed: its row shows #wrong, no ratio.
+  if (!iris.measured() || iris.wrong > 0 || !std::isfinite(best)) return std::nan("");
   return best / iris.time_us;
 }
 
@@ -44,7 +45,7 @@ double FusedRecord::tflops(const Column& c) const {
 }
 
 double FusedRecord::speedup() const {
-  if (!fused.measured() || !seq.measured()) return std::nan("");
+  if (!fused.measured() || fused.wrong > 0 || !seq.measured()) return std::nan("");  // wrong is no speed-up
   return seq.time_us / fused.time_us;
 }
 

@@ -199,6 +199,12 @@ Best best_at(const std::vector<FusedRecord>& rows, FusedOp op, const FusedShape&
       b.failed.push_back(row_name(r) + " " + why.substr(0, why.find(':')));
       continue;
     }
+    // Direct launches, host cost included, against the sequential path's graph replays: no fair speed-up
+    // (and an op that cannot be captured misses what its users need).
+    if (r.fused.measured() && r.fused_direct) {
+      b.failed.push_back(row_name(r) + " timed as direct launches (its CUDA graph capture failed)");
+      continue;
+    }
     if (correct(r) && (b.best == nullptr || r.fused.time_us < b.best->fused.time_us)) b.best = &r;
   }
   if (b.seq == nullptr) {

@@ -146,6 +146,9 @@ TEST(BenchTargets, TheRatioIsAgainstTheFasterNcclWhoseCheckPassed) {
   EXPECT_DOUBLE_EQ(r.ratio(), 1.2) << "the symmetric window's time, the plain NCCL being wrong";
   r.nccl_sym.wrong = 1;
   EXPECT_TRUE(std::isnan(r.ratio())) << "no correct NCCL: no ratio";
+  r.nccl_sym.wrong = 0;
+  r.iris.wrong = 3;
+  EXPECT_TRUE(std::isnan(r.ratio())) << "a wrong iris result: no ratio (before 2026-12-06 it had one)";
 }
 
 TEST(BenchTargets, ParityNeedsEverySizeFromOneKiBToOneGiBAgainstTheBestNccl) {
@@ -218,6 +221,8 @@ TEST(BenchTargets, FusedSpeedupsTakeTheBestCorrectRowAgainstTheFastestSequential
       fused_row(FusedOp::kAllGatherMatmul, tall, "-", 1000, 1250),
   };
   rows[2].fused.wrong = 5;
+  EXPECT_TRUE(std::isnan(rows[2].speedup())) << "a wrong result's row shows no speed-up";
+  EXPECT_DOUBLE_EQ(rows[1].speedup(), 1.2);
   const std::vector<TargetCheck> c = check_fused_targets(rows);
 
   const TargetCheck mar = find(c, "matmul_all_reduce at 8192x8192x8192: at least 1.25x over cuBLAS + NCCL");
@@ -246,6 +251,30 @@ TEST(BenchTargets, FusedSpeedupsTakeTheBestCorrectRowAgainstTheFastestSequential
                  "another run, through Python)")
                 .verdict,
             Verdict::kMissed);
+}
+
+// A fused row timed as direct launches (its capture failed) is not compared with the sequential path's graph
+// replays: the target takes the other rows, and with none left it is missed, naming why. Before 2026-12-06 the
+// mixed ratio counted.
+TEST(BenchTargets, AFusedRowTimedAsDirectLaunchesIsNotASpeedup) {
+  const FusedShape square{8192, 8192, 8192};
+  std::vector<FusedRecord> rows = {
+      fused_row(FusedOp::kMatmulAllReduce, square, "atomic", 800, 1200),
+      fused_row(FusedOp::kMatmulAllReduce, square, "two_shot", 900, 1200),
+  };
+  rows[0].fused_direct = true;
+  const std::string target = "matmul_all_reduce at 8192x8192x8192: at least 1.25x over cuBLAS + NCCL";
+  TargetCheck t = find(check_fused_targets(rows), target);
+  EXPECT_EQ(t.verdict, Verdict::kMet);
+  EXPECT_EQ(t.measured,
+            "1.33x (two_shot, the default: 900.0 us against 1200.0 us sequential, the fastest of 2 timings); atomic "
+            "timed as direct launches (its CUDA graph capture failed)");
+  rows[1].fused_direct = true;
+  t = find(check_fused_targets(rows), target);
+  EXPECT_EQ(t.verdict, Verdict::kMissed);
+  EXPECT_EQ(t.measured,
+            "atomic timed as direct launches (its CUDA graph capture failed), two_shot, the default timed as direct "
+            "launches (its CUDA graph capture failed)");
 }
 
 TEST(BenchTargets, EveryFusedShapeAtLeastParityOrSaysWhichShapesLack) {
