@@ -1220,6 +1220,9 @@ TEST_P(AllReduce, RankAllocatingOutOfStepMakesThePreambleRaiseEverywhere) {
 //  - reduction: rank 0 avg, its peers sum, 32 fp32 rows. These two laid out the same bytes and, before
 //    2026-12-06, finished without an error, each rank with another result; the dtype and the reduction are
 //    now part of the key the fence compares.
+//  - swizzle (the tile variants: ring, spinlock, atomic): rank 0 another swizzle_size, 32 fp32 rows. Tile t
+//    named other rectangles on the ranks, which added each other's blocks into the wrong partials without
+//    an error before 2026-12-06 (not in the key).
 // one_shot LL, whose layout has no shape (ccl_common.cuh, layout_fence), does not fence: each rank finds its
 // peer's call key (dtype, reduction and size) in the peer's header line beside the data (ll_exchange.cu;
 // since 2026-12-05) and raises the same way, saying its output is not valid instead of that the kernel
@@ -1238,7 +1241,13 @@ TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) 
               variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kLL),
               variant_config(AllReduceVariant::kTwoShot), variant_config(AllReduceVariant::kRing),
               variant_config(AllReduceVariant::kSpinlock), variant_config(AllReduceVariant::kAtomic)}) {
-          for (const std::string differ : {"rows", "dtype", "reduction"}) {
+          for (const std::string differ : {"rows", "dtype", "reduction", "swizzle"}) {
+            const bool tiled = cfg.all_reduce_variant == AllReduceVariant::kRing ||
+                               cfg.all_reduce_variant == AllReduceVariant::kSpinlock ||
+                               cfg.all_reduce_variant == AllReduceVariant::kAtomic;
+            if (differ == "swizzle" && !tiled) continue;  // only the tile variants order their tiles by it
+            Config call_cfg = cfg;
+            if (differ == "swizzle" && me == 0) call_cfg.swizzle_size = cfg.swizzle_size == 1 ? 2 : 1;
             const bool ll = cfg.all_reduce_one_shot_protocol == OneShotProtocol::kLL;
             const std::string name =
                 std::string(ccl::variant_name(cfg.all_reduce_variant)) + (ll ? " LL" : "") + ", " + differ;
@@ -1259,7 +1268,7 @@ TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) 
             const Tensor view = Tensor::matrix(x.raw, dt, rows, 1000, 1000);
             const std::vector<char> input = test::make_input(dt, 64, 1000, 1000, seed++, me);
             x.upload(ctx.stream(), input);
-            ccl::all_reduce(ctx, view, view, cfg, ws, ctx.stream(), op);
+            ccl::all_reduce(ctx, view, view, call_cfg, ws, ctx.stream(), op);
             const std::string err = test::error_text<std::invalid_argument>([&] { ctx.synchronize(); });
             EXPECT_EQ(err.rfind("iris device error in all_reduce", 0), 0u) << err;
             if (ll) {
