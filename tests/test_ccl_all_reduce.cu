@@ -404,18 +404,21 @@ TEST_P(AllReduce, GraphOfEveryVariantOnOneWorkspaceReplaysCorrectly) {
       big_heap(GetParam().world));
 }
 
-// LL lines of calls 2^32 epochs apart carry the same tag (ll_tag is a bijection of the epoch's low 32 bits),
-// so a line no call rewrote in between would pass as the later call's data to a reader that comes before
-// its writer. ll_exchange.cu cleans a parity's staging every 2^31 epochs; this test sets the workspace's
-// epoch (block state word 0, on every rank) to just below a wrap instead of making 2^32 calls, and holds
-// rank 1 back 20 ms before each large call, so that rank 0 reads its staging first:
-//   (a) after a preamble: small calls across 2^32 - 3 .. 2^32 - 1, then a large one at 2^32, whose tag is
-//       that of the zeros the preamble left past the small calls' lines;
-//   (b) a large call at X = 2^32 + 2, the epoch set to X + 2^32 - 4, small calls, then a large call at
-//       X + 2^32, whose tag is that of X's lines past the small calls'.
-// Without the clean, rank 0 took those zeros, then X's data, as rank 1's (a wrong result, no error). Every
+// LL lines of calls P = 2^31 epochs apart carry the same tag (ll_tag is a bijection of the epoch's low 31
+// bits), so a line no call rewrote in between would pass as the later call's data to a reader that comes
+// before its writer. ll_exchange.cu cleans a parity's staging every 2^30 epochs; this test sets the
+// workspace's epoch (block state word 0, on every rank) to just below a wrap instead of making 2^31 calls,
+// and holds rank 1 back 20 ms before each large call, so that rank 0 reads its staging first:
+//   (a) after a preamble: small calls across P - 3 .. P - 1, then a large one at P, past the small calls'
+//       lines, where the preamble left zeros;
+//   (b) a large call at X = P + 2, the epoch set to X + P - 4, small calls, then a large call at X + P,
+//       whose tag is that of X's lines past the small calls';
+//   (c) the staging zeroed on every rank, as the zero partial sums a two_shot call of zero (padded) inputs
+//       leaves there, then a large call at 2^33 (0 modulo 2^32; later than (b)'s calls).
+// Without the clean, rank 0 took X's data as rank 1's (a wrong result, no error); with the tag before 2026-12-06
+// (all 32 bits mixed, period 2^32) it took the zeros of (a) at 2^32 and those of (c) the same way. Every
 // element of every call is checked on every rank.
-TEST_P(AllReduce, LLLinesOfCallsTwoToThe32ApartNeverPassForEachOther) {
+TEST_P(AllReduce, LLLinesOfCallsATagPeriodApartOrStaleZerosNeverPassForLines) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "one rank copies: no staging";
   test::run_ranks(
@@ -455,16 +458,22 @@ TEST_P(AllReduce, LLLinesOfCallsTwoToThe32ApartNeverPassForEachOther) {
           IRIS_CUDA_CHECK(cudaMemcpy(ws.block_state(), &e, sizeof e, cudaMemcpyHostToDevice));
           ctx.barrier();
         };
-        const uint64_t wrap = uint64_t{1} << 32;
+        const uint64_t wrap = uint64_t{1} << 31;
         set_epoch(wrap - 4);  // (a)
-        for (uint64_t e = wrap - 3; e < wrap; ++e) call(in_small, out_small, small, "small call at 2^32 - " + std::to_string(wrap - e));
-        call(in_big, out_big, big, "large call at 2^32 (the preamble's zeros' tag)");
-        call(in_big, out_big, big, "large call at 2^32 + 1");
-        call(in_big, out_big, big, "large call at X = 2^32 + 2");  // (b)
+        for (uint64_t e = wrap - 3; e < wrap; ++e)
+          call(in_small, out_small, small, "small call at P - " + std::to_string(wrap - e));
+        call(in_big, out_big, big, "large call at P (over the preamble's zeros)");
+        call(in_big, out_big, big, "large call at P + 1");
+        call(in_big, out_big, big, "large call at X = P + 2");  // (b)
         const uint64_t x = wrap + 2;
         set_epoch(x + wrap - 4);
-        for (uint64_t e = x + wrap - 3; e < x + wrap; ++e) call(in_small, out_small, small, "small call at X + 2^32 - " + std::to_string(x + wrap - e));
-        call(in_big, out_big, big, "large call at X + 2^32 (X's lines' tag)");
+        for (uint64_t e = x + wrap - 3; e < x + wrap; ++e)
+          call(in_small, out_small, small, "small call at X + P - " + std::to_string(x + wrap - e));
+        call(in_big, out_big, big, "large call at X + P (X's lines' tag)");
+        set_epoch((uint64_t{1} << 33) - 1);  // (c)
+        IRIS_CUDA_CHECK(cudaMemsetAsync(ws.staging(), 0, ws.staging_capacity(), ctx.stream()));
+        ctx.synchronize();  // before call()'s barrier, after which the peers push
+        call(in_big, out_big, big, "large call at 2^33 over a zeroed staging");
         ctx.barrier();
         ccl::ContextWorkspaceHost host(ctx);
         ws.release(host);

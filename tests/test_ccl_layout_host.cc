@@ -91,21 +91,29 @@ TEST(CclLayout, LLCallKeysTellEveryDifferenceOfTheCallAndReadAsTheMessageSays) {
   EXPECT_EQ(keys.size(), size_t{(2 * 5 + 2) * 10 * 5 + 10 * 3 * 5});
 }
 
-// An LL word's tag is a bijection of the epoch's low 32 bits that leaves no epoch as it is, so a
-// stale element equal to the epoch (an int32 3 in call 3) is not taken for a line of that call; ll_epoch_of
+// An LL word's tag is a bijection of the epoch's low 31 bits under the top bit, which leaves no epoch as it
+// is, so a stale element equal to the epoch (an int32 3 in call 3) is not taken for a line of that call, and
+// no zero (nor positive int32 or fp32) ever is: tag 0 was epoch 2^32's before 2026-12-06, when the tag mixed
+// all 32 bits, so the zeros another protocol left in the staging passed as that call's lines. ll_epoch_of
 // inverts it for the timeout message.
-TEST(CclLayout, LLTagsAreAMixedBijectionOfTheEpoch) {
+TEST(CclLayout, LLTagsAreAMixedBijectionOfTheEpochThatNoZeroCarries) {
   std::vector<uint32_t> tags;
-  for (uint64_t e = 1; e <= (1u << 16); ++e) {
+  auto add = [&](uint64_t e) {
     const uint32_t t = detail::ll_tag(e);
-    ASSERT_EQ(detail::ll_epoch_of(t), static_cast<uint32_t>(e)) << e;
+    ASSERT_EQ(detail::ll_epoch_of(t), static_cast<uint32_t>(e) & detail::kLLEpochMask) << e;
     ASSERT_NE(t, static_cast<uint32_t>(e)) << "epoch " << e << " tags as itself";
+    ASSERT_NE(t & detail::kLLTagBit, 0u) << "epoch " << e << "'s tag lacks the top bit";
     tags.push_back(t);
-  }
+  };
+  for (uint64_t e = 0; e <= (1u << 16); ++e) add(e);
+  for (uint64_t e = (uint64_t{1} << 31) - (1u << 12); e < (uint64_t{1} << 31); ++e) add(e);  // up to the period
   std::sort(tags.begin(), tags.end());
-  EXPECT_EQ(std::adjacent_find(tags.begin(), tags.end()), tags.end()) << "two epochs share a tag";
-  EXPECT_EQ(detail::ll_tag(uint64_t{1} << 32 | 7), detail::ll_tag(7)) << "the low 32 bits";
-  for (uint32_t t : {0u, 1u, 0xdeadbeefu, 0xffffffffu}) EXPECT_EQ(detail::ll_tag(detail::ll_epoch_of(t)), t);
+  EXPECT_EQ(std::adjacent_find(tags.begin(), tags.end()), tags.end()) << "two epochs of one period share a tag";
+  EXPECT_EQ(detail::ll_tag(uint64_t{1} << 31 | 7), detail::ll_tag(7)) << "the low 31 bits: the period";
+  EXPECT_NE(detail::ll_tag(uint64_t{1} << 32), 0u);
+  EXPECT_NE(detail::ll_tag(8), detail::ll_tag(9)) << "neighbours";
+  for (uint32_t t : {0x80000000u, 0x80000001u, 0xdeadbeefu, 0xffffffffu})
+    EXPECT_EQ(detail::ll_tag(detail::ll_epoch_of(t)), t);
 }
 
 // The LL grid (ll_launch, ll_exchange.cu): each block pushes about block_bytes of 16-byte lines summed over

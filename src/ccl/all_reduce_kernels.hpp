@@ -126,29 +126,36 @@ struct LLArgs {
   uint64_t layout_key;  // all_reduce and broadcast: layout_fence (ccl_common.cuh); 0 for the other ops
   int root;             // broadcast: the rank whose input every rank receives (in is read there only)
 };
-// The tag an LL word of call `epoch` carries in its high 32 bits: a bijection of the epoch's low 32 bits
-// (murmur3's finalizer), not the epoch itself. A reader takes a line whose two words carry its call's tag,
-// so what lies in the staging from before must not carry it: LL lines of earlier calls carry the tags of
-// other epochs (a bijection: never this one's), but a workspace also serves chunked, two_shot, one_shot
-// simple and tile-variant calls, which leave raw elements and partial sums in the same bytes. With the
-// epoch as the tag, an int32 element equal to the epoch (the 3 of call 3) in both odd positions of a
-// line passed as data of this call when its writer came late; with the mixed tag raw bytes pass only by
-// matching two pseudo-random 32-bit values at once. ll_epoch_of inverts it (for timeout messages).
+// The tag an LL word of call `epoch` carries in its high 32 bits: the top bit set, over a bijection of the
+// epoch's low 31 bits (murmur3's finalizer, on 31 bits), not the epoch itself. A reader takes a line whose
+// two words carry its call's tag, so what lies in the staging from before must not carry it: LL lines of
+// earlier calls carry the tags of other epochs (a bijection: never this one's, within the period 2^31),
+// but a workspace also serves chunked, two_shot, one_shot simple and tile-variant calls, which leave raw
+// elements and partial sums in the same bytes. With the epoch as the tag, an int32 element equal to the
+// epoch (the 3 of call 3) in both odd positions of a line passed as data of this call when its writer came
+// late; with a mixed tag raw bytes pass only by matching it in both words. Both words of a constant match
+// together, though, and a bijection of all 32 bits gave some epoch every value: tag 0 was epoch 2^32's, so
+// the zeros a two_shot call of zero (padded) inputs left in the staging passed as epoch 2^32's lines (a
+// read-only audit's finding, 2026-12-06). With the top bit set no zero, no positive int32 or fp32, and
+// no bf16 / fp16 pair whose second element is positive ever carries a tag. ll_epoch_of inverts it (the
+// epoch's low 31 bits, for timeout messages).
+inline constexpr uint32_t kLLTagBit = 0x80000000u;
+inline constexpr uint32_t kLLEpochMask = 0x7fffffffu;  // the tag's period: 2^31 epochs
 constexpr uint32_t ll_tag(uint64_t epoch) {
-  uint32_t h = static_cast<uint32_t>(epoch);
-  h ^= h >> 16;
-  h *= 0x85ebca6bu;
+  uint32_t h = static_cast<uint32_t>(epoch) & kLLEpochMask;
+  h ^= h >> 16;  // each step is a bijection of 31 bits: xor-shifts, and products by odd numbers mod 2^31
+  h = (h * 0x85ebca6bu) & kLLEpochMask;
   h ^= h >> 13;
-  h *= 0xc2b2ae35u;
+  h = (h * 0xc2b2ae35u) & kLLEpochMask;
   h ^= h >> 16;
-  return h;
+  return kLLTagBit | h;
 }
 constexpr uint32_t ll_epoch_of(uint32_t tag) {
-  uint32_t h = tag;
-  h ^= h >> 16;
-  h *= 0x7ed1b41du;  // the inverse of 0xc2b2ae35 modulo 2^32
+  uint32_t h = tag & kLLEpochMask;
+  h ^= h >> 16;                          // its own inverse on 31 bits
+  h = (h * 0x7ed1b41du) & kLLEpochMask;  // the inverse of 0xc2b2ae35 modulo 2^32, so modulo 2^31
   h ^= (h >> 13) ^ (h >> 26);
-  h *= 0xa5cb9243u;  // of 0x85ebca6b
+  h = (h * 0xa5cb9243u) & kLLEpochMask;  // of 0x85ebca6b
   h ^= h >> 16;
   return h;
 }

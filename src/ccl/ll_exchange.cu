@@ -41,28 +41,28 @@
 // start call e + 1 after receiving our data of call e, which we send before reading our staging of call e ... so the
 // buffer it overwrites in call e + 2 (same parity as e) is one we finished reading in call e: before sending our data
 // of call e + 1, which it needed. Two parities are therefore enough, and stale LL words never match: they carry the tag
-// of epoch e - 2 or older (ll_tag is a bijection); stale bytes of other protocols match only by chance, two
-// pseudo-random 32-bit values at once (ll_tag says why). Every thread pushes all its lines before it waits for any, so
-// no wait depends on how the peer's grid maps lines to threads.
+// of epoch e - 2 or older (ll_tag is a bijection); stale bytes of other protocols match only where both words'
+// high halves equal this call's tag, which has its top bit set (ll_tag says why). Every thread pushes all its lines
+// before it waits for any, so no wait depends on how the peer's grid maps lines to threads.
 //
-// The tag is a bijection of the epoch's low 32 bits only, so a line left in the staging by call e carries the
-// tag of call e + 2^32, of the same parity (2^32 is even). A line that no call in between rewrote (calls of
-// fewer lines, as a decode loop makes for hours; or a line zeroed by the preamble: tag 0 is epoch 2^32's)
-// would then pass as that call's data to a reader that came before its writer: a wrong result without an
-// error, after about 5 hours of back-to-back 4 us calls, or days of a server's decode loop (a reviewer's
-// finding, 2026-12-05). So an LL call cleans its parity of this rank's staging, after reading it, when the
+// The tag is a bijection of the epoch's low 31 bits only (ll_tag), so a line left in the staging by call e
+// carries the tag of call e + 2^31, of the same parity (2^31 is even). A line that no call in between
+// rewrote (calls of fewer lines, as a decode loop makes for hours) would then pass as that call's data to a
+// reader that came before its writer: a wrong result without an error, after about 2.5 hours of
+// back-to-back 4 us calls, or days of a server's decode loop (a reviewer's finding, 2026-12-05, when the
+// period was 2^32). So an LL call cleans its parity of this rank's staging, after reading it, when the
 // workspace's clean word of that parity (block state, ll_clean_offset: the epoch of the parity's last clean,
-// 0 after a preamble) is 2^31 or more epochs old. Each thread rewrites the lines of every source slot that
+// 0 after a preamble) is 2^30 or more epochs old. Each thread rewrites the lines of every source slot that
 // it read itself (so it needs no barrier with the threads reading others) and those past the call's lines
 // (which nobody reads or writes in this call), headers included, with the tag of an epoch of the other
 // parity, which no call of this parity matches (their low bits differ by an odd number); the last block
 // stores the epoch in the clean word (end_call), after every block has read it. Peers write this parity
 // again only in call e + 2, after this kernel has ended (the argument above). A line of call w then meets
-// its tag again at w + 2^32 only if no LL call of its parity ran between w + 2^31 and w + 2^32 (any would
-// have cleaned): a gap of 2^31 calls of other protocols on the workspace (or none at all) between two LL
+// its tag again at w + 2^31 only if no LL call of its parity ran between w + 2^30 and w + 2^31 (any would
+// have cleaned): a gap of 2^30 calls of other protocols on the workspace (or none at all) between two LL
 // calls. The clean word is read whatever the call, and the clean itself costs one pass over this rank's
-// slots every 2^31 calls. Tested by setting a workspace's epoch to just below the wrap
-// (AllReduce.LLLinesOfCallsTwoToThe32ApartNeverPassForEachOther).
+// slots every 2^30 calls. Tested by setting a workspace's epoch to just below the wrap
+// (AllReduce.LLLinesOfCallsATagPeriodApartOrStaleZerosNeverPassForLines).
 //
 // Latency is what this path is for, so every thread keeps kLines lines in flight: all its input loads
 // are issued before the first store, and all its loads of up to kSources sources before the first tag
@@ -98,8 +98,9 @@ constexpr int kPerLine = 8 / static_cast<int>(sizeof(T));
 constexpr int kLines = 2;
 constexpr int kSources = 4;
 constexpr uint64_t kTagMask = 0xffffffff00000000ull;
-// Epochs between two cleans of a parity (top of the file): half the tag's period.
-constexpr uint64_t kCleanEvery = uint64_t{1} << 31;
+// Epochs between two cleans of a parity (top of the file): half the tag's period (2^31, ll_tag).
+constexpr uint64_t kCleanEvery = uint64_t{1} << 30;
+static_assert(2 * kCleanEvery == uint64_t{kLLEpochMask} + 1);
 
 // The 8 data bytes of line `line` of a block: one 8-byte access when the block is contiguous and
 // 8-byte aligned (kVec) and the line is whole, element by element otherwise (zeros past the end).
@@ -160,7 +161,7 @@ __device__ __noinline__ LLWait wait_ll(const DeviceContext& ctx, const uint64_t*
     const uint64_t seen = (r.a & kTagMask) != tag ? r.a : r.b;
     // The message names epochs: the one whose tag the word carries (anything, for bytes of another
     // protocol), and this call's.
-    if (!bound.keep_waiting(ctx, op, slot, ll_epoch_of(static_cast<uint32_t>(seen >> 32)), epoch & 0xffffffffull)) {
+    if (!bound.keep_waiting(ctx, op, slot, ll_epoch_of(static_cast<uint32_t>(seen >> 32)), epoch & kLLEpochMask)) {
       r.ok = false;
       return r;
     }
@@ -393,8 +394,8 @@ __global__ void __launch_bounds__(kThreads) ll_kernel(const __grid_constant__ LL
       }
     }
   }
-  // 3. Every 2^31 epochs (or more) per parity: clean it, so that no line outlives the tag's 32 bits (top of
-  //    the file).
+  // 3. Every 2^30 epochs (or more) per parity: clean it, so that no line outlives the tag's period, 2^31
+  //    epochs (top of the file).
   if (clean) {
     clean_parity(a, stage, epoch, first, step);
     end_call(a.state, epoch, a.layout_key, a.clean + (epoch & 1));
