@@ -414,6 +414,7 @@ void run_rank(iris::Context& ctx, const Options& o, Shared& shared) {
 
   if (lead) {
     shared.machine.nccl_symmetric = nccl_status;
+    shared.machine.iris_check_calls = ctx.check_calls();
     print_preamble(shared.machine, o, nccl != nullptr);
   }
 

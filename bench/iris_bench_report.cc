@@ -105,6 +105,10 @@ void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
                   ? "# iris kernels launched with programmatic dependent launch (IRIS_PDL=0 turns it off): in a graph "
                     "of back-to-back calls each iris call is launched while the one before it runs\n"
                   : "# iris kernels launched without programmatic dependent launch (IRIS_PDL=0)\n");
+  if (m.iris_check_calls)
+    std::printf(
+        "# IRIS_CHECK_CALLS on: every iris call compares its arguments across the ranks on the host (a "
+        "bootstrap round trip per call: in the --eager times, not in graph replays)\n");
   if (!nccl_compiled()) {
     std::printf("# NCCL: not built in (CMake found no NCCL); the NCCL columns are unavailable\n");
   } else if (!nccl_on) {
@@ -439,6 +443,7 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
      << ", \"warmup\": " << o.warmup << ", \"repeats\": " << o.repeats
      << ", \"check\": " << (o.check ? "true" : "false") << ", \"quick\": " << (o.quick ? "true" : "false")
      << ", \"targets\": " << (o.targets ? "true" : "false") << ", \"iris_pdl\": " << (m.iris_pdl ? "true" : "false")
+     << ", \"iris_check_calls\": " << (m.iris_check_calls ? "true" : "false")
      << ", \"collectives\": " << (o.collectives ? "true" : "false") << ", \"fused\": " << (o.fused ? "true" : "false")
      << ", \"fused_b\": " << json_string(o.fused_b_nk ? "nk" : "kn")
      << ", \"fused_rel_tolerance\": " << json_number(kFusedRelTolerance)

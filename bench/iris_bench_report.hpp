@@ -84,6 +84,9 @@ struct MachineInfo {
   // back-to-back iris calls, each call's grid is launched while the one before it runs, which a call that
   // follows other work does not gain; the tables say which way they were timed.
   bool iris_pdl = true;
+  // Context::check_calls() (IRIS_CHECK_CALLS): every iris call compares its arguments across the ranks on the
+  // host, a bootstrap round trip per call, which --eager times include (graph replays repeat no host work).
+  bool iris_check_calls = false;
   // How the ranks run: "threads, one per GPU", "processes (...), one per GPU" or, when ranks share GPUs,
   // a text that says the times are not measurements (shared_gpus).
   std::string launch = "threads, one per GPU";
