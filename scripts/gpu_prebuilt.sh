@@ -24,7 +24,7 @@ mkdir -p "$LOG_DIR"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export IRIS_TEST_CHILD_TIMEOUT="${IRIS_TEST_CHILD_TIMEOUT:-150}"
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=("*HeapGpu*" "*Device*" "*AllReduce*" "*Collective*" "*Fused*:*Gemm*-*AllReduce*")
+[ ${#groups[@]} -gt 0 ] || groups=("*HeapGpu*:*CallOrder*" "*Device*" "*AllReduce*" "*Collective*" "*Fused*:*Gemm*-*AllReduce*")
 summary=()
 status=0  # 1 once a group or an example fails: the run's exit status says so, not only the summary
 if [ -n "${IRIS_MPS:-}" ]; then

@@ -130,7 +130,8 @@ void check_once(Context& ctx, const Config& cfg, Workspace& ws, DType dt, Reduce
       int64_t written = 0;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = cols; c < stride; ++c)
-          written += static_cast<unsigned char>(host[(r * stride + c) * esz]) != poison;
+          for (size_t b = 0; b < esz; ++b)  // every byte of the element
+            written += static_cast<unsigned char>(host[(r * stride + c) * esz + b]) != poison;
       EXPECT_EQ(written, 0) << "row padding written";
     }
     return host;
@@ -295,8 +296,9 @@ std::string call_name(const Config& c) {
 // Captures one graph of an input refresh (fill_replay_input) and an all_reduce of n bf16 elements in each
 // of `cfgs`, in that order on one workspace (prepare_for_every), and replays it `replays` times: the
 // input changes with every replay and every output is poisoned before it. Every output of every replay
-// is checked against the exact sum: every element up to 4096, past it every `stride`-th, and the last 64
-// (the partial last pack and the last block's tail).
+// is checked against the exact sum: every element up to 4096, past it every `stride`-th from an offset that
+// moves with the replay (so `stride` replays cover them all), and the last 64 + stride (the partial last
+// pack and the last block's tail).
 void replay_graph_and_check(Context& ctx, int64_t n, const std::vector<Config>& cfgs, int replays, int64_t stride) {
   const int world = ctx.world_size();
   const int calls = static_cast<int>(cfgs.size());
@@ -333,11 +335,18 @@ void replay_graph_and_check(Context& ctx, int64_t n, const std::vector<Config>& 
       IRIS_CUDA_CHECK(cudaMemcpyAsync(host.data(), outs[i], n * 2, cudaMemcpyDeviceToHost, ctx.stream()));
       ctx.synchronize();
       int64_t wrong = 0;
-      for (int64_t e = 0; e < n; e += (e < 4096 || e >= n - 64 - stride ? 1 : stride)) {
+      auto check = [&](int64_t e) {
         int want = 0;
         for (int r = 0; r < world; ++r) want += replay_value(e, rep, r);
         wrong += __bfloat162float(host[e]) != static_cast<float>(want);
-      }
+      };
+      // Every element of the first 4096 and the last 64 + stride; between them one in `stride`, from an offset
+      // that moves with the replay, so that every `stride` replays read every element (before 2026-12-06 each
+      // replay read the same ones).
+      const int64_t tail = std::max<int64_t>(4096, n - 64 - stride);
+      for (int64_t e = 0; e < std::min<int64_t>(n, 4096); ++e) check(e);
+      for (int64_t e = 4096 + rep % stride; e < tail; e += stride) check(e);
+      for (int64_t e = tail; e < n; ++e) check(e);
       if (wrong && bad++ < 3)
         ADD_FAILURE() << "replay " << rep << ", call " << i << " (" << call_name(cfgs[i]) << "): " << wrong
                       << " wrong elements";
@@ -1155,6 +1164,7 @@ TEST_P(AllReduce, CallsFromAThreadWithAnotherDeviceCurrentRunOnTheContextsDevice
           auto in = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
           auto out = TestTensor::make(ctx, DType::kFloat32, 64, 1000, 1000, true);
           in.upload(ctx.stream(), test::make_input(DType::kFloat32, 64, 1000, 1000, seed, ctx.rank()));
+          out.poison(ctx.stream());  // a call that wrote nothing would leave the poison
           Workspace ws;
           IRIS_CUDA_CHECK(cudaSetDevice(other));
           ccl::all_reduce_preamble(ctx, out.view, in.view, cfg, ws);
