@@ -1235,6 +1235,9 @@ TEST_P(AllReduce, RankAllocatingOutOfStepMakesThePreambleRaiseEverywhere) {
 //  - rows: every rank passes its own row count, 4 * (rank + 1). Before 2026-12-04 these calls ran: each
 //    rank read its peers' staging in its own layout (a wrong result and no error) or waited for words that
 //    never came.
+//  - count: rank 0 31 rows, its peers 32 (not one_shot LL, whose header key the rows case checks): counts
+//    close enough to share two_shot's chunks or one_shot simple's segments, which finished without an error
+//    before 2026-12-06, rank 0's peers reading stale staging past its data; the shape is now in the key.
 //  - dtype: rank 0 fp16, its peers bf16 (the same bytes), 32 rows on every rank.
 //  - reduction: rank 0 avg, its peers sum, 32 fp32 rows. These two laid out the same bytes and, before
 //    2026-12-06, finished without an error, each rank with another result; the dtype and the reduction are
@@ -1260,21 +1263,22 @@ TEST_P(AllReduce, CallsThatDifferAfterThePreambleRaiseOnEveryRankFromTheDevice) 
               variant_config(AllReduceVariant::kOneShot, OneShotProtocol::kLL),
               variant_config(AllReduceVariant::kTwoShot), variant_config(AllReduceVariant::kRing),
               variant_config(AllReduceVariant::kSpinlock), variant_config(AllReduceVariant::kAtomic)}) {
-          for (const std::string differ : {"rows", "dtype", "reduction", "swizzle"}) {
+          for (const std::string differ : {"rows", "count", "dtype", "reduction", "swizzle"}) {
             const bool tiled = cfg.all_reduce_variant == AllReduceVariant::kRing ||
                                cfg.all_reduce_variant == AllReduceVariant::kSpinlock ||
                                cfg.all_reduce_variant == AllReduceVariant::kAtomic;
             if (differ == "swizzle" && !tiled) continue;  // only the tile variants order their tiles by it
+            const bool ll = cfg.all_reduce_one_shot_protocol == OneShotProtocol::kLL;
+            if (differ == "count" && ll) continue;  // the header's key names the count: the "rows" case
             Config call_cfg = cfg;
             if (differ == "swizzle" && me == 0) call_cfg.swizzle_size = cfg.swizzle_size == 1 ? 2 : 1;
-            const bool ll = cfg.all_reduce_one_shot_protocol == OneShotProtocol::kLL;
             const std::string name =
                 std::string(ccl::variant_name(cfg.all_reduce_variant)) + (ll ? " LL" : "") + ", " + differ;
             SCOPED_TRACE(name);
             const bool by_rows = differ == "rows";
             const DType dt = differ != "dtype" ? DType::kFloat32 : me == 0 ? DType::kFloat16 : DType::kBFloat16;
             const ReduceOp op = differ == "reduction" && me == 0 ? ReduceOp::kAvg : ReduceOp::kSum;
-            const int64_t rows = by_rows ? 4 * (me + 1) : 32;
+            const int64_t rows = by_rows ? 4 * (me + 1) : differ == "count" && me == 0 ? 31 : 32;
             // The first peer, in the fence's order, whose call differs: with rows every peer's does; otherwise
             // rank 0 alone differs from the rest.
             const int named = by_rows ? (me + 1) % ctx.world_size() : me == 0 ? 1 : 0;

@@ -191,7 +191,11 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
 // staging's capacity whatever the shape, so its key is the variant and protocol alone (its header lines
 // carry the dtype, the reduction and the size: ll_exchange.cu). The tile variants' swizzle_size is part of it
 // too: with another swizzle, tile t names another rectangle, and the ranks added each other's blocks into the
-// wrong partials without an error (before 2026-12-06; a read-only audit's finding).
+// wrong partials without an error (before 2026-12-06; a read-only audit's finding). So is the shape: two_shot's
+// and one_shot simple's flags carry epochs alone, so ranks whose element counts differ within one chunk plan (1M
+// and 1M - 8 elements: the same chunks) passed every wait, and the rank with more read stale staging past its
+// peer's data (before 2026-12-06; the same audit). A shape that changes the plan fenced already; one that does
+// not now fences too (one round trip, on a change of shape only).
 uint64_t layout_key(const Plan& p, size_t esz) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over 64-bit fields
   auto mix = [&h](uint64_t v) {
@@ -204,8 +208,8 @@ uint64_t layout_key(const Plan& p, size_t esz) {
     for (int64_t v :
          {p.segs.seg, p.segs.nsegs, p.chunks.chunk, p.chunks.nchunks, p.chunks.per_rank, int64_t{p.chunks.distribution},
           p.tiles, p.tiles_per_rank, int64_t{p.tile.m}, int64_t{p.tile.n}, int64_t{p.slices},
-          int64_t{p.sig.block_size_m}, int64_t{p.sig.block_size_n}, int64_t{p.sig.swizzle}, static_cast<int64_t>(esz),
-          static_cast<int64_t>(p.sig.dtype), static_cast<int64_t>(p.sig.reduce_op)})
+          int64_t{p.sig.block_size_m}, int64_t{p.sig.block_size_n}, int64_t{p.sig.swizzle}, p.sig.rows, p.sig.cols,
+          static_cast<int64_t>(esz), static_cast<int64_t>(p.sig.dtype), static_cast<int64_t>(p.sig.reduce_op)})
       mix(static_cast<uint64_t>(v));
   }
   return h | 1;  // 0 means "no fence"
