@@ -1678,6 +1678,29 @@ TEST_P(FusedGpu, DecodeShapesWithTheDefaultConfigAreRight) {
       options());
 }
 
+// Uninitialised bf16 operands of a 128 x 128 x 64 product on this rank's heap, C allocated with c_rows rows
+// (described with 128), for the refusal tests below; free() in the reverse order of allocation, on every rank.
+struct HeapOperands {
+  static constexpr int64_t kM = 128, kN = 128, kK = 64;
+  __nv_bfloat16* a;
+  __nv_bfloat16* b;
+  __nv_bfloat16* c;
+  MatmulOperands mm;
+  explicit HeapOperands(Context& ctx, int64_t c_rows = kM)
+      : a(ctx.empty<__nv_bfloat16>(kM * kK)),
+        b(ctx.empty<__nv_bfloat16>(kK * kN)),
+        c(ctx.empty<__nv_bfloat16>(c_rows * kN)) {
+    mm.a = Tensor::matrix(a, kBF16, kM, kK);
+    mm.b = Tensor::matrix(b, kBF16, kK, kN);
+    mm.c = Tensor::matrix(c, kBF16, kM, kN);
+  }
+  void free(Context& ctx) const {
+    ctx.free(c);
+    ctx.free(b);
+    ctx.free(a);
+  }
+};
+
 // Operands that lie in the heap must lie within one live allocation of this rank's: a C allocated one row
 // short of what it is described as would take the GEMM's last row (and, on peers' paths, their rows) into
 // the next heap object. Every rank raises, in the preamble and at the call, before anything is launched.
@@ -1686,18 +1709,13 @@ TEST_P(FusedGpu, OperandsOnTheHeapMustLieWithinOneLiveAllocation) {
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        const int64_t m = 128, n = 128, k = 64;
-        auto* a = ctx.empty<__nv_bfloat16>(m * k);
-        auto* b = ctx.empty<__nv_bfloat16>(k * n);
-        auto* c = ctx.empty<__nv_bfloat16>((m - 1) * n);
-        MatmulOperands mm;
-        mm.a = Tensor::matrix(a, kBF16, m, k);
-        mm.b = Tensor::matrix(b, kBF16, k, n);
-        mm.c = Tensor::matrix(c, kBF16, m, n);
+        const int64_t m = HeapOperands::kM, n = HeapOperands::kN;
+        const HeapOperands ops(ctx, m - 1);
+        const MatmulOperands& mm = ops.mm;
         const std::string want =
             "matmul_all_reduce: C 128x128 bfloat16 runs 256 bytes past the end of its heap "
             "allocation (" +
-            std::to_string((m - 1) * n * 2) + " bytes at heap offset " + std::to_string(ctx.offset_of(c)) +
+            std::to_string((m - 1) * n * 2) + " bytes at heap offset " + std::to_string(ctx.offset_of(ops.c)) +
             "); pass a view that lies within one allocation.";
         FusedWorkspace ws;
         EXPECT_EQ(error_text([&] { matmul_all_reduce_preamble(ctx, mm, FusedConfig{}, ws); }), want);
@@ -1705,9 +1723,7 @@ TEST_P(FusedGpu, OperandsOnTheHeapMustLieWithinOneLiveAllocation) {
         EXPECT_FALSE(ws.prepared());
         ctx.barrier();
         release_workspace(ctx, ws);
-        ctx.free(c);
-        ctx.free(b);
-        ctx.free(a);
+        ops.free(ctx);
         ctx.barrier();
       },
       options());
@@ -1724,14 +1740,9 @@ TEST_P(FusedGpu, OperandsTheDeviceCannotReachAndAnotherDevicesStreamAreRefused) 
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        const int64_t m = 128, n = 128, k = 64;
-        auto* a = ctx.empty<__nv_bfloat16>(m * k);
-        auto* b = ctx.empty<__nv_bfloat16>(k * n);
-        auto* c = ctx.empty<__nv_bfloat16>(m * n);
-        MatmulOperands mm;
-        mm.a = Tensor::matrix(a, kBF16, m, k);
-        mm.b = Tensor::matrix(b, kBF16, k, n);
-        mm.c = Tensor::matrix(c, kBF16, m, n);
+        const int64_t m = HeapOperands::kM, k = HeapOperands::kK;
+        const HeapOperands ops(ctx);
+        const MatmulOperands& mm = ops.mm;
         FusedWorkspace ws;
         if (!test::pageable_access(ctx.device())) {
           std::vector<__nv_bfloat16> host(static_cast<size_t>(m * k));
@@ -1754,9 +1765,7 @@ TEST_P(FusedGpu, OperandsTheDeviceCannotReachAndAnotherDevicesStreamAreRefused) 
         }
         ctx.barrier();
         release_workspace(ctx, ws);
-        ctx.free(c);
-        ctx.free(b);
-        ctx.free(a);
+        ops.free(ctx);
         ctx.barrier();
       },
       options());
