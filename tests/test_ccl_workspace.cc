@@ -72,6 +72,21 @@ TEST(CclCapacity, ExactMessages) {
   // bad arguments.
   EXPECT_THROW(check_lock_capacity(16, 64), WorkspaceTooSmall);
   EXPECT_THROW(check_flag_capacity(16, 64), WorkspaceTooSmall);
+  // The lock and flag refusals are also SyncArrayTooSmall, which a fused op passes on with its fixed text; the
+  // staging and block-state refusals are not (a fused op names them after itself).
+  EXPECT_THROW(check_lock_capacity(16, 64), SyncArrayTooSmall);
+  EXPECT_THROW(check_flag_capacity(16, 64), SyncArrayTooSmall);
+  const auto sync_array_refusal = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const SyncArrayTooSmall&) {
+      return true;
+    } catch (const WorkspaceTooSmall&) {
+    }
+    return false;
+  };
+  EXPECT_FALSE(sync_array_refusal([&] { check_staging_capacity(256, 512); }));
+  EXPECT_FALSE(sync_array_refusal([&] { check_block_state_capacity(2, 4); }));
   EXPECT_EQ(test::error_text<WorkspaceTooSmall>([&] { check_staging_capacity(256, 512); }),
             "Staging buffer too small: have 256 bytes but need 512. Pre-allocate workspace with the largest tensor and "
             "block sizes you intend to use, or reserve it for all of your calls first (iris::ccl::reserve_workspace).");

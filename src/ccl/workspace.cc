@@ -71,7 +71,7 @@ int64_t tile_count(int64_t rows, int64_t cols, int block_m, int block_n) {
 
 namespace {
 [[noreturn]] void too_small(const char* what, size_t have, size_t need) {
-  throw WorkspaceTooSmall(
+  throw SyncArrayTooSmall(
       iris::detail::str_cat(what, " too small: have ", have, " but need ", need,
                             ". Pre-allocate workspace with the smallest block sizes you intend to use."));
 }

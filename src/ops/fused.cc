@@ -758,21 +758,15 @@ GemmArguments single_rank_gemm(const MatmulOperands& mm) {
   return g;
 }
 
-// The lock and flag capacity refusals, whose text DESIGN.md fixes (ccl::check_lock_capacity): raised as they
-// are, by the unfused path's collective as by the band pipeline.
-bool exact_capacity_refusal(const WorkspaceTooSmall& e) {
-  const std::string_view what = e.what();
-  return what.starts_with("Lock array too small: ") || what.starts_with("Flags array too small: ");
-}
-
 // The GEMM core's and the unfused collective's refusals, named after the op, and a workspace that falls short
 // also the preamble that sizes it (but for the lock and flag refusals, whose text is fixed).
 template <typename Fn>
 void refusals_of(OpKind op, Fn&& fn) {
   try {
     fn();
+  } catch (const SyncArrayTooSmall&) {
+    throw;  // the lock and flag refusals, whose text DESIGN.md fixes: as they are
   } catch (const WorkspaceTooSmall& e) {
-    if (exact_capacity_refusal(e)) throw;
     throw WorkspaceTooSmall(
         str_cat(ccl::op_name(op), ": ", e.what(), " Call ", preamble_name(op), " with these operands first."));
   } catch (const InvalidArgument& e) {

@@ -77,6 +77,14 @@ class WorkspaceTooSmall : public InvalidArgument {
   using InvalidArgument::InvalidArgument;
 };
 
+// The lock or flag array of a workspace holds fewer entries than a call's tiling needs: the
+// "Lock array too small: ..." and "Flags array too small: ..." refusals, whose text DESIGN.md fixes. A fused
+// op passes it on as it is (its other refusals it names after itself).
+class SyncArrayTooSmall : public WorkspaceTooSmall {
+ public:
+  using WorkspaceTooSmall::WorkspaceTooSmall;
+};
+
 namespace detail {
 [[noreturn]] void throw_cuda_error(int code, const char* call, const char* file, int line);
 [[noreturn]] void throw_cu_error(int code, const char* call, const char* file, int line);
