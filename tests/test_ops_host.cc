@@ -592,7 +592,8 @@ TEST(OpsFusedPlan, SignatureAndSmSplit) {
   EXPECT_EQ(p.sig.block_size_n, 128);
   EXPECT_EQ(p.sig.min_band_tiles, 66) << "FusedConfig::min_band_tiles 0: half the device's SMs";
   EXPECT_EQ(p.sig.describe(),
-            "matmul_all_reduce 512x256 k 128 float32 world 2 variant one_shot blocks 128x128 min_band_tiles 66");
+            "matmul_all_reduce 512x256 k 128 float32 (A and B bfloat16) world 2 variant one_shot blocks 128x128 "
+            "min_band_tiles 66");
   // Copy engines move the data by default: the GEMM keeps every SM.
   EXPECT_EQ(p.comm_sms, 16);
   EXPECT_EQ(p.gemm_sms, 132);
@@ -1426,6 +1427,31 @@ TEST(OpsFusedWorkspace, RanksThatDisagreeOnKAllRaiseTogether) {
       },
       "all_gather_matmul 512x512 k 128 bfloat16 world 2 blocks 128x128 min_band_tiles 66",
       "all_gather_matmul 512x512 k 64 bfloat16 world 2 blocks 128x128 min_band_tiles 66");
+}
+
+// The operand type that does not cross ranks is compared too: ranks with float32 C whose A and B are bf16 on one
+// and fp16 on the other (the products cross in float32), and ranks whose gathered A is bf16 but whose C is bf16
+// on one and float32 on the other, all raise, naming the types (before 2026-12-07 both passed: a fused-ops
+// audit's finding).
+TEST(OpsFusedWorkspace, RanksThatDisagreeOnTheOtherOperandTypeAllRaiseTogether) {
+  expect_every_rank_raises(
+      [](int r) {
+        return plan_matmul_all_reduce(
+            operands(512, 256, 128, 512, r == 0 ? DType::kBFloat16 : DType::kFloat16, DType::kFloat32),
+            blocks(128, 128, AllReduceVariant::kOneShot), 2, kSms);
+      },
+      "matmul_all_reduce 512x256 k 128 float32 (A and B bfloat16) world 2 variant one_shot blocks 128x128 "
+      "min_band_tiles 66",
+      "matmul_all_reduce 512x256 k 128 float32 (A and B float16) world 2 variant one_shot blocks 128x128 "
+      "min_band_tiles 66");
+  expect_every_rank_raises(
+      [](int r) {
+        return plan_all_gather_matmul(
+            operands(256, 512, 128, 512, DType::kBFloat16, r == 0 ? DType::kBFloat16 : DType::kFloat32),
+            blocks(128, 128), 2, kSms);
+      },
+      "all_gather_matmul 512x512 k 128 bfloat16 world 2 blocks 128x128 min_band_tiles 66",
+      "all_gather_matmul 512x512 k 128 bfloat16 (C float32) world 2 blocks 128x128 min_band_tiles 66");
 }
 
 // The fusion threshold decides whether a call runs the band pipeline or the GEMM then the collective, and

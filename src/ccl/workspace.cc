@@ -98,10 +98,22 @@ void check_block_state_capacity(size_t have, size_t need) {
                                                   "ranks; prepare a new one with this context."));
 }
 
+namespace {
+// A fused op's operand types where they are not the one that crosses ranks: " (A and B bfloat16)".
+std::string operand_types(int operand_dtypes, DType crossing) {
+  if (operand_dtypes < 0) return "";
+  const auto a = static_cast<DType>(operand_dtypes >> 8), c = static_cast<DType>(operand_dtypes & 0xff);
+  std::string s;
+  if (a != crossing) s += iris::detail::str_cat("A and B ", dtype_name(a));
+  if (c != crossing) s += iris::detail::str_cat(s.empty() ? "" : ", ", "C ", dtype_name(c));
+  return s.empty() ? s : " (" + s + ")";
+}
+}  // namespace
+
 std::string OpSignature::describe() const {
   return iris::detail::str_cat(
       op_name(op), " ", rows, "x", cols, depth > 0 ? iris::detail::str_cat(" k ", depth) : std::string(), " ",
-      dtype_name(dtype), " world ", world_size,
+      dtype_name(dtype), operand_types(operand_dtypes, dtype), " world ", world_size,
       op == OpKind::kAllReduce || op == OpKind::kMatmulAllReduce ? std::string(" variant ") + variant_name(variant)
                                                                  : std::string(),
       protocol != OneShotProtocol::kAuto ? std::string(" protocol ") + protocol_name(protocol) : std::string(),
@@ -126,7 +138,7 @@ uint64_t OpSignature::key() const {
   // not see a small field that fills padding).
   const auto& [op_, rows_, cols_, dtype_, world_size_, variant_, protocol_, block_size_m_, block_size_n_, root_,
                reduce_op_, depth_, bias_, symmetric_output_, output_offset_, ll_max_bytes_, swizzle_, distribution_,
-               rings_, slice_n_, grid_, min_band_tiles_] = *this;
+               rings_, slice_n_, grid_, min_band_tiles_, operand_dtypes_] = *this;
   uint64_t h = 0x9E3779B97F4A7C15ull;
   auto mix = [&h](auto field) {  // splitmix64's finalizer over the running hash plus the field
     uint64_t z = h + static_cast<uint64_t>(static_cast<int64_t>(field)) + 0x9E3779B97F4A7C15ull;
@@ -137,7 +149,7 @@ uint64_t OpSignature::key() const {
   mix(op_), mix(rows_), mix(cols_), mix(dtype_), mix(world_size_), mix(variant_), mix(protocol_);
   mix(block_size_m_), mix(block_size_n_), mix(root_), mix(reduce_op_), mix(depth_), mix(bias_);
   mix(symmetric_output_), mix(output_offset_), mix(ll_max_bytes_), mix(swizzle_), mix(distribution_), mix(rings_);
-  mix(slice_n_), mix(grid_), mix(min_band_tiles_);
+  mix(slice_n_), mix(grid_), mix(min_band_tiles_), mix(operand_dtypes_);
   return h;
 }
 

@@ -184,6 +184,7 @@ FusedPlan start_plan(OpKind op, const MatmulOperands& mm, const FusedConfig& con
   p.sig.block_size_n = p.tile.n;
   p.sig.depth = mm.a.cols;
   p.sig.bias = mm.bias != nullptr;
+  p.sig.operand_dtypes = 256 * static_cast<int>(mm.a.dtype) + static_cast<int>(mm.c.dtype);
   p.needs.block_state = ccl::detail::block_state_words(world_size);  // the epoch is state[0]
   p.min_band_tiles = resolve_min_band_tiles(config, device_sms);
   p.sig.min_band_tiles = p.min_band_tiles;
@@ -996,7 +997,8 @@ void run_matmul_all_reduce_tiles(Pipeline& pl, const MatmulOperands& mm, const F
 
 // all_gather_matmul: the side stream pushes this rank's A into slot `rank` of every peer's gather buffer
 // (W slots of M_rank x K back to back) and signals it. Meanwhile the GEMM computes the rows of C that
-// need only the local A, then, in the order peers' rows arrive, each peer's rows from the gather buffer.
+// need only the local A, then each peer's rows from the gather buffer, peer by peer in ring order (rank
+// r - 1 first, the order the peers push in): a late peer holds back the GEMMs of the peers after it.
 // Flags: [0, W) ready, [W, 2W) data by source.
 void run_all_gather_matmul(Pipeline& pl, const MatmulOperands& mm, const FusedPlan& plan) {
   const int me = pl.rank(), w = pl.world();

@@ -167,6 +167,11 @@ struct OpSignature {
   int slice_n = 0;
   int grid = 0;
   int min_band_tiles = 0;
+  // fused ops: the GEMM's operand types, A's (and B's) and C's, as 256 * A's DType + C's (-1 for collectives).
+  // `dtype` is the type that crosses ranks (C's, or A's for the gathering ops): ranks whose other type differs
+  // would sum, or place, products of different inputs without a word (before 2026-12-07 a bf16 and an fp16
+  // rank with float32 C passed the preamble, the ready tags and IRIS_CHECK_CALLS).
+  int operand_dtypes = -1;
 
   bool operator==(const OpSignature&) const = default;
   std::string describe() const;

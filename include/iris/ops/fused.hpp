@@ -46,7 +46,8 @@
 //                                step is the own band, whose total the GEMM writes straight into C.
 //                                The sum is rounded to C's type once per hop, in a fixed order.
 //   all_gather_matmul            A pushed to every peer while the GEMM computes the local rows; then
-//                                the GEMM of each peer's rows as they arrive.
+//                                the GEMM of each peer's rows once they have arrived, peer by peer in
+//                                ring order (rank r - 1 first): a late peer holds back the peers after it.
 //   matmul_all_gather            GEMM in up to 4 bands of whole tile rows; each band copied into C and
 //                                pushed to every peer (straight into the peers' C when C is on the
 //                                symmetric heap and contiguous).
