@@ -451,6 +451,43 @@ TEST_P(Collective, OneWorkspaceServesChangingShapesAndRoots) {
   }, big_heap(GetParam().world));
 }
 
+// An empty call first (a serving loop's empty batch) leaves a fresh workspace for the later calls of any size,
+// LL and chunked: before 2026-12-07 its preamble allocated 256 bytes of LL staging, which then stayed the
+// workspace's, and every later call's preamble raised "Staging buffer too small" (a collectives audit's finding).
+TEST_P(Collective, AnEmptyCallFirstLeavesTheWorkspaceToLaterCalls) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const DType dt = DType::kFloat32;
+        const Mode heap{};
+        Config cfg;
+        float* buf = ctx.zeros<float>(1000);
+        const Tensor empty = Tensor::matrix(buf, dt, 0, 1000);
+        Workspace ag, rs, a2a, bc;
+        ccl::all_gather_preamble(ctx, empty, empty, cfg, ag);
+        ccl::all_gather(ctx, empty, empty, cfg, ag);
+        ccl::reduce_scatter_preamble(ctx, empty, empty, cfg, rs);
+        ccl::reduce_scatter(ctx, empty, empty, cfg, rs);
+        ccl::all_to_all_preamble(ctx, empty, empty, cfg, a2a);
+        ccl::all_to_all(ctx, empty, empty, cfg, a2a);
+        ccl::broadcast_preamble(ctx, empty, empty, 0, cfg, bc);
+        ccl::broadcast(ctx, empty, empty, 0, cfg, bc);
+        ctx.synchronize();
+        const Shape shapes[] = {{300, 1000}, {1, 7}};  // chunked (the largest first: arrays never grow), then LL
+        uint64_t seed = 300;
+        for (const Shape& s : shapes) {
+          check_all_gather(ctx, cfg, ag, dt, s.m, s.n, heap, seed++);
+          check_reduce_scatter(ctx, cfg, rs, dt, ReduceOp::kSum, s.m, s.n, heap, seed++);
+          check_all_to_all(ctx, cfg, a2a, dt, s.m, s.n, heap, seed++);
+          check_broadcast(ctx, cfg, bc, dt, s.m, s.n, heap, ctx.world_size() - 1, seed++);
+        }
+        for (Workspace* ws : {&ag, &rs, &a2a, &bc}) release(ctx, *ws);
+        ctx.free(buf);
+      },
+      big_heap(GetParam().world));
+}
+
 // ---- CUDA graphs -----------------------------------------------------------------------------------------
 
 // Replay k's input, element i, rank r: a small integer (test::small_value).

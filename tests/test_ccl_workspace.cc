@@ -356,6 +356,35 @@ TEST(CclWorkspace, NeedsPastWhatAGpuAddressesAreRefused) {
             "with the *_needs functions or the plans.");
 }
 
+// An empty call launches nothing, so it needs nothing staged, flagged or locked, only the block state every call
+// of its world needs: before 2026-12-07 the exchanges, broadcast and all_reduce planned it as an LL call of 256
+// staging bytes, which its preamble allocated and so fixed the workspace's staging, refusing every later call
+// with "Staging buffer too small".
+TEST(CclWorkspace, EmptyCallsNeedNothingButTheBlockState) {
+  const Tensor empty = Tensor::matrix(nullptr, DType::kBFloat16, 0, 4096);
+  const Tensor row = Tensor::matrix(nullptr, DType::kBFloat16, 1, 4096);
+  const Tensor rows = Tensor::matrix(nullptr, DType::kBFloat16, 2, 4096);
+  const Config config;
+  const WorkspaceNeeds one = all_gather_needs(rows, row, config, 2);
+  EXPECT_GT(one.staging_bytes, 0u) << "a call with elements stages";
+  auto expect_empty = [&](const WorkspaceNeeds& n, const char* what) {
+    EXPECT_EQ(n.staging_bytes, 0u) << what;
+    EXPECT_EQ(n.flags, 0u) << what;
+    EXPECT_EQ(n.locks, 0u) << what;
+    EXPECT_EQ(n.block_state, one.block_state) << what;
+  };
+  expect_empty(all_gather_needs(empty, empty, config, 2), "all_gather");
+  expect_empty(reduce_scatter_needs(empty, empty, config, 2), "reduce_scatter");
+  expect_empty(all_to_all_needs(empty, empty, config, 2), "all_to_all");
+  expect_empty(broadcast_needs(empty, empty, 0, config, 2), "broadcast");
+  for (AllReduceVariant v : {AllReduceVariant::kAuto, AllReduceVariant::kOneShot, AllReduceVariant::kTwoShot,
+                             AllReduceVariant::kAtomic, AllReduceVariant::kSpinlock, AllReduceVariant::kRing}) {
+    Config c;
+    c.all_reduce_variant = v;
+    expect_empty(all_reduce_needs(empty, empty, c, 2), variant_name(v));
+  }
+}
+
 // One workspace for a set of calls: reserve_workspace gives it what each array's largest need is, and the
 // calls' preambles, in any order, then allocate nothing. At 3 ranks a 512 x 512 float32 spinlock
 // all_reduce needs 64 locks and 2 x 22 x 64 x 64 x 4 staging bytes with 64x64 blocks, 16 locks and

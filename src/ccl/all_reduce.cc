@@ -177,6 +177,13 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   // 1.5 times it). Locks and flags, a few words per tile, are still sized, so that a workspace refuses the
   // same calls with the same messages at any world size (the founding tests run at one rank too).
   if (world == 1) p.needs.staging_bytes = 0;
+  if (in.numel() == 0) {
+    // Launches nothing, stages nothing (plan_exchange_layout): one_shot LL's 256 bytes fixed the workspace's
+    // staging before 2026-12-07.
+    p.needs.staging_bytes = 0;
+    p.needs.flags = 0;
+    p.needs.locks = 0;
+  }
   return p;
 }
 

@@ -42,6 +42,7 @@ Plan make_plan(const detail::PlanScope& s, const Tensor& out, const Tensor& in, 
   p.chunks = detail::plan_copy_chunks(out.numel(), out.dtype);
   p.needs.block_state = detail::block_state_words(world);
   if (world > 1) p.sig.ll_max_bytes = static_cast<int64_t>(detail::ll_max_bytes(OpKind::kBroadcast));
+  if (out.numel() == 0) return p;  // launches nothing, stages nothing (plan_exchange_layout)
   p.ll = uses_ll_exchange(OpKind::kBroadcast, static_cast<size_t>(out.numel()) * esz, world);
   if (p.ll) {
     p.ll_words = detail::ll_words(out.numel(), out.dtype);

@@ -83,7 +83,8 @@ int comm_block_limit(const char* op, const PlanScope& s, const Config& config) {
 
 bool single_rank_copy(const Context& ctx, const Tensor& out, const Tensor& in, Workspace& ws, cudaStream_t stream) {
   if (ctx.world_size() != 1) return false;
-  const bool same = out.data == in.data && out.rows == in.rows && out.cols == in.cols && out.stride == in.stride;
+  // The same view (a one-row view's stride is no part of it): no copy, which onto itself CUDA leaves undefined.
+  const bool same = out.same_view(in);
   if (!same && out.numel() > 0) {
     const size_t esz = in.element_size();
     if (in.contiguous() && out.contiguous()) {

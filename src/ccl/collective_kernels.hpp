@@ -260,6 +260,9 @@ inline ExchangePlan plan_exchange_layout(OpKind op, int world, int64_t block_row
   p.chunks = plan_copy_chunks(numel, dtype);
   p.slot = static_cast<int64_t>(align256(static_cast<size_t>(numel) * esz) / esz);
   p.needs.block_state = block_state_words(world);
+  // An empty call launches nothing and needs nothing staged (before 2026-12-07 it was planned as an LL
+  // exchange of 256 staging bytes, which the first preamble's allocation then fixed, refusing every later call).
+  if (numel == 0) return p;
   p.ll = uses_ll_exchange(op, static_cast<size_t>(numel) * esz, world);
   if (p.ll) {
     p.ll_words = ll_words(numel, dtype);
