@@ -484,6 +484,24 @@ TEST(BootstrapTcp, AStrayProcessIsRefusedAndTheRunningJobGoesOn) {
   expect_all_zero(codes);
 }
 
+// One bootstrap after another in the same processes (a Context made again): rank 1's next bootstrap reaches
+// rank 0's previous store while it is still up (rank 0 lingers in it) and is told it is busy; having joined a
+// store at that address before, rank 1 connects again until rank 0's next store takes it. Before 2026-12-07 it
+// was refused as a stray ("serves a running job ... is not one of them"), the test's first round failing.
+TEST(BootstrapTcp, TheNextBootstrapOfTheSameProcessesWaitsForThePreviousStoreToClose) {
+  const Rendezvous rv;
+  auto codes = run_ranks(2, [&](int rank) {
+    for (int round = 0; round < 3; ++round) {
+      auto bs = iris::make_tcp_bootstrap(rv.info(rank, 2), 10s);
+      const auto all = bs->allgather(std::to_string(rank) + "@" + std::to_string(round));
+      CHILD_CHECK(rank, all == (std::vector<std::string>{"0@" + std::to_string(round), "1@" + std::to_string(round)}));
+      if (rank == 0) std::this_thread::sleep_for(300ms);  // its store stays up while rank 1 comes again
+    }
+    return 0;
+  });
+  expect_all_zero(codes);
+}
+
 // A rank of another job (LaunchInfo::job) is refused alone even before every rank of the store's job has
 // connected: two jobs on one host that share a port (both on the default 29500, one's rank 0 unable to bind
 // it) would otherwise form one job of the ranks that connected first, whose heaps they then map. Ranks that
@@ -777,6 +795,23 @@ TEST(BootstrapThreads, MismatchedCollectivesFail) {
         rank == 0 ? what_of<iris::Error>([&] { bs.barrier(); }) : what_of<iris::Error>([&] { bs.broadcast("v", 1); });
     return got == want ? "" : got;
   }));
+}
+
+// One rank arriving twice (two threads sharing its bootstrap) fails the collective for both of them, instead
+// of counting as the missing rank.
+TEST(BootstrapThreads, ARankArrivingTwiceFails) {
+  auto group = iris::make_thread_bootstraps(2, 10s);
+  const std::string want =
+      "iris bootstrap: rank 0 entered collective #1 twice: two threads use its bootstrap at once (one Context, or "
+      "one bootstrap given to two Contexts); a rank's Context belongs to one thread at a time";
+  std::string first;
+  std::thread waiter([&] { first = what_of<iris::Error>([&] { group[0]->barrier(); }); });
+  // Whichever of the two arrives second finds rank 0 present, and wakes the other with the failure.
+  const std::string second = what_of<iris::Error>([&] { group[0]->barrier(); });
+  waiter.join();
+  EXPECT_EQ(first, want);
+  EXPECT_EQ(second, want);
+  EXPECT_EQ(what_of<iris::Error>([&] { group[1]->barrier(); }), want) << "the failure is sticky";
 }
 
 TEST(BootstrapThreads, ExchangeFdsIsForProcesses) {

@@ -38,6 +38,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "iris/core/error.hpp"
@@ -57,8 +58,8 @@ using detail::UniqueFd;
 using std::chrono::milliseconds;
 
 constexpr uint32_t kMagic = 0x53495249;  // "IRIS" in little-endian bytes
-// 2 (2026-12-05): the hello names the rank's job (LaunchInfo::job).
-constexpr uint32_t kProtocolVersion = 2;
+// 2 (2026-12-05): the hello names the rank's job (LaunchInfo::job). 3 (2026-12-07): ErrKind::kBusy.
+constexpr uint32_t kProtocolVersion = 3;
 // The longest job name a hello carries; a longer LaunchInfo::job is cut here, alike on every rank.
 constexpr size_t kMaxJobName = 1024;
 // Lengths beyond this are garbage (another program on the port, a desynchronized stream) and are
@@ -73,7 +74,9 @@ constexpr uint64_t kMaxWelcomeFrame = uint64_t{1} << 16;
 
 enum class Msg : uint8_t { kHello = 1, kWelcome, kCollective, kResult, kError, kAbort, kGoodbye };
 enum class Kind : uint8_t { kAllgather = 1, kBroadcast, kBarrier };
-enum class ErrKind : uint8_t { kError = 0, kRemote, kTimeout };
+// kBusy: a store of this job that takes no more ranks (all connected, or closing): the store of the job's previous
+// bootstrap, one Context after another in the same processes. The rank connects again, to its successor.
+enum class ErrKind : uint8_t { kError = 0, kRemote, kTimeout, kBusy };
 
 const char* kind_name(Kind kind) {
   switch (kind) {
@@ -91,8 +94,31 @@ std::string describe(Kind kind, int root) {
   return kind == Kind::kBroadcast ? str_cat("broadcast from rank ", root) : std::string(kind_name(kind));
 }
 
+// The stores this process has joined (host:port): a busy one of these is the job's previous store, still closing.
+std::mutex joined_mu;
+std::set<std::string>& joined_stores() {
+  static std::set<std::string> stores;
+  return stores;
+}
+void note_joined(const std::string& where) {
+  std::lock_guard lock(joined_mu);
+  joined_stores().insert(where);
+}
+bool joined_before(const std::string& where) {
+  std::lock_guard lock(joined_mu);
+  return joined_stores().count(where) > 0;
+}
+
+// A store's refusal with ErrKind::kBusy (internal: the client may connect again until its deadline).
+class StoreBusy : public Error {
+ public:
+  using Error::Error;
+};
+
 [[noreturn]] void throw_as(ErrKind kind, const std::string& message) {
   switch (kind) {
+    case ErrKind::kBusy:
+      throw StoreBusy(message);
     case ErrKind::kRemote:
       throw RemoteError(message);
     case ErrKind::kTimeout:
@@ -600,7 +626,7 @@ class StoreServer {
       // Every rank of this job has connected, so the newcomer is a stray: a late duplicate, or a rank of
       // another job that shares the port (two jobs on one node both defaulting to MASTER_PORT 29500). It
       // must not take down the running job: refused alone.
-      refuse(c, ErrKind::kError,
+      refuse(c, ErrKind::kBusy,
              str_cat("iris bootstrap: the store at ", where_, " serves a running job whose ", world_,
                      " ranks have all connected; this process (rank ", rank, " of world size ", world,
                      ") is not one of them. Is another job using the same port? Give each job its own "
@@ -786,6 +812,18 @@ class StoreServer {
         c.closed = true;
       }
       conns_.clear();
+      // Connections still in the listener's backlog (a rank of this job's next bootstrap, come before this
+      // store closed) are told, so that they connect again (kBusy) or learn the job's failure, instead of
+      // finding their connection reset (before 2026-12-07: "rank 0 ... disconnected (process exited?)").
+      for (int fd; listen_fd_.valid() &&
+                   (fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+        UniqueFd pending(fd);
+        const std::string frame =
+            failed_ ? error_frame(fail_kind_, fail_message_)
+                    : error_frame(ErrKind::kBusy, str_cat("iris bootstrap: the store at ", where_, " is closing"));
+        (void)send_all(pending.get(), frame, Clock::now() + milliseconds(100));
+        drain(pending.get());
+      }
       listen_fd_.reset();
     } catch (...) {
     }
@@ -833,12 +871,29 @@ class TcpBootstrap final : public Bootstrap {
       : info_(info), timeout_(timeout), where_(host_port(info.master_addr, info.master_port)) {
     const auto start = Clock::now();
     if (info_.rank == 0) server_ = std::make_unique<StoreServer>(info_, timeout_);
-    connect_to_store(start + timeout_);
-    // The wait for the welcome counts from the connection: the store's own wait (timeout_ from rank 0's start)
-    // then ends first, naming the ranks that never connected. Counted from this rank's start, a rank started
-    // more than grace() before rank 0 timed out first, and the store took its leaving for a death ("rank 1
-    // disconnected ... (process exited?)"), naming no missing rank.
-    handshake(Clock::now() + timeout_ + grace());
+    auto backoff = milliseconds(5);
+    for (;;) {
+      connect_to_store(start + timeout_);
+      try {
+        // The wait for the welcome counts from the connection: the store's own wait (timeout_ from rank 0's
+        // start) then ends first, naming the ranks that never connected. Counted from this rank's start, a rank
+        // started more than grace() before rank 0 timed out first, and the store took its leaving for a death
+        // ("rank 1 disconnected ... (process exited?)"), naming no missing rank.
+        handshake(Clock::now() + timeout_ + grace());
+        break;
+      } catch (const StoreBusy& e) {
+        // A store that takes no more ranks: another job's (a stray, refused at once, as before), or, when this
+        // process has joined a store at this address before, the job's previous one, still closing while this
+        // rank made its next bootstrap (one Context after another: before 2026-12-07 that failed the new
+        // Context, at random). Then it connects again, until its deadline.
+        sock_.reset();
+        const auto now = Clock::now();
+        if (!joined_before(where_) || now >= start + timeout_) throw Error(e.what());
+        std::this_thread::sleep_for(std::min<Clock::duration>(backoff, start + timeout_ - now));
+        backoff = std::min(backoff * 2, milliseconds(200));
+      }
+    }
+    note_joined(where_);
     IRIS_LOG_DEBUG("bootstrap: rank ", info_.rank, "/", info_.world_size, " joined the store at ", where_);
   }
 

@@ -139,6 +139,16 @@ class ThreadBootstrap final : public Bootstrap {
       g.cv.notify_all();
       throw_failure(g);
     }
+    if (g.present[rank_]) {
+      // A second arrival of this rank (before 2026-12-07 counted as another rank's: the collective completed
+      // without one rank, and the later ones paired up out of step without a word).
+      g.failure = Failure::kMismatch;
+      g.failure_message = str_cat("iris bootstrap: rank ", rank_, " entered collective #", number,
+                                  " twice: two threads use its bootstrap at once (one Context, or one bootstrap "
+                                  "given to two Contexts); a rank's Context belongs to one thread at a time");
+      g.cv.notify_all();
+      throw_failure(g);
+    }
     if (g.arrived == 0) {
       g.kind = kind;
       g.root = root;
