@@ -125,6 +125,14 @@ TEST(CheckCalls, EnvironmentTakesOnlyZeroOrOne) {
             "Invalid IRIS_CHECK_CALLS='on': expected 0 or 1.");
 }
 
+// So is IRIS_NVTX_HEAP (before 2026-12-07 "true", "yes" or "on" left it off without a word).
+TEST(NvtxHeap, EnvironmentTakesOnlyZeroOrOne) {
+  ScopedEnv env("IRIS_NVTX_HEAP", "true");
+  auto bootstraps = make_thread_bootstraps(1, std::chrono::seconds(10));
+  EXPECT_EQ(test::error_text<std::invalid_argument>([&] { Context ctx(bootstraps[0]); }),
+            "Invalid IRIS_NVTX_HEAP='true': expected 0 or 1.");
+}
+
 TEST(RunThreads, RejectsMoreRanksThanGpusWithClearMessage) {
   int n = local_device_count();
   try {

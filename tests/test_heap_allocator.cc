@@ -25,6 +25,21 @@ TEST(HeapAllocator, AlignmentIsAtLeast256AndHonoursLargerRequests) {
   EXPECT_THROW(a.allocate(16, 0), InvalidArgument);
 }
 
+// An offset aligned past what the addresses it is added to are aligned to is no aligned address: an alignment
+// above the limit (Context's: the heap's allocation granularity) is refused, naming it, before the sequence
+// hash records anything (the limit is the same on every rank); up to the limit it is honoured.
+TEST(HeapAllocator, AlignmentAboveTheLimitIsRefusedWithoutARecord) {
+  HeapAllocator a(64 * kMiB, 0, 2 * kMiB);
+  const uint64_t hash = a.sequence_hash();
+  EXPECT_EQ(test::error_text<InvalidArgument>([&] { a.allocate(100, 4 * kMiB); }),
+            "Heap alignment of 4194304 bytes is above the heap's allocation granularity (2097152 bytes), the most "
+            "its addresses are aligned to: ask for at most that.");
+  EXPECT_EQ(a.sequence_hash(), hash);
+  EXPECT_EQ(a.allocate(100, 256), 0u);
+  EXPECT_EQ(a.allocate(100, 2 * kMiB), 2 * kMiB);
+  EXPECT_THROW(HeapAllocator(kMiB, 0, 3 * kMiB), InvalidArgument);
+}
+
 TEST(HeapAllocator, BlocksDoNotOverlapAndZeroBytesGetsADistinctBlock) {
   HeapAllocator a(kMiB);
   size_t x = a.allocate(0), y = a.allocate(0), z = a.allocate(1000);

@@ -14,6 +14,7 @@
 
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "iris/device_barrier.hpp"
 #include "runtime/heap_guard.hpp"
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
@@ -244,6 +245,52 @@ TEST_P(HeapGpu, RankAllocatingOutOfStepMakesEveryRankThrow) {
     ctx.free(a);
     EXPECT_THROW(ctx.check_heap_symmetry(), std::invalid_argument);
   }, small_heap());
+}
+
+// A DeviceBarrier whose construction raises (its closing barrier found rank 1 out of step) leaves no words
+// behind on any rank: before 2026-12-07 they stayed allocated for the context's life.
+TEST_P(HeapGpu, ADeviceBarrierThatFailsToConstructFreesItsWords) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        void* extra = ctx.rank() == 1 ? ctx.alloc(512) : nullptr;  // rank 1 goes out of step
+        const size_t free_before = ctx.heap_bytes_free();
+        try {
+          DeviceBarrier barrier(ctx);
+          ADD_FAILURE() << "rank " << ctx.rank() << ": a DeviceBarrier was made over an asymmetric allocation sequence";
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("Heap allocation sequence differs across ranks"), std::string::npos)
+              << e.what();
+        }
+        EXPECT_EQ(ctx.heap_bytes_free(), free_before) << "rank " << ctx.rank();
+        if (extra) ctx.free(extra);
+      },
+      small_heap());
+}
+
+// An alignment is honoured as an address on every rank's slot up to the heap's allocation granularity, and
+// refused above it (before 2026-12-07 the offset was aligned and the address only to the granularity).
+TEST_P(HeapGpu, AlignmentsUpToTheGranularityAreAddressesAndAboveAreRefused) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        constexpr size_t kGranularity = size_t{2} << 20;  // H100 and H200
+        void* small = ctx.alloc(100);
+        void* p = ctx.alloc(100, kGranularity);
+        for (int r = 0; r < ctx.world_size(); ++r)
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(ctx.translate(p, r)) % kGranularity, 0u) << "slot " << r;
+        EXPECT_EQ(
+            test::error_text<std::invalid_argument>([&] { ctx.alloc(100, 2 * kGranularity); }),
+            "Heap alignment of 4194304 bytes is above the heap's allocation granularity (2097152 bytes), the most "
+            "its addresses are aligned to: ask for at most that.");
+        ctx.free(p);
+        ctx.free(small);
+        ctx.barrier();  // the refusal recorded nothing: the ranks are in step
+      },
+      small_heap());
 }
 
 TEST_P(HeapGpu, HeapSizeIsRoundedToGranularityAndMustAgree) {
@@ -481,7 +528,10 @@ TEST(HeapGpuThreads, AContextThatFailsOnOneRankRaisesOnEveryRank) {
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << "a rank waited for a timeout";
   const std::string own = "rank 1 was assigned device 999 but only " + std::to_string(gpus) +
-                          " CUDA device(s) are visible; start one rank per GPU.";
+                          " CUDA device(s) are visible to it. A rank takes the device of its local rank unless "
+                          "ContextOptions::device names one: make every GPU of the host visible to every rank (a "
+                          "launcher that binds one GPU per task, such as srun --gpus-per-task=1 or a "
+                          "CUDA_VISIBLE_DEVICES per rank, leaves each rank device 0 only), or name the device.";
   EXPECT_EQ(errors[1], own);
   EXPECT_EQ(errors[0], "RemoteError: rank 1 failed to set up its device: " + own);
 }

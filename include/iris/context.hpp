@@ -131,7 +131,8 @@ class Context {
     return reinterpret_cast<T*>(translate_bytes(const_cast<void*>(static_cast<const void*>(ptr)), to));
   }
 
-  // Collective allocation: same offset on every rank; alignment a power of two, at least 256.
+  // Collective allocation: same offset on every rank; alignment a power of two, raised to 256, at most the
+  // heap's allocation granularity (2 MiB on H100 and H200; above it InvalidArgument).
   // Throws InvalidArgument when the heap cannot fit the request (naming the size and free space).
   void* alloc(size_t bytes, size_t alignment = 256);
   // Collective free of a pointer returned by alloc (or a typed helper). Reused by later allocations.

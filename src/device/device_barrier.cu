@@ -26,7 +26,15 @@ DeviceBarrier::DeviceBarrier(Context& ctx, int num_slots)
   IRIS_CHECK_ARG(num_slots >= 1, "DeviceBarrier needs at least one slot, got ", num_slots, ".");
   epochs_ = ctx.zeros<uint64_t>(static_cast<size_t>(num_slots) * static_cast<size_t>(ctx.world_size()));
   // A peer's first arrival writes into this rank's words; it must not land before they are zeroed.
-  ctx.barrier();
+  try {
+    ctx.barrier();
+  } catch (...) {
+    // A barrier that raises (a pending device error, damaged heap guards, an allocation out of step) raises on
+    // every rank, and no destructor runs: the words freed here, on every rank alike (before 2026-12-07 they
+    // stayed allocated for the context's life).
+    ctx.free(std::exchange(epochs_, nullptr));
+    throw;
+  }
 }
 
 DeviceBarrier::DeviceBarrier(DeviceBarrier&& other) noexcept

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 #include "core/first_launch.hpp"
@@ -215,10 +216,13 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   set_thread_rank(rank_, world_size_);
 
   size_t requested = 0;
+  size_t granularity = 0;
   bool guards = false;
   bool load_kernels = false;
+  bool nvtx_heap = false;
   detail::agree(*bootstrap_, "to set up its device", [&] {
     guards = options.heap_guards || switch_from_env("IRIS_HEAP_GUARDS");
+    nvtx_heap = switch_from_env("IRIS_NVTX_HEAP");  // before 2026-12-07 any value but "1" was silently off
     load_kernels = options.load_kernels && switch_from_env("IRIS_LOAD_KERNELS", true);
     check_calls_ = options.check_calls || switch_from_env("IRIS_CHECK_CALLS");
     device_timeout_ = options.device_timeout.count() > 0 ? options.device_timeout : device_timeout_from_env();
@@ -233,23 +237,37 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
     device_ = options.device >= 0 ? options.device : rank_;
     IRIS_CHECK_ARG(count > 0, "rank ", rank_, " found no CUDA device (cudaGetDeviceCount returned 0).");
     IRIS_CHECK_ARG(device_ < count, "rank ", rank_, " was assigned device ", device_, " but only ", count,
-                   " CUDA device(s) are visible; start one rank per GPU.");
+                   " CUDA device(s) are visible to it. A rank takes the device of its local rank unless "
+                   "ContextOptions::device names one: make every GPU of the host visible to every rank (a launcher "
+                   "that binds one GPU per task, such as srun --gpus-per-task=1 or a CUDA_VISIBLE_DEVICES per rank, "
+                   "leaves each rank device 0 only), or name the device.");
     IRIS_CUDA_CHECK(cudaSetDevice(device_));
     IRIS_CUDA_CHECK(cudaFree(nullptr));  // create the primary context so driver calls have one
-    size_t granularity = SymmetricHeap::allocation_granularity(device_);
-    heap_size_ = (requested + granularity - 1) / granularity * granularity;
+    granularity = SymmetricHeap::allocation_granularity(device_);
   });
 
   // Every rank must use the same heap size and guards: the window layout and the offsets depend on them.
   // And the same check_calls: a rank that checks its calls waits in the bootstrap for peers that never come.
+  // The heap size is the request rounded up to the coarsest allocation granularity of the ranks' GPUs (powers
+  // of two, so a multiple of every rank's): before 2026-12-07 each rank rounded to its own, and GPUs of
+  // different granularity were told to set the same IRIS_HEAP_SIZE, which they had.
   struct Layout {
-    uint64_t heap_size, guards, check_calls;
+    uint64_t requested, granularity, guards, check_calls;
   };
-  auto layouts = bootstrap_->allgather(pod_bytes(Layout{heap_size_, guards ? 1u : 0u, check_calls_ ? 1u : 0u}));
+  auto layouts =
+      bootstrap_->allgather(pod_bytes(Layout{requested, granularity, guards ? 1u : 0u, check_calls_ ? 1u : 0u}));
+  size_t coarsest = granularity;
+  for (int r = 0; r < world_size_; ++r)
+    coarsest = std::max<size_t>(coarsest, pod_from<Layout>(layouts[r], "creating the Context", rank_, r).granularity);
+  const auto rounded = [&](uint64_t bytes) { return (bytes + coarsest - 1) / coarsest * coarsest; };
+  heap_size_ = rounded(requested);
   for (int r = 0; r < world_size_; ++r) {
     const Layout l = pod_from<Layout>(layouts[r], "creating the Context", rank_, r);
-    IRIS_CHECK_ARG(l.heap_size == heap_size_, "Heap sizes differ across ranks: rank ", rank_, " has ", heap_size_,
-                   " bytes but rank ", r, " has ", l.heap_size,
+    IRIS_CHECK_ARG(l.granularity > 0 && coarsest % l.granularity == 0, "Heap allocation granularities of rank ", rank_,
+                   " (", granularity, " bytes) and rank ", r, " (", l.granularity,
+                   " bytes) have no common multiple a heap could use: run the job on GPUs of one model.");
+    IRIS_CHECK_ARG(rounded(l.requested) == heap_size_, "Heap sizes differ across ranks: rank ", rank_, " has ",
+                   heap_size_, " bytes but rank ", r, " has ", rounded(l.requested),
                    ". Set the same IRIS_HEAP_SIZE (or heap_size) on every rank.");
     IRIS_CHECK_ARG((l.guards != 0) == guards, "Heap guards differ across ranks: rank ", rank_, " has them ",
                    guards ? "on" : "off", " but rank ", r, " has them ", l.guards ? "on" : "off",
@@ -277,7 +295,7 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
     heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, device_, heap_size_);  // agrees its own steps
 
     detail::agree(*bootstrap_, "to finish its context", [&] {
-      allocator_ = std::make_unique<HeapAllocator>(heap_size_, guards ? detail::kHeapGuardBytes : 0);
+      allocator_ = std::make_unique<HeapAllocator>(heap_size_, guards ? detail::kHeapGuardBytes : 0, coarsest);
       if (guards) guards_ = std::make_unique<detail::HeapGuards>();
 
       // IRIS_NVTX_HEAP=1: tell memory checkers about every heap object through the NVTX memory API, so a
@@ -285,7 +303,7 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
       // 2025 on the H200 machines refused every such registration ("One or more of the parameters is
       // invalid", per slot and per window alike) and counted each refusal as an error; without it memcheck
       // still checks every access against the heap as a whole.
-      if (const char* env = std::getenv("IRIS_NVTX_HEAP"); env != nullptr && std::string(env) == "1") {
+      if (nvtx_heap) {
         nvtx_heap_ =
             static_cast<void*>(nvtx_window_acquire(heap_->base(), heap_size_ * static_cast<size_t>(world_size_)));
         nvtx_on_ = true;
@@ -801,28 +819,40 @@ void run_threads(int world_size, const std::function<void(Context&)>& fn, const 
   std::vector<std::exception_ptr> errors(world_size);
   std::vector<std::thread> threads;
   threads.reserve(world_size);
+  const auto rank_main = [&](int r) {
+    ContextOptions opts = options;
+    if (opts.device < 0) opts.device = r;
+    std::unique_ptr<Context> ctx;
+    try {
+      ctx = std::make_unique<Context>(bootstraps[r], opts);
+      fn(*ctx);
+    } catch (const std::exception& e) {
+      errors[r] = std::current_exception();
+      bootstraps[r]->abort(e.what());
+    } catch (...) {
+      errors[r] = std::current_exception();
+      bootstraps[r]->abort("unknown exception");
+    }
+    try {
+      ctx.reset();
+    } catch (...) {
+      if (!errors[r]) errors[r] = std::current_exception();
+    }
+    set_thread_rank(-1, -1);
+  };
   for (int r = 0; r < world_size; ++r) {
-    threads.emplace_back([&, r] {
-      ContextOptions opts = options;
-      if (opts.device < 0) opts.device = r;
-      std::unique_ptr<Context> ctx;
-      try {
-        ctx = std::make_unique<Context>(bootstraps[r], opts);
-        fn(*ctx);
-      } catch (const std::exception& e) {
-        errors[r] = std::current_exception();
-        bootstraps[r]->abort(e.what());
-      } catch (...) {
-        errors[r] = std::current_exception();
-        bootstraps[r]->abort("unknown exception");
-      }
-      try {
-        ctx.reset();
-      } catch (...) {
-        if (!errors[r]) errors[r] = std::current_exception();
-      }
-      set_thread_rank(-1, -1);
-    });
+    try {
+      threads.emplace_back(rank_main, r);
+    } catch (const std::system_error& e) {
+      // The ranks started wait for this one in their first exchange: stopped with the reason and joined, and
+      // the reason raised (before 2026-12-07 the vector of joinable threads went out of scope: std::terminate).
+      const std::string why =
+          detail::str_cat("run_threads could not start the thread of rank ", r, " of ", world_size, " (", e.what(),
+                          "): raise the process's thread limit (ulimit -u) or run fewer ranks.");
+      bootstraps[r]->abort(why);
+      for (auto& t : threads) t.join();
+      throw SysError(why, e.code().value());
+    }
   }
   for (auto& t : threads) t.join();
   // Prefer the root cause over the RemoteErrors it caused on the other ranks.

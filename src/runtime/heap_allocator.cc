@@ -22,10 +22,12 @@ size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
 
 }  // namespace
 
-HeapAllocator::HeapAllocator(size_t capacity, size_t guard_bytes)
-    : capacity_(capacity), guard_bytes_(guard_bytes), hash_(mix(capacity)) {
+HeapAllocator::HeapAllocator(size_t capacity, size_t guard_bytes, size_t max_alignment)
+    : capacity_(capacity), guard_bytes_(guard_bytes), max_alignment_(max_alignment), hash_(mix(capacity)) {
   IRIS_CHECK_ARG(guard_bytes % kMinAlignment == 0, "Heap guard bytes must be a multiple of ", kMinAlignment, ", got ",
                  guard_bytes, ".");
+  IRIS_CHECK_ARG((max_alignment & (max_alignment - 1)) == 0, "Heap alignment limit must be a power of two, got ",
+                 max_alignment, ".");
   if (capacity_ > 0) free_.emplace(0, capacity_);
 }
 
@@ -37,6 +39,11 @@ void HeapAllocator::record(uint64_t op, uint64_t a, uint64_t b, uint64_t c) {
 size_t HeapAllocator::allocate(size_t bytes, size_t alignment) {
   IRIS_CHECK_ARG(alignment != 0 && (alignment & (alignment - 1)) == 0,
                  "Heap alignment must be a power of two, got ", alignment, ".");
+  // Before 2026-12-07 any power of two was taken: the offset was aligned, the address (heap slot + offset)
+  // only to the slot's alignment, the heap's allocation granularity.
+  IRIS_CHECK_ARG(max_alignment_ == 0 || alignment <= max_alignment_, "Heap alignment of ", alignment,
+                 " bytes is above the heap's allocation granularity (", max_alignment_,
+                 " bytes), the most its addresses are aligned to: ask for at most that.");
   if (alignment < kMinAlignment) alignment = kMinAlignment;
   // Blocks are whole multiples of the minimum alignment so every free block starts aligned.
   size_t size = align_up(bytes == 0 ? 1 : bytes, kMinAlignment);

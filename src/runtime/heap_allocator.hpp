@@ -22,12 +22,14 @@ class HeapAllocator {
   // guard_bytes (a multiple of kMinAlignment, 0 for none): every block also holds this many bytes after
   // the request's whole kMinAlignment units, so that the bytes from the end of the request to the end of
   // its block (the guard region: guard_bytes plus the padding) can hold a pattern a checker verifies
-  // (Context's heap guards).
-  explicit HeapAllocator(size_t capacity, size_t guard_bytes = 0);
+  // (Context's heap guards). max_alignment (a power of two, 0 for no limit): the largest alignment an offset
+  // may ask for, that of the addresses the offsets are added to (Context: the heap's allocation granularity;
+  // an offset aligned past it is no address aligned past it).
+  explicit HeapAllocator(size_t capacity, size_t guard_bytes = 0, size_t max_alignment = 0);
 
-  // Offset of a new block of `bytes` (0 is treated as 1) aligned to `alignment` (a power of two;
-  // raised to kMinAlignment). Throws InvalidArgument naming the request, the largest free block and
-  // the total free space when nothing fits; the sequence hash records the failed request too.
+  // Offset of a new block of `bytes` (0 is treated as 1) aligned to `alignment` (a power of two, at most
+  // max_alignment; raised to kMinAlignment). Throws InvalidArgument naming the request, the largest free block
+  // and the total free space when nothing fits; the sequence hash records the failed request too.
   size_t allocate(size_t bytes, size_t alignment = kMinAlignment);
   // Releases the block starting at `offset`; neighbouring free blocks coalesce.
   // Throws InvalidArgument when `offset` does not start a live block (double free, interior pointer).
@@ -79,6 +81,7 @@ class HeapAllocator {
 
   size_t capacity_;
   size_t guard_bytes_;
+  size_t max_alignment_;
   size_t in_use_ = 0;
   uint64_t serial_ = 0;
   std::map<size_t, size_t> free_;  // offset -> size, disjoint, coalesced
