@@ -106,10 +106,12 @@ IRIS_DEVICE_INLINE uint32_t thread_index_in_block() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
 IRIS_DEVICE_INLINE uint32_t block_size() { return blockDim.x * blockDim.y * blockDim.z; }
-IRIS_DEVICE_INLINE uint32_t block_index_in_grid() {
-  return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+// In 64 bits: a grid may hold more than 2^32 blocks (gridDim.x up to 2^31 - 1, times y and z), whose 32-bit
+// indices wrapped before 2026-12-07 (blocks then shared ranges of a *_grid copy, and others were skipped).
+IRIS_DEVICE_INLINE uint64_t block_index_in_grid() {
+  return blockIdx.x + uint64_t{gridDim.x} * (blockIdx.y + uint64_t{gridDim.y} * blockIdx.z);
 }
-IRIS_DEVICE_INLINE uint32_t grid_size_in_blocks() { return gridDim.x * gridDim.y * gridDim.z; }
+IRIS_DEVICE_INLINE uint64_t grid_size_in_blocks() { return uint64_t{gridDim.x} * gridDim.y * gridDim.z; }
 
 struct ThisWarp {
   IRIS_DEVICE_INLINE static uint32_t index() { return thread_index_in_block() & 31u; }
@@ -122,10 +124,8 @@ struct ThisBlock {
 };
 
 struct ThisGrid {
-  IRIS_DEVICE_INLINE static uint64_t index() {
-    return uint64_t{block_index_in_grid()} * block_size() + thread_index_in_block();
-  }
-  IRIS_DEVICE_INLINE static uint64_t size() { return uint64_t{grid_size_in_blocks()} * block_size(); }
+  IRIS_DEVICE_INLINE static uint64_t index() { return block_index_in_grid() * block_size() + thread_index_in_block(); }
+  IRIS_DEVICE_INLINE static uint64_t size() { return grid_size_in_blocks() * block_size(); }
 };
 
 }  // namespace iris::device

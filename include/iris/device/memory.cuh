@@ -9,8 +9,10 @@
 // Pointers passed with a rank (`to`, `from`) point into THIS rank's heap (an allocation of the
 // Context, or anything inside one) and are translated to the same object in that rank's heap:
 //     translate(ctx, ptr, r) == (T*)((char*)ptr + (r - ctx.rank) * ctx.heap_size)   (bytes, not elements).
-// Pointers passed without a rank are used as they are: local device memory, or a pointer already
-// translated. A rank equal to ctx.rank means the local heap; all forms work for local and remote.
+// Pointers passed without a rank are used as they are: this GPU's global memory (its heap, cudaMalloc), or a
+// pointer already translated. A rank equal to ctx.rank means the local heap; all forms work for local and remote.
+// Global memory only, for the 16-byte and bulk forms: they access it with ld.global / st.global, which on a
+// __shared__ (or stack) address fault; stage a shared-memory tile with plain stores, or copy it to global first.
 //
 // Weak (plain) accesses: load(ptr), store(ptr, v), and the bulk forms. They are not atomic and give
 // no ordering: publish them to another rank with a release (signal.cuh) or a barrier (barrier.cuh).
@@ -330,7 +332,7 @@ IRIS_DEVICE_INLINE void copy_grid(T* dst, const T* src, size_t count) {
   detail::copy_group<ThisGrid>(dst, src, count);
 }
 
-// put_*: `count` elements from src (local memory) into `dst`'s object in rank `to`'s heap.
+// put_*: `count` elements from src (this GPU's global memory) into `dst`'s object in rank `to`'s heap.
 template <typename T>
 IRIS_DEVICE_INLINE void put_thread(const DeviceContext& ctx, T* dst, const T* src, size_t count, int to) {
   copy_thread(translate(ctx, dst, to), src, count);
@@ -348,7 +350,7 @@ IRIS_DEVICE_INLINE void put_grid(const DeviceContext& ctx, T* dst, const T* src,
   copy_grid(translate(ctx, dst, to), src, count);
 }
 
-// get_*: `count` elements from `src`'s object in rank `from`'s heap into dst (local memory).
+// get_*: `count` elements from `src`'s object in rank `from`'s heap into dst (this GPU's global memory).
 template <typename T>
 IRIS_DEVICE_INLINE void get_thread(const DeviceContext& ctx, T* dst, const T* src, size_t count, int from) {
   copy_thread(dst, translate(ctx, src, from), count);
