@@ -614,9 +614,11 @@ __global__ void fill_call_input(__nv_bfloat16* p, int64_t n, int rank, int k) {
 // `calls` calls queued back to back with no host synchronization, each with a fresh input and its
 // output copied aside (with `delays`, one rank in turn is held back before its call): peers run ahead
 // into the next call as far as the op lets them, so a buffer reused too early (staging, flags) shows.
+// `checked(k)`, when given, is how many of call k's first output elements it writes (calls of several sizes).
 void back_to_back(Context& ctx, const char* name, int calls, bool delays, __nv_bfloat16* in, int64_t in_n,
                   __nv_bfloat16* out, int64_t out_n, const std::function<void()>& op,
-                  const std::function<float(int, int64_t)>& want) {
+                  const std::function<float(int, int64_t)>& want,
+                  const std::function<int64_t(int)>& checked = nullptr) {
   SCOPED_TRACE(name);
   __nv_bfloat16* history = nullptr;
   IRIS_CUDA_CHECK(cudaMalloc(&history, calls * out_n * 2));
@@ -636,7 +638,8 @@ void back_to_back(Context& ctx, const char* name, int calls, bool delays, __nv_b
   int bad_calls = 0;
   for (int k = 0; k < calls; ++k) {
     int64_t wrong = 0, first = -1;
-    for (int64_t i = 0; i < out_n; ++i)
+    const int64_t written = checked ? checked(k) : out_n;
+    for (int64_t i = 0; i < written; ++i)
       if (__bfloat162float(host[k * out_n + i]) != want(k, i)) {
         if (wrong++ == 0) first = i;
       }
@@ -724,6 +727,66 @@ TEST_P(Collective, BackToBackCallsWithSkewedRanksStayCorrect) {
       ctx.free(in);
     }
   }, big_heap(GetParam().world));
+}
+
+// LL and chunked calls in turn on one workspace, back to back with one rank in turn held back: a fast rank's
+// chunked call pushes into a staging whose other half a slow rank's LL call may still read, and broadcast's
+// layout fence orders every switch. The protocols' shared parity argument (collective_kernels.hpp) and the
+// fence were tested only with a barrier around each call before 2026-12-07 (a collectives audit's gap).
+TEST_P(Collective, LLAndChunkedCallsInTurnWithSkewedRanksStayCorrect) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int world = ctx.world_size(), me = ctx.rank();
+        const int calls = 120;
+        const int64_t big = 100003, small = 1000;  // bf16: 200 KB blocks (chunked), 2 KB (LL) for every op
+        auto size_of = [&](int k) { return k % 2 == 0 ? big : small; };
+        Config c;
+        c.comm_sms = 4;
+        auto* in = ctx.empty<__nv_bfloat16>(world * big);
+        auto* out = ctx.empty<__nv_bfloat16>(world * big);
+        auto one = [&](__nv_bfloat16* p, int64_t n) { return Tensor::matrix(p, DType::kBFloat16, 1, n); };
+        auto all = [&](__nv_bfloat16* p, int64_t n) { return Tensor::matrix(p, DType::kBFloat16, world, n); };
+        Workspace ag, rs, bc;
+        ccl::all_gather_preamble(ctx, all(out, big), one(in, big), c, ag);  // the larger needs first
+        int k_ag = 0;
+        back_to_back(
+            ctx, "all_gather, LL and chunked in turn", calls, true, in, world * big, out, world * big,
+            [&] {
+              const int64_t n = size_of(k_ag++);
+              ccl::all_gather(ctx, all(out, n), one(in, n), c, ag);
+            },
+            [&](int k, int64_t i) { return replay_value(static_cast<int>(i / size_of(k)), k, i % size_of(k)); },
+            [&](int k) { return world * size_of(k); });
+        ccl::reduce_scatter_preamble(ctx, one(out, big), all(in, big), c, rs);
+        int k_rs = 0;
+        back_to_back(
+            ctx, "reduce_scatter, LL and chunked in turn", calls, true, in, world * big, out, big,
+            [&] {
+              const int64_t n = size_of(k_rs++);
+              ccl::reduce_scatter(ctx, one(out, n), all(in, n), c, rs);
+            },
+            [&](int k, int64_t i) {
+              float sum = 0;
+              for (int s = 0; s < world; ++s) sum += replay_value(s, k, me * size_of(k) + i);
+              return sum;
+            },
+            [&](int k) { return size_of(k); });
+        ccl::broadcast_preamble(ctx, one(out, big), one(in, big), 0, c, bc);
+        int k_bc = 0;
+        back_to_back(
+            ctx, "broadcast, LL and chunked in turn", calls, true, in, big, out, big,
+            [&] {
+              const int k = k_bc++;
+              ccl::broadcast(ctx, one(out, size_of(k)), one(in, size_of(k)), k % world, c, bc);
+            },
+            [&](int k, int64_t i) { return replay_value(k % world, k, i); }, [&](int k) { return size_of(k); });
+        for (Workspace* ws : {&ag, &rs, &bc}) release(ctx, *ws);
+        ctx.free(out);
+        ctx.free(in);
+      },
+      big_heap(GetParam().world));
 }
 
 // Calls with one workspace run in the order they were made, whatever streams they are made on
