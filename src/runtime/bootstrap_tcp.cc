@@ -109,10 +109,13 @@ bool joined_before(const std::string& where) {
   return joined_stores().count(where) > 0;
 }
 
-// A store's refusal with ErrKind::kBusy (internal: the client may connect again until its deadline).
+// A store's refusal with ErrKind::kBusy, or a store that closed before its welcome (`closed`): internal, the
+// client may connect again until its deadline.
 class StoreBusy : public Error {
  public:
-  using Error::Error;
+  explicit StoreBusy(const std::string& what, bool closed_before_welcome = false)
+      : Error(what), closed(closed_before_welcome) {}
+  bool closed;
 };
 
 [[noreturn]] void throw_as(ErrKind kind, const std::string& message) {
@@ -427,6 +430,7 @@ class StoreServer {
     IRIS_SYSCHECK(flags);
     IRIS_SYSCHECK(::fcntl(s.get(), F_SETFL, flags | O_NONBLOCK));
     listen_fd_ = std::move(s);
+    adopted_ = true;
     IRIS_LOG_DEBUG("bootstrap store listening on ", where_, " (socket handed over by the launcher) for ", world_,
                    " ranks");
   }
@@ -618,19 +622,21 @@ class StoreServer {
                      "IRIS_MASTER_PORT)."));
       return;
     }
-    if (failed_) {
-      refuse(c, fail_kind_, fail_message_);
-      return;
-    }
     if (all_connected_) {
-      // Every rank of this job has connected, so the newcomer is a stray: a late duplicate, or a rank of
-      // another job that shares the port (two jobs on one node both defaulting to MASTER_PORT 29500). It
-      // must not take down the running job: refused alone.
+      // Every rank of this job has connected, so the newcomer is a stray: a late duplicate, a rank of another
+      // job that shares the port (two jobs on one node both defaulting to MASTER_PORT 29500), or a rank of this
+      // job's next bootstrap, come before this store closed. It must not take down the running job: refused
+      // alone, as busy (before the failure check: a rank of the next bootstrap after a failed job connects again
+      // rather than inherit the failure).
       refuse(c, ErrKind::kBusy,
              str_cat("iris bootstrap: the store at ", where_, " serves a running job whose ", world_,
                      " ranks have all connected; this process (rank ", rank, " of world size ", world,
                      ") is not one of them. Is another job using the same port? Give each job its own "
                      "MASTER_PORT (or IRIS_MASTER_PORT)."));
+      return;
+    }
+    if (failed_) {
+      refuse(c, fail_kind_, fail_message_);
       return;
     }
     std::string problem;
@@ -815,12 +821,14 @@ class StoreServer {
       // Connections still in the listener's backlog (a rank of this job's next bootstrap, come before this
       // store closed) are told, so that they connect again (kBusy) or learn the job's failure, instead of
       // finding their connection reset (before 2026-12-07: "rank 0 ... disconnected (process exited?)").
-      for (int fd; listen_fd_.valid() &&
+      // A listener handed over by the launcher stays open past this store: its backlog waits for the next one.
+      for (int fd; listen_fd_.valid() && !adopted_ &&
                    (fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
         UniqueFd pending(fd);
         const std::string frame =
-            failed_ ? error_frame(fail_kind_, fail_message_)
-                    : error_frame(ErrKind::kBusy, str_cat("iris bootstrap: the store at ", where_, " is closing"));
+            failed_ && !all_connected_
+                ? error_frame(fail_kind_, fail_message_)
+                : error_frame(ErrKind::kBusy, str_cat("iris bootstrap: the store at ", where_, " is closing"));
         (void)send_all(pending.get(), frame, Clock::now() + milliseconds(100));
         drain(pending.get());
       }
@@ -834,6 +842,7 @@ class StoreServer {
   const int world_;
   const milliseconds timeout_;
   UniqueFd listen_fd_;
+  bool adopted_ = false;  // listen_fd_ is a duplicate of the launcher's socket (LaunchInfo::store_listen_fd)
   UniqueFd wake_read_, wake_write_;
   uint64_t job_id_ = 0;
   Clock::time_point connect_deadline_;
@@ -882,13 +891,22 @@ class TcpBootstrap final : public Bootstrap {
         handshake(Clock::now() + timeout_ + grace());
         break;
       } catch (const StoreBusy& e) {
-        // A store that takes no more ranks: another job's (a stray, refused at once, as before), or, when this
-        // process has joined a store at this address before, the job's previous one, still closing while this
-        // rank made its next bootstrap (one Context after another: before 2026-12-07 that failed the new
-        // Context, at random). Then it connects again, until its deadline.
+        // A store that takes no more ranks (or one that closed on this rank before its welcome): another job's
+        // (a stray, refused at once, as before), or, when this process has joined a store at this address
+        // before, the job's previous one, still closing while this rank made its next bootstrap (one Context
+        // after another: before 2026-12-07 that failed the new Context, at random). Then it connects again,
+        // until its deadline.
         sock_.reset();
         const auto now = Clock::now();
-        if (!joined_before(where_) || now >= start + timeout_) throw Error(e.what());
+        if (!joined_before(where_)) {
+          if (e.closed) throw RemoteError(e.what());
+          throw Error(e.what());
+        }
+        if (now >= start + timeout_)
+          throw TimeoutError(str_cat("iris bootstrap: rank ", info_.rank, " could not join the store at ", where_,
+                                     " within ", format_seconds(timeout_), " s: ", e.what(),
+                                     " (this process joined a store there before: is that job's rank 0 still in "
+                                     "its previous bootstrap, or is another job using the same port?)"));
         std::this_thread::sleep_for(std::min<Clock::duration>(backoff, start + timeout_ - now));
         backoff = std::min(backoff * 2, milliseconds(200));
       }
@@ -1033,7 +1051,7 @@ class TcpBootstrap final : public Bootstrap {
       throw TimeoutError(str_cat("iris bootstrap: timed out after ", format_seconds(timeout_ + grace()),
                                  " s waiting for the bootstrap store at ", where_,
                                  " (hosted by rank 0) to report that all ranks connected"));
-    if (io == Io::kClosed) throw RemoteError(store_lost());
+    if (io == Io::kClosed) throw StoreBusy(store_lost(), /*closed_before_welcome=*/true);
     try {
       FrameReader r(body);
       auto type = static_cast<Msg>(r.u8());
