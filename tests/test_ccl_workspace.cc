@@ -76,17 +76,18 @@ TEST(CclCapacity, ExactMessages) {
   // staging and block-state refusals are not (a fused op names them after itself).
   EXPECT_THROW(check_lock_capacity(16, 64), SyncArrayTooSmall);
   EXPECT_THROW(check_flag_capacity(16, 64), SyncArrayTooSmall);
-  const auto sync_array_refusal = [](auto&& fn) {
+  const auto refusal_type = [](auto&& fn) -> std::string {
     try {
       fn();
     } catch (const SyncArrayTooSmall&) {
-      return true;
+      return "SyncArrayTooSmall";
     } catch (const WorkspaceTooSmall&) {
+      return "WorkspaceTooSmall";
     }
-    return false;
+    return "none";
   };
-  EXPECT_FALSE(sync_array_refusal([&] { check_staging_capacity(256, 512); }));
-  EXPECT_FALSE(sync_array_refusal([&] { check_block_state_capacity(2, 4); }));
+  EXPECT_EQ(refusal_type([&] { check_staging_capacity(256, 512); }), "WorkspaceTooSmall");
+  EXPECT_EQ(refusal_type([&] { check_block_state_capacity(2, 4); }), "WorkspaceTooSmall");
   EXPECT_EQ(test::error_text<WorkspaceTooSmall>([&] { check_staging_capacity(256, 512); }),
             "Staging buffer too small: have 256 bytes but need 512. Pre-allocate workspace with the largest tensor and "
             "block sizes you intend to use, or reserve it for all of your calls first (iris::ccl::reserve_workspace).");
@@ -251,6 +252,7 @@ TEST(OpSignatureKey, EqualSignaturesShareAKeyAndEachFieldChangesIt) {
   with([](OpSignature& o) { o.slice_n = 64; });
   with([](OpSignature& o) { o.grid = 132; });
   with([](OpSignature& o) { o.min_band_tiles = 3; });
+  with([](OpSignature& o) { o.operand_dtypes = 256 * 2 + 0; });
   // Swapped values of two fields of one type hash apart too.
   with([](OpSignature& o) { std::swap(o.rows, o.cols); });
   std::vector<uint64_t> keys{sig.key()};

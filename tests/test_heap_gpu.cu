@@ -528,10 +528,10 @@ TEST(HeapGpuThreads, AContextThatFailsOnOneRankRaisesOnEveryRank) {
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << "a rank waited for a timeout";
   const std::string own = "rank 1 was assigned device 999 but only " + std::to_string(gpus) +
-                          " CUDA device(s) are visible to it. A rank takes the device of its local rank unless "
-                          "ContextOptions::device names one: make every GPU of the host visible to every rank (a "
-                          "launcher that binds one GPU per task, such as srun --gpus-per-task=1 or a "
-                          "CUDA_VISIBLE_DEVICES per rank, leaves each rank device 0 only), or name the device.";
+                          " CUDA device(s) are visible to it (ContextOptions::device, which create_from_env sets to "
+                          "the local rank and run_threads to the rank). Make every GPU of the host visible to every "
+                          "rank (a launcher that binds one GPU per task, such as srun --gpus-per-task=1 or a "
+                          "CUDA_VISIBLE_DEVICES per rank, leaves each rank device 0 only), or pass a device it sees.";
   EXPECT_EQ(errors[1], own);
   EXPECT_EQ(errors[0], "RemoteError: rank 1 failed to set up its device: " + own);
 }

@@ -32,7 +32,11 @@ DeviceBarrier::DeviceBarrier(Context& ctx, int num_slots)
     // A barrier that raises (a pending device error, damaged heap guards, an allocation out of step) raises on
     // every rank, and no destructor runs: the words freed here, on every rank alike (before 2026-12-07 they
     // stayed allocated for the context's life).
-    ctx.free(std::exchange(epochs_, nullptr));
+    try {
+      ctx.free(std::exchange(epochs_, nullptr));
+    } catch (const std::exception& e) {  // a sticky device error, say: the barrier's error goes on, not this one
+      IRIS_LOG_ERROR("DeviceBarrier: freeing its epoch words failed: ", e.what());
+    }
     throw;
   }
 }

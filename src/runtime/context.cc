@@ -237,10 +237,10 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
     device_ = options.device >= 0 ? options.device : rank_;
     IRIS_CHECK_ARG(count > 0, "rank ", rank_, " found no CUDA device (cudaGetDeviceCount returned 0).");
     IRIS_CHECK_ARG(device_ < count, "rank ", rank_, " was assigned device ", device_, " but only ", count,
-                   " CUDA device(s) are visible to it. A rank takes the device of its local rank unless "
-                   "ContextOptions::device names one: make every GPU of the host visible to every rank (a launcher "
-                   "that binds one GPU per task, such as srun --gpus-per-task=1 or a CUDA_VISIBLE_DEVICES per rank, "
-                   "leaves each rank device 0 only), or name the device.");
+                   " CUDA device(s) are visible to it (ContextOptions::device, which create_from_env sets to the "
+                   "local rank and run_threads to the rank). Make every GPU of the host visible to every rank (a "
+                   "launcher that binds one GPU per task, such as srun --gpus-per-task=1 or a CUDA_VISIBLE_DEVICES "
+                   "per rank, leaves each rank device 0 only), or pass a device it sees.");
     IRIS_CUDA_CHECK(cudaSetDevice(device_));
     IRIS_CUDA_CHECK(cudaFree(nullptr));  // create the primary context so driver calls have one
     granularity = SymmetricHeap::allocation_granularity(device_);
@@ -263,9 +263,11 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   heap_size_ = rounded(requested);
   for (int r = 0; r < world_size_; ++r) {
     const Layout l = pod_from<Layout>(layouts[r], "creating the Context", rank_, r);
-    IRIS_CHECK_ARG(l.granularity > 0 && coarsest % l.granularity == 0, "Heap allocation granularities of rank ", rank_,
-                   " (", granularity, " bytes) and rank ", r, " (", l.granularity,
-                   " bytes) have no common multiple a heap could use: run the job on GPUs of one model.");
+    IRIS_CHECK_ARG(
+        l.granularity > 0 && coarsest % l.granularity == 0, "Heap allocation granularities of rank ", rank_, " (",
+        granularity, " bytes) and rank ", r, " (", l.granularity,
+        " bytes) are not multiples of one another, as a heap both could map needs: run the job on GPUs of one "
+        "model.");
     IRIS_CHECK_ARG(rounded(l.requested) == heap_size_, "Heap sizes differ across ranks: rank ", rank_, " has ",
                    heap_size_, " bytes but rank ", r, " has ", rounded(l.requested),
                    ". Set the same IRIS_HEAP_SIZE (or heap_size) on every rank.");
@@ -295,7 +297,8 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
     heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, device_, heap_size_);  // agrees its own steps
 
     detail::agree(*bootstrap_, "to finish its context", [&] {
-      allocator_ = std::make_unique<HeapAllocator>(heap_size_, guards ? detail::kHeapGuardBytes : 0, coarsest);
+      allocator_ = std::make_unique<HeapAllocator>(heap_size_, guards ? detail::kHeapGuardBytes : 0,
+                                                   std::max(coarsest, HeapAllocator::kMinAlignment));
       if (guards) guards_ = std::make_unique<detail::HeapGuards>();
 
       // IRIS_NVTX_HEAP=1: tell memory checkers about every heap object through the NVTX memory API, so a
@@ -843,15 +846,17 @@ void run_threads(int world_size, const std::function<void(Context&)>& fn, const 
   for (int r = 0; r < world_size; ++r) {
     try {
       threads.emplace_back(rank_main, r);
-    } catch (const std::system_error& e) {
+    } catch (const std::exception& e) {
       // The ranks started wait for this one in their first exchange: stopped with the reason and joined, and
       // the reason raised (before 2026-12-07 the vector of joinable threads went out of scope: std::terminate).
+      // std::thread raises system_error (a thread limit), or bad_alloc.
       const std::string why =
           detail::str_cat("run_threads could not start the thread of rank ", r, " of ", world_size, " (", e.what(),
                           "): raise the process's thread limit (ulimit -u) or run fewer ranks.");
       bootstraps[r]->abort(why);
       for (auto& t : threads) t.join();
-      throw SysError(why, e.code().value());
+      if (const auto* sys = dynamic_cast<const std::system_error*>(&e)) throw SysError(why, sys->code().value());
+      throw Error(why);
     }
   }
   for (auto& t : threads) t.join();
