@@ -625,7 +625,9 @@ void back_to_back(Context& ctx, const char* name, int calls, bool delays, __nv_b
   for (int k = 0; k < calls; ++k) {
     fill_call_input<<<64, 256, 0, ctx.stream()>>>(in, in_n, ctx.rank(), k);
     IRIS_CUDA_CHECK(cudaMemsetAsync(out, 0xFF, out_n * 2, ctx.stream()));  // poison: an element not written shows
-    if (delays && k % ctx.world_size() == ctx.rank() && k % 3 == 0)
+    // Every third call, one rank in turn (before 2026-12-07 k % world == rank and k % 3 == 0: only rank 0 at
+    // 3 ranks).
+    if (delays && k % 3 == 0 && (k / 3) % ctx.world_size() == ctx.rank())
       test::hold_stream_us<<<1, 1, 0, ctx.stream()>>>(20 + k % 50);
     op();
     IRIS_CUDA_CHECK(
@@ -741,7 +743,9 @@ TEST_P(Collective, LLAndChunkedCallsInTurnWithSkewedRanksStayCorrect) {
         const int world = ctx.world_size(), me = ctx.rank();
         const int calls = 120;
         const int64_t big = 100003, small = 1000;  // bf16: 200 KB blocks (chunked), 2 KB (LL) for every op
-        auto size_of = [&](int k) { return k % 2 == 0 ? big : small; };
+        // Two of each in turn: with back_to_back's delays (every third call, one rank in turn), each rank is
+        // held back before calls of both protocols.
+        auto size_of = [&](int k) { return (k / 2) % 2 == 0 ? big : small; };
         Config c;
         c.comm_sms = 4;
         auto* in = ctx.empty<__nv_bfloat16>(world * big);
@@ -779,9 +783,9 @@ TEST_P(Collective, LLAndChunkedCallsInTurnWithSkewedRanksStayCorrect) {
             ctx, "broadcast, LL and chunked in turn", calls, true, in, big, out, big,
             [&] {
               const int k = k_bc++;
-              ccl::broadcast(ctx, one(out, size_of(k)), one(in, size_of(k)), k % world, c, bc);
+              ccl::broadcast(ctx, one(out, size_of(k)), one(in, size_of(k)), (k / 4) % world, c, bc);
             },
-            [&](int k, int64_t i) { return replay_value(k % world, k, i); }, [&](int k) { return size_of(k); });
+            [&](int k, int64_t i) { return replay_value((k / 4) % world, k, i); }, [&](int k) { return size_of(k); });
         for (Workspace* ws : {&ag, &rs, &bc}) release(ctx, *ws);
         ctx.free(out);
         ctx.free(in);

@@ -12,7 +12,8 @@
 // Pointers passed without a rank are used as they are: this GPU's global memory (its heap, cudaMalloc), or a
 // pointer already translated. A rank equal to ctx.rank means the local heap; all forms work for local and remote.
 // Global memory only, for the 16-byte and bulk forms: they access it with ld.global / st.global, which on a
-// __shared__ (or stack) address fault; stage a shared-memory tile with plain stores, or copy it to global first.
+// __shared__ (or stack) address fault; write a shared-memory tile out with ordinary C++ assignments (not the
+// 16-byte load/store below), or copy it to global memory first.
 //
 // Weak (plain) accesses: load(ptr), store(ptr, v), and the bulk forms. They are not atomic and give
 // no ordering: publish them to another rank with a release (signal.cuh) or a barrier (barrier.cuh).
