@@ -109,6 +109,18 @@ bool joined_before(const std::string& where) {
   return joined_stores().count(where) > 0;
 }
 
+// The pause between a client's tries to reach the store: 5 ms, doubling up to 200 ms, never past the deadline.
+class Backoff {
+ public:
+  void pause(Clock::time_point deadline) {
+    std::this_thread::sleep_for(std::min<Clock::duration>(next_, deadline - Clock::now()));
+    next_ = std::min(next_ * 2, milliseconds(200));
+  }
+
+ private:
+  milliseconds next_{5};
+};
+
 // A store's refusal with ErrKind::kBusy, or a store that closed before its welcome (`closed`): internal, the
 // client may connect again until its deadline.
 class StoreBusy : public Error {
@@ -880,7 +892,7 @@ class TcpBootstrap final : public Bootstrap {
       : info_(info), timeout_(timeout), where_(host_port(info.master_addr, info.master_port)) {
     const auto start = Clock::now();
     if (info_.rank == 0) server_ = std::make_unique<StoreServer>(info_, timeout_);
-    auto backoff = milliseconds(5);
+    Backoff backoff;
     for (;;) {
       connect_to_store(start + timeout_);
       try {
@@ -897,18 +909,16 @@ class TcpBootstrap final : public Bootstrap {
         // after another: before 2026-12-07 that failed the new Context, at random). Then it connects again,
         // until its deadline.
         sock_.reset();
-        const auto now = Clock::now();
         if (!joined_before(where_)) {
           if (e.closed) throw RemoteError(e.what());
           throw Error(e.what());
         }
-        if (now >= start + timeout_)
+        if (Clock::now() >= start + timeout_)
           throw TimeoutError(str_cat("iris bootstrap: rank ", info_.rank, " could not join the store at ", where_,
                                      " within ", format_seconds(timeout_), " s: ", e.what(),
                                      " (this process joined a store there before: is that job's rank 0 still in "
                                      "its previous bootstrap, or is another job using the same port?)"));
-        std::this_thread::sleep_for(std::min<Clock::duration>(backoff, start + timeout_ - now));
-        backoff = std::min(backoff * 2, milliseconds(200));
+        backoff.pause(start + timeout_);
       }
     }
     note_joined(where_);
@@ -972,7 +982,7 @@ class TcpBootstrap final : public Bootstrap {
 
   void connect_to_store(Clock::time_point deadline) {
     AddrInfoPtr addrs = resolve(info_.master_addr, info_.master_port, false);
-    auto backoff = milliseconds(5);
+    Backoff backoff;
     int last_err = ETIMEDOUT;
     for (;;) {
       for (addrinfo* ai = addrs.get(); ai != nullptr; ai = ai->ai_next) {
@@ -1021,8 +1031,7 @@ class TcpBootstrap final : public Bootstrap {
                                    ")? The store also closes when its job fails or ends before this rank "
                                    "connects: then rank 0's error says why."));
       // The store may simply not be up yet (rank 0 starting later): retry, backing off a little.
-      std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
-      backoff = std::min(backoff * 2, milliseconds(200));
+      backoff.pause(deadline);
     }
   }
 

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "core/first_launch.hpp"
 #include "core/kernel_modules.hpp"
@@ -256,13 +257,16 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
   };
   auto layouts =
       bootstrap_->allgather(pod_bytes(Layout{requested, granularity, guards ? 1u : 0u, check_calls_ ? 1u : 0u}));
+  std::vector<Layout> ranks;
   size_t coarsest = granularity;
-  for (int r = 0; r < world_size_; ++r)
-    coarsest = std::max<size_t>(coarsest, pod_from<Layout>(layouts[r], "creating the Context", rank_, r).granularity);
+  for (int r = 0; r < world_size_; ++r) {
+    ranks.push_back(pod_from<Layout>(layouts[r], "creating the Context", rank_, r));
+    coarsest = std::max<size_t>(coarsest, ranks.back().granularity);
+  }
   const auto rounded = [&](uint64_t bytes) { return (bytes + coarsest - 1) / coarsest * coarsest; };
   heap_size_ = rounded(requested);
   for (int r = 0; r < world_size_; ++r) {
-    const Layout l = pod_from<Layout>(layouts[r], "creating the Context", rank_, r);
+    const Layout& l = ranks[r];
     IRIS_CHECK_ARG(
         l.granularity > 0 && coarsest % l.granularity == 0, "Heap allocation granularities of rank ", rank_, " (",
         granularity, " bytes) and rank ", r, " (", l.granularity,
