@@ -127,8 +127,7 @@ void ready(iris::Context& ctx, const Options& o, const Expectation& e, Subject& 
 // error ("err"). Returns the sum.
 double record_eager_wrong(iris::Context& ctx, const Options& o, const Subject& s, Column& c) {
   if (!o.check) return 0;
-  double eager = 0;
-  for (double w : allgather_double(ctx, static_cast<double>(s.wrong_eager))) eager += w;
+  const double eager = sum_over_ranks(ctx, static_cast<double>(s.wrong_eager));
   if (eager > 0) {
     c.wrong = static_cast<int64_t>(eager);
     c.note = wrong_where(eager, 0);
@@ -164,8 +163,7 @@ void check_replay(iris::Context& ctx, const Options& o, const Expectation& e, co
     c.time_us = std::nan("");
     return;
   }
-  double replay = 0;
-  for (double w : allgather_double(ctx, static_cast<double>(wrong_replay))) replay += w;
+  const double replay = sum_over_ranks(ctx, static_cast<double>(wrong_replay));
   c.wrong = static_cast<int64_t>(eager + replay);
   c.note = wrong_where(eager, replay);
 }

@@ -724,8 +724,7 @@ bool FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
   // Collective: the eager call's wrong elements, summed over the ranks, into the column where the timing
   // or the later check failed too, so that a wrong result is never shown only as an error.
   auto record_eager_wrong = [&] {
-    double beyond_eager = 0;
-    for (double x : allgather_double(ctx, static_cast<double>(eager.beyond))) beyond_eager += x;
+    const double beyond_eager = sum_over_ranks(ctx, static_cast<double>(eager.beyond));
     if (beyond_eager > 0) {
       r.fused.wrong = static_cast<int64_t>(beyond_eager);
       r.wrong_where = wrong_where(beyond_eager, 0);
@@ -761,11 +760,9 @@ bool FusedRunner::Impl::run_variant(FusedRecord& r, FusedOp op, const Layout& l,
       record_eager_wrong();
     } else {
       // The same number of collective calls on every rank: `check` and the error above were agreed.
-      double rel = 0, beyond_eager = 0, beyond_replay = 0;
-      for (double x : allgather_double(ctx, std::max(eager.rel, replay.rel))) rel = std::max(rel, x);
-      for (double x : allgather_double(ctx, static_cast<double>(eager.beyond))) beyond_eager += x;
-      for (double x : allgather_double(ctx, static_cast<double>(replay.beyond))) beyond_replay += x;
-      r.rel_diff = rel;
+      const double beyond_eager = sum_over_ranks(ctx, static_cast<double>(eager.beyond));
+      const double beyond_replay = sum_over_ranks(ctx, static_cast<double>(replay.beyond));
+      r.rel_diff = std::max(0.0, max_over_ranks(ctx, std::max(eager.rel, replay.rel)));
       r.fused.wrong = static_cast<int64_t>(beyond_eager + beyond_replay);
       r.wrong_where = wrong_where(beyond_eager, beyond_replay);
     }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "iris/core/cuda_check.hpp"
@@ -49,6 +50,18 @@ std::vector<double> allgather_double(iris::Context& ctx, double value) {
     if (all[r].size() == sizeof(double)) std::memcpy(&out[r], all[r].data(), sizeof(double));
   }
   return out;
+}
+
+double sum_over_ranks(iris::Context& ctx, double value) {
+  double sum = 0;
+  for (double x : allgather_double(ctx, value)) sum += x;
+  return sum;
+}
+
+double max_over_ranks(iris::Context& ctx, double value) {
+  double most = -std::numeric_limits<double>::infinity();
+  for (double x : allgather_double(ctx, value)) most = std::max(most, x);
+  return most;
 }
 
 HeapBuffer::~HeapBuffer() {
@@ -235,8 +248,7 @@ std::function<void()> Aligner::ready(cudaStream_t stream) {
   // Every rank renews when any rank must (its barrier's crossings may have given up): the same collective
   // frees and allocations on every rank.
   const bool stale = barrier_ == nullptr || ctx_.device_timeouts() != made_at_timeouts_;
-  bool renew = false;
-  for (double x : allgather_double(ctx_, stale ? 1.0 : 0.0)) renew = renew || x != 0;
+  const bool renew = sum_over_ranks(ctx_, stale ? 1.0 : 0.0) > 0;
   if (renew) {
     barrier_.reset();
     unaligned_ = agree(ctx_, try_step([&] { barrier_ = std::make_unique<iris::DeviceBarrier>(ctx_); }));
@@ -286,7 +298,7 @@ std::vector<TurnTime> time_together(iris::Context& ctx, const std::vector<const 
       continue;
     }
     // The same number of collective calls on every rank: err was agreed.
-    for (double x : allgather_double(ctx, median(times[t]))) r.us = std::max(r.us, x);
+    r.us = std::max(r.us, max_over_ranks(ctx, median(times[t])));
     // The slowest clock over the ranks, and the largest share of power-capped samples (NaN: a rank
     // without samples; every rank makes the same calls).
     const ClockStats mine = t < clock.size() ? clock[t] : ClockStats{std::nan(""), std::nan("")};

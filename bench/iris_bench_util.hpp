@@ -44,6 +44,9 @@ std::string agree(iris::Context& ctx, const std::string& mine);
 
 // Collective: every rank's value, indexed by rank.
 std::vector<double> allgather_double(iris::Context& ctx, double value);
+// Collective: the sum, and the largest (-infinity where every value is NaN), of every rank's value.
+double sum_over_ranks(iris::Context& ctx, double value);
+double max_over_ranks(iris::Context& ctx, double value);
 
 // True when the current device's context has a sticky error (every later CUDA call would fail).
 bool cuda_context_broken(cudaStream_t stream);
