@@ -12,13 +12,16 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <new>
@@ -30,6 +33,7 @@
 
 #include "iris/core/error.hpp"
 #include "iris/runtime/bootstrap.hpp"
+#include "runtime/fd_passing.hpp"
 #include "support/forked_ranks.hpp"
 
 namespace {
@@ -305,6 +309,83 @@ TEST(BootstrapTcp, APeerThatFailsInsideExchangeFdsReleasesOthers) {
     });
     expect_all_zero(codes);
   }
+}
+
+// exchange_fds listens on an abstract Unix socket, which has no permissions: any process of the host can
+// connect. One of another user that sends a descriptor labelled with a peer's rank before that peer does
+// must not have it taken as the peer's (mapped as its heap): rank 0 closes it and takes rank 1's. Rank 1
+// plays its part by hand, to put the stranger first: it finds rank 0's socket in /proc/net/unix.
+TEST(BootstrapTcp, ExchangeFdsTakesNoDescriptorFromAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to start a process of another user (nobody, 65534)";
+  const Rendezvous rv;
+  auto codes = run_ranks(2, [&](int rank) {
+    auto bs = iris::make_tcp_bootstrap(rv.info(rank, 2), 10s);
+    if (rank == 0) {
+      const int mine = ::memfd_create("iris-test", MFD_CLOEXEC);
+      CHILD_CHECK(rank, mine >= 0);
+      std::vector<int> fds = bs->exchange_fds(mine);
+      char buf[16] = {};
+      CHILD_CHECK(rank, fds.size() == 2 && fds[1] >= 0 && ::pread(fds[1], buf, 7, 0) == 7);
+      CHILD_CHECK(rank, std::string(buf) == "owner 1");
+      ::close(fds[1]);
+      ::close(mine);
+      bs->barrier();
+      return 0;
+    }
+    bs->barrier();  // rank 0's exchange listens from here on
+    // Rank 0's socket of the job's first exchange: "@iris-<job id>-1-0".
+    std::string name;
+    {
+      std::FILE* f = std::fopen("/proc/net/unix", "r");
+      CHILD_CHECK(rank, f != nullptr);
+      char line[512];
+      while (name.empty() && std::fgets(line, sizeof(line), f)) {
+        std::string l(line);
+        while (!l.empty() && (l.back() == '\n' || l.back() == ' ')) l.pop_back();
+        const size_t at = l.find(" @iris-");
+        if (at != std::string::npos && l.size() > 4 && l.compare(l.size() - 4, 4, "-1-0") == 0) name = l.substr(at + 2);
+      }
+      std::fclose(f);
+    }
+    CHILD_CHECK(rank, !name.empty());
+    auto address = [](const std::string& n) {
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::memcpy(a.sun_path + 1, n.data(), n.size());
+      return std::make_pair(a, static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n.size()));
+    };
+    // Connects to rank 0's socket and sends a memfd holding `text`, labelled rank 1.
+    auto send_as_rank_1 = [&](const char* text) {
+      const int file = ::memfd_create("iris-test", MFD_CLOEXEC);
+      const int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      auto [a, len] = address(name);
+      const bool sent = file >= 0 && s >= 0 && ::pwrite(file, text, std::strlen(text), 0) > 0 &&
+                        ::connect(s, reinterpret_cast<const sockaddr*>(&a), len) == 0 &&
+                        iris::detail::send_fd(s, file, 1, iris::detail::Clock::now() + 5s);
+      if (s >= 0) ::close(s);
+      if (file >= 0) ::close(file);
+      return sent;
+    };
+    // Rank 1's own socket, where rank 0 sends its descriptor (left in the backlog).
+    const std::string my_name = name.substr(0, name.size() - 1) + "1";
+    const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto [my_addr, my_len] = address(my_name);
+    CHILD_CHECK(rank, listener >= 0 && ::bind(listener, reinterpret_cast<const sockaddr*>(&my_addr), my_len) == 0 &&
+                          ::listen(listener, 2) == 0);
+    const pid_t stranger = ::fork();
+    if (stranger == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+      ::_exit(send_as_rank_1("strange") ? 0 : 4);
+    }
+    int status = -1;
+    CHILD_CHECK(rank, stranger > 0 && ::waitpid(stranger, &status, 0) == stranger);
+    CHILD_CHECK(rank, WIFEXITED(status) && WEXITSTATUS(status) == 0);  // its descriptor reached rank 0's backlog
+    CHILD_CHECK(rank, send_as_rank_1("owner 1"));
+    bs->barrier();
+    ::close(listener);
+    return 0;
+  });
+  expect_all_zero(codes);
 }
 
 TEST(BootstrapTcp, MissingPeerTimesOutNamingIt) {

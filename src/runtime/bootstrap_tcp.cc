@@ -1281,6 +1281,17 @@ std::vector<int> TcpBootstrap::exchange_fds(int fd) {
       if (!detail::send_fd(s.get(), fd, me, deadline)) throw timed_out(str_cat("sending a descriptor to rank ", peer));
     }
 
+    // Processes of other users that connected (the first few, and how many), for the timeout's message.
+    std::vector<std::string> strangers;
+    int stranger_count = 0;
+    auto named_strangers = [&]() -> std::string {
+      if (stranger_count == 0) return "";
+      std::string all;
+      for (const std::string& who : strangers) all += (all.empty() ? "" : ", ") + who;
+      if (stranger_count > static_cast<int>(strangers.size()))
+        all += str_cat(" and ", stranger_count - static_cast<int>(strangers.size()), " more");
+      return " (closed connections from other users' processes: " + all + ")";
+    };
     for (int received = 0; received < world - 1;) {
       // In slices, listening to the store between them: a peer that failed or died never sends.
       throw_if_store_spoke();
@@ -1289,12 +1300,25 @@ std::vector<int> TcpBootstrap::exchange_fds(int fd) {
         std::vector<int> missing;
         for (int q = 0; q < world; ++q)
           if (q != me && out[q] < 0) missing.push_back(q);
-        throw timed_out(str_cat("waiting for descriptors from ", format_ranks(missing)));
+        throw timed_out(str_cat("waiting for descriptors from ", format_ranks(missing), named_strangers()));
       }
       UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (!conn.valid()) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
         detail::throw_sys_error(errno, "accept4(<abstract Unix socket>)", __FILE__, __LINE__);
+      }
+      // An abstract socket has no permissions and its name shows in /proc/net/unix: any process of the host
+      // may connect. A descriptor is taken from a process of this user only; another user's is never mapped
+      // as a peer's heap (its connection is closed, and named if the exchange times out).
+      ucred cred{};
+      socklen_t cred_len = sizeof(cred);
+      IRIS_SYSCHECK(::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len));
+      if (cred.uid != ::geteuid()) {
+        const std::string who = str_cat("process ", cred.pid, " of user ", cred.uid);
+        IRIS_LOG_WARN("bootstrap: exchange_fds #", exchange, ": closed a connection from ", who,
+                      ": only processes of this rank's user (", ::geteuid(), ") may pass it descriptors");
+        if (++stranger_count <= 4) strangers.push_back(who);
+        continue;
       }
       auto got = detail::recv_fd(conn.get(), deadline);
       if (!got) throw timed_out("waiting for a connected peer to send its descriptor");
