@@ -36,6 +36,7 @@ namespace {
 using namespace std::chrono_literals;
 using namespace iris::test::forked;
 
+constexpr size_t kGranularity = size_t{2} << 20;  // what fake_granularity answers
 constexpr size_t kHeapBytes = size_t{4} << 20;
 
 // The driver call that fails, on one rank.
@@ -144,6 +145,8 @@ CUresult CUDAAPI fake_map(CUdeviceptr p, size_t size, size_t, CUmemGenericAlloca
   if (vmm().handles.count(h) == 0) return misuse("cuMemMap of an unknown handle");
   if (reservation_of(p, size) == vmm().reservations.end()) return misuse("cuMemMap outside every reservation");
   if (overlaps_mapping(p, size)) return misuse("cuMemMap over a mapping");
+  if (p % kGranularity != 0 || size % kGranularity != 0)
+    return misuse("cuMemMap at an address or of a size that is not a multiple of the granularity");
   vmm().mappings[p] = size;
   return CUDA_SUCCESS;
 }
@@ -163,12 +166,16 @@ CUresult CUDAAPI fake_set_access(CUdeviceptr p, size_t size, const CUmemAccessDe
   if (covered != size) return misuse("cuMemSetAccess on memory not mapped");
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI fake_reserve(CUdeviceptr* p, size_t size, size_t, CUdeviceptr, unsigned long long) {
+// Its default alignment (`alignment` 0) is 64 KiB, below the granularity, as a driver's may be: a heap whose
+// window is not reserved aligned to the granularity cannot map its slots (fake_map refuses).
+CUresult CUDAAPI fake_reserve(CUdeviceptr* p, size_t size, size_t alignment, CUdeviceptr, unsigned long long) {
   std::lock_guard lock(vmm().mu);
   if (failing(Call::kReserve)) return failure_code(Call::kReserve);
-  *p = vmm().next_va;
+  if (alignment != 0 && (alignment & (alignment - 1)) != 0) return misuse("cuMemAddressReserve alignment not 2^n");
+  const CUdeviceptr align = alignment != 0 ? alignment : CUdeviceptr{64} << 10;
+  *p = (vmm().next_va + (CUdeviceptr{64} << 10) + align - 1) / align * align;
   vmm().reservations[*p] = size;
-  vmm().next_va += (size + (CUdeviceptr{1} << 30)) / (CUdeviceptr{1} << 30) * (CUdeviceptr{1} << 30);
+  vmm().next_va = (*p + size + (CUdeviceptr{1} << 30)) / (CUdeviceptr{1} << 30) * (CUdeviceptr{1} << 30);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_free(CUdeviceptr p, size_t size) {
@@ -196,7 +203,7 @@ CUresult CUDAAPI fake_import(CUmemGenericAllocationHandle* h, void* fd, CUmemAll
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI fake_granularity(size_t* g, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) {
-  *g = size_t{2} << 20;
+  *g = kGranularity;
   return CUDA_SUCCESS;
 }
 
@@ -254,7 +261,7 @@ std::string left_behind() {
 std::string outcome_of(iris::Bootstrap& bootstrap, int rank) {
   t_rank = rank;
   try {
-    iris::SymmetricHeap heap(bootstrap, /*device=*/rank, kHeapBytes);
+    iris::SymmetricHeap heap(bootstrap, /*device=*/rank, kHeapBytes, kGranularity);
   } catch (const iris::RemoteError& e) {
     return std::string("RemoteError: ") + e.what();
   } catch (const iris::CuError& e) {
@@ -350,7 +357,7 @@ TEST(SymmetricHeapHost, ThreadsOfAFailedJobKeepEverySlotMappedUntilTheLastRankLe
     for (int r = 0; r < world; ++r)
       threads.emplace_back([&, r] {
         t_rank = r;
-        heaps[r] = std::make_unique<iris::SymmetricHeap>(*bootstraps[r], /*device=*/r, kHeapBytes);
+        heaps[r] = std::make_unique<iris::SymmetricHeap>(*bootstraps[r], /*device=*/r, kHeapBytes, kGranularity);
       });
     for (auto& t : threads) t.join();
     ASSERT_EQ(vmm().mappings.size(), static_cast<size_t>(world));

@@ -298,7 +298,7 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
       std::memset(error_record_, 0, sizeof(DeviceErrorRecord));
     });
 
-    heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, device_, heap_size_);  // agrees its own steps
+    heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, device_, heap_size_, coarsest);  // agrees its own steps
 
     detail::agree(*bootstrap_, "to finish its context", [&] {
       allocator_ = std::make_unique<HeapAllocator>(heap_size_, guards ? detail::kHeapGuardBytes : 0,

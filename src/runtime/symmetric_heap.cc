@@ -103,12 +103,13 @@ size_t SymmetricHeap::allocation_granularity(int device) {
   return granularity;
 }
 
-SymmetricHeap::SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size)
+SymmetricHeap::SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size, size_t granularity)
     : bootstrap_(bootstrap),
       rank_(bootstrap.rank()),
       world_(bootstrap.world_size()),
       device_(device),
       size_(heap_size),
+      granularity_(granularity),
       mapped_(world_, false),
       imported_(world_, 0) {
   // A constructor that throws runs no destructor: undo here what was set up. After a failure every rank
@@ -175,7 +176,7 @@ void SymmetricHeap::build(bool& together) {
         [&] {
           if (rank_ != 0) return;
           CUdeviceptr p = 0;
-          IRIS_CU_CHECK(driver::api().cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
+          IRIS_CU_CHECK(driver::api().cuMemAddressReserve(&p, size_ * world_, granularity_, 0, 0));
           base_ = reinterpret_cast<char*>(p);
         },
         &together);
@@ -197,7 +198,7 @@ void SymmetricHeap::build(bool& together) {
       bootstrap_, "to map its heap",
       [&] {
         CUdeviceptr p = 0;
-        IRIS_CU_CHECK(driver::api().cuMemAddressReserve(&p, size_ * world_, 0, 0, 0));
+        IRIS_CU_CHECK(driver::api().cuMemAddressReserve(&p, size_ * world_, granularity_, 0, 0));
         base_ = reinterpret_cast<char*>(p);
         IRIS_CU_CHECK(driver::api().cuMemMap(reinterpret_cast<CUdeviceptr>(slot(rank_)), size_, 0, own_, 0));
         mapped_[rank_] = true;

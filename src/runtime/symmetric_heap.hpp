@@ -25,9 +25,10 @@ namespace iris {
 
 class SymmetricHeap {
  public:
-  // Collective. `heap_size` must already be a multiple of allocation_granularity(device) and equal
-  // on every rank (the caller checks).
-  SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size);
+  // Collective. `granularity` is the coarsest allocation_granularity of the ranks' devices, the same on every
+  // rank, and `heap_size` a multiple of it, equal on every rank (the caller checks). The window is reserved
+  // aligned to `granularity`, so every rank's slot starts where each rank's device can map memory.
+  SymmetricHeap(Bootstrap& bootstrap, int device, size_t heap_size, size_t granularity);
   // Collective: waits for every rank before unmapping so no peer still reads (see teardown when it cannot).
   ~SymmetricHeap();
   SymmetricHeap(const SymmetricHeap&) = delete;
@@ -61,6 +62,7 @@ class SymmetricHeap {
   int world_;
   int device_;
   size_t size_;
+  size_t granularity_;  // the window's alignment
   bool shared_window_ = false;
   char* base_ = nullptr;
   CUmemGenericAllocationHandle own_ = 0;
