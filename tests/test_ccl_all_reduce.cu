@@ -125,8 +125,8 @@ void check_once(Context& ctx, const Config& cfg, Workspace& ws, DType dt, Reduce
     EXPECT_EQ(wrong, 0) << "rank " << ctx.rank() << ": " << wrong << " of " << rows * cols
                         << " wrong (output poisoned with 0x" << std::hex << int{poison} << std::dec
                         << " bytes); first at element " << first << ": got " << first_got << ", want " << first_want;
-    // Padding between rows is never written.
-    if (!in_place && stride > cols) {
+    // Padding between rows is never written (in place it is the input's, 0xFF bytes as the poison).
+    if (stride > cols) {
       int64_t written = 0;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = cols; c < stride; ++c)
@@ -185,6 +185,8 @@ void run_variant(const RankSetup& setup, AllReduceVariant variant, OneShotProtoc
             // Row stride larger than the row, and in place.
             check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n + 5, false, false, seed++, what + " strided");
             check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n, true, true, seed++, what + " in place");
+            check_once(ctx, cfg, ws, dt, ReduceOp::kSum, s.m, s.n, s.n + 5, true, false, seed++,
+                       what + " in place strided");
             ccl::ContextWorkspaceHost host(ctx);
             ws.release(host);
           }
