@@ -1207,6 +1207,41 @@ TEST_P(FusedGpu, UnfusedCollectiveIsRefusedBeforeItsGemm) {
       options());
 }
 
+// One FusedWorkspace, two ops: matmul_all_gather's preamble for an unfused call prepares the workspace's
+// collective for all_gather; matmul_all_reduce's preamble for the band pipeline leaves it so. An unfused
+// matmul_all_reduce call then finds its collective prepared for another op: refused, naming matmul_all_reduce's
+// preamble (before 2026-12-07 iris::ccl's own refusal named all_reduce and all_reduce_preamble, a call and a
+// preamble the caller never made), before its GEMM writes C; that preamble moves it back.
+TEST_P(FusedGpu, AnUnfusedCallWhoseCollectiveAnotherOpTookNamesItsOwnPreamble) {
+  IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
+  if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is unfused";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const Flavor gather{Op::kMatmulAllGather}, reduce{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot};
+        Problem g(ctx, gather, {kOneTile, kBF16, kBF16, false, kGemmTileTiny});
+        Problem r(ctx, reduce, {{256, 256, 64}, kBF16, kBF16, false, kGemmTileTiny});
+        FusedWorkspace ws;
+        fns(gather.op).preamble(ctx, g.operands(), config_for(gather, kGemmTileTiny), ws);
+        fns(reduce.op).preamble(ctx, r.operands(), config_for(reduce, kGemmTileTiny, /*pipelined=*/true), ws);
+        const FusedConfig unfused = config_for(reduce, kGemmTileTiny);
+        r.upload(2100, ctx.stream());
+        EXPECT_EQ(
+            error_text<std::invalid_argument>([&] { fns(reduce.op).run(ctx, r.operands(), unfused, ws, nullptr); }),
+            "matmul_all_reduce: this call is below the fusion threshold and runs its GEMM, then the iris::ccl "
+            "all_reduce, but another op's preamble on this workspace last prepared its collective for "
+            "all_gather; call matmul_all_reduce_preamble with these operands first (on every rank), or give "
+            "each op a FusedWorkspace of its own.");
+        ctx.synchronize();
+        EXPECT_EQ(r.written_bytes(ctx.stream()), 0) << "C was written by a refused call";
+        ctx.barrier();  // every rank refused
+        fns(reduce.op).preamble(ctx, r.operands(), unfused, ws);
+        call_and_check(ctx, r, unfused, ws, 2101, nullptr, "after its own preamble");
+        release_workspace(ctx, ws);
+      },
+      options());
+}
+
 // ---- 2. workspace reuse ----------------------------------------------------------------------------
 
 // A workspace prepared with 128x128 blocks for a 384x512x64 product serves a smaller shape (kAwkward),

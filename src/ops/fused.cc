@@ -240,6 +240,7 @@ struct UnfusedCollective {
   // The call's own checks, without its launch (ccl::detail::check_*_call).
   void (*check)(const Context& ctx, const Tensor& out, const Tensor& in, const ccl::Workspace& ws);
   void (*call)(Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws, cudaStream_t stream);
+  ccl::OpKind kind;  // the collective
   bool before_gemm;  // all_gather_matmul gathers A, then multiplies; the others reduce or gather C after the GEMM
 };
 
@@ -255,6 +256,7 @@ constexpr UnfusedCollective kUnfusedAllGather{
     [](Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws, cudaStream_t stream) {
       ccl::all_gather(ctx, out, in, ccl::Config{}, ws, stream);
     },
+    ccl::OpKind::kAllGather,
     kBeforeGemm};
 
 const UnfusedCollective& unfused_collective(OpKind op) {
@@ -271,6 +273,7 @@ const UnfusedCollective& unfused_collective(OpKind op) {
       [](Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws, cudaStream_t stream) {
         ccl::all_reduce(ctx, out, in, ccl::Config{}, ws, stream);
       },
+      ccl::OpKind::kAllReduce,
       false};
   static constexpr UnfusedCollective reduce_scatter{
       [](const Tensor& out, const Tensor& in, int world) {
@@ -285,6 +288,7 @@ const UnfusedCollective& unfused_collective(OpKind op) {
       [](Context& ctx, const Tensor& out, const Tensor& in, ccl::Workspace& ws, cudaStream_t stream) {
         ccl::reduce_scatter(ctx, out, in, ccl::Config{}, ws, stream);
       },
+      ccl::OpKind::kReduceScatter,
       false};
   switch (op) {
     case OpKind::kMatmulAllReduce:
@@ -1173,6 +1177,14 @@ void check_unfused(const Context& ctx, const UnfusedSteps& s, OpKind op, const F
                  ": this call is below the fusion threshold and runs its GEMM, then the iris::ccl collective, "
                  "but the workspace was prepared for the band pipeline only; call ",
                  preamble_name(op), " with these operands first.");
+  // Another op's preamble on this FusedWorkspace moves its collective over to that op's collective: named
+  // here as this op's, not as the collective's own refusal (which names a call and a preamble never made).
+  const ccl::OpKind mine = unfused_collective(op).kind, last = ws.collective().signature().op;
+  IRIS_CHECK_ARG(last == mine, ccl::op_name(op),
+                 ": this call is below the fusion threshold and runs its GEMM, then the iris::ccl ", ccl::op_name(mine),
+                 ", but another op's preamble on this workspace last prepared its collective for ", ccl::op_name(last),
+                 "; call ", preamble_name(op),
+                 " with these operands first (on every rank), or give each op a FusedWorkspace of its own.");
   check_gemm_in(op, s.gemm, ws);
   refusals_of(op, [&] { unfused_collective(op).check(ctx, s.v.out, s.v.in, ws.collective()); });
 }
