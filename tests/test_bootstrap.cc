@@ -317,6 +317,14 @@ TEST(BootstrapTcp, APeerThatFailsInsideExchangeFdsReleasesOthers) {
 // plays its part by hand, to put the stranger first: it finds rank 0's socket in /proc/net/unix.
 TEST(BootstrapTcp, ExchangeFdsTakesNoDescriptorFromAnotherUser) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root, to start a process of another user (nobody, 65534)";
+  // Root without CAP_SETUID (a rootless container) cannot become another user either.
+  const pid_t probe = ::fork();
+  if (probe == 0) ::_exit(::setgid(65534) == 0 && ::setuid(65534) == 0 ? 0 : 1);
+  int probe_status = -1;
+  ASSERT_TRUE(probe > 0 && ::waitpid(probe, &probe_status, 0) == probe);
+  if (!WIFEXITED(probe_status) || WEXITSTATUS(probe_status) != 0)
+    GTEST_SKIP() << "this process cannot start one of another user (setuid to nobody, 65534, failed)";
+  if (::access("/proc/net/unix", R_OK) != 0) GTEST_SKIP() << "needs /proc/net/unix, to find rank 0's socket";
   const Rendezvous rv;
   auto codes = run_ranks(2, [&](int rank) {
     auto bs = iris::make_tcp_bootstrap(rv.info(rank, 2), 10s);
