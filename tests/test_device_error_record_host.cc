@@ -1,15 +1,20 @@
 // The host's side of the device error record (src/runtime/device_error_record.hpp), on plain host memory
 // with a host thread as the writer: what a kernel's record_device_error does (timeout.cuh) in the same
-// order, claim `code`, the fields, then `written`.
+// order, claim `code`, the fields, then `written`. Then the exception each code raises (throw_device_error),
+// its type and text checked without a GPU.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
 
+#include "iris/core/error.hpp"
+#include "iris/device/common.cuh"
 #include "runtime/device_error_record.hpp"
+#include "support/error_text.hpp"
 
 namespace iris::detail {
 namespace {
@@ -20,6 +25,7 @@ void fill_fields(DeviceErrorRecord& r, const char* op) {
   r.rank = 3;
   r.peer = 5;
   r.block = 7;
+  r.values_signed = 1;
   r.address = 0x1000;
   r.observed = 11;
   r.expected = 12;
@@ -33,6 +39,7 @@ void expect_cleared(const DeviceErrorRecord& r) {
   EXPECT_EQ(r.rank, 0);
   EXPECT_EQ(r.peer, 0);
   EXPECT_EQ(r.block, 0);
+  EXPECT_EQ(r.values_signed, 0);
   EXPECT_EQ(r.address, 0u);
   EXPECT_EQ(r.observed, 0u);
   EXPECT_EQ(r.expected, 0u);
@@ -59,6 +66,7 @@ TEST(DeviceErrorRecordHost, AFinishedRecordIsCopiedAndClearedWithItsCodeLast) {
   EXPECT_EQ(out.rank, 3);
   EXPECT_EQ(out.peer, 5);
   EXPECT_EQ(out.block, 7);
+  EXPECT_EQ(out.values_signed, 1);
   EXPECT_EQ(out.address, 0x1000u);
   EXPECT_EQ(out.observed, 11u);
   EXPECT_EQ(out.expected, 12u);
@@ -125,6 +133,127 @@ TEST(DeviceErrorRecordHost, ARecordLeftUnfinishedIsReportedUntilItsWriterFinishe
   EXPECT_EQ(out.code, 2);
   EXPECT_STREQ(out.op, "next");
   expect_cleared(rec);
+}
+
+// A record as a kernel leaves it: rank 3's wait of block 7 on a word of rank 5, 250 ms.
+DeviceErrorRecord recorded(int32_t code, uint64_t observed, uint64_t expected, bool values_signed = false) {
+  DeviceErrorRecord r{};
+  r.code = code;
+  r.written = 1;
+  r.rank = 3;
+  r.peer = 5;
+  r.block = 7;
+  r.values_signed = values_signed ? 1 : 0;
+  r.address = 0xabc0;
+  r.observed = observed;
+  r.expected = expected;
+  r.elapsed_ns = 250'000'000;
+  std::strncpy(r.op, "all_reduce", DeviceErrorRecord::kOpNameSize - 1);
+  return r;
+}
+
+std::string timeout_text(const DeviceErrorRecord& r) {
+  return test::error_text<TimeoutError>([&] { throw_device_error(r); });
+}
+std::string invalid_text(const DeviceErrorRecord& r) {
+  return test::error_text<InvalidArgument>([&] { throw_device_error(r); });
+}
+
+TEST(DeviceErrorRecordHost, AWaitThatGaveUpIsATimeoutNamingTheWordItsOwnerAndBothValues) {
+  EXPECT_EQ(timeout_text(recorded(device::kDeviceErrorTimeout, 11, 12)),
+            "iris device timeout in all_reduce on rank 3 (block 7): waited 250 ms for the word at 0xabc0 owned by "
+            "rank 5; last value 11, waiting for 12. A peer never signalled: check that every rank launched the same "
+            "ops, in the same order on each workspace (IRIS_CHECK_CALLS=1 compares every iris call across ranks "
+            "before its launch and names the first that differs).");
+  DeviceErrorRecord unowned = recorded(device::kDeviceErrorTimeout, 0, ~uint64_t{0});
+  unowned.peer = -1;  // a word outside the heaps
+  EXPECT_NE(timeout_text(unowned).find("waited 250 ms for the word at 0xabc0; last value 0, waiting for "
+                                       "18446744073709551615. "),
+            std::string::npos)
+      << timeout_text(unowned);
+}
+
+// A signed flag's values are sign-extended by the kernel (signal.cuh, as_u64) and printed signed: before
+// 2026-12-07 a wait of an int32 flag for -1 read "waiting for 4294967295", an int64's "18446744073709551615".
+TEST(DeviceErrorRecordHost, ASignedFlagsValuesArePrintedSigned) {
+  const auto minus = [](int64_t v) { return static_cast<uint64_t>(v); };
+  EXPECT_NE(timeout_text(recorded(device::kDeviceErrorTimeout, 0, minus(-1), true))
+                .find("; last value 0, waiting "
+                      "for -1. "),
+            std::string::npos);
+  EXPECT_NE(timeout_text(recorded(device::kDeviceErrorTimeout, minus(-5), 3, true))
+                .find("; last value -5, waiting "
+                      "for 3. "),
+            std::string::npos);
+  EXPECT_NE(timeout_text(recorded(device::kDeviceErrorTimeout, minus(INT64_MIN), minus(INT64_MAX), true))
+                .find("; last value -9223372036854775808, waiting for 9223372036854775807. "),
+            std::string::npos);
+}
+
+// Each code, the exception it raises and the words that say what happened, here without a GPU; the GPU tests
+// (test_ccl_*, test_fused_gpu.cu, test_device_timeout.cu) provoke them from kernels.
+TEST(DeviceErrorRecordHost, EachCodeRaisesItsOwnExceptionAndMessage) {
+  const std::string differ_advice =
+      " Every rank must make the same calls on a workspace, in the same order; IRIS_CHECK_CALLS=1 names the "
+      "difference before launch. Call the preamble again on every rank before using the workspace.";
+  std::string m = invalid_text(recorded(device::kDeviceErrorCallMismatch, 0xab, 0xcd));
+  EXPECT_EQ(m.rfind("iris device error in all_reduce on rank 3: rank 5 made another call on this workspace (its call "
+                    "lays out the data as ab, this rank's as cd), so the ranks' calls differ",
+                    0),
+            0u)
+      << m;
+  EXPECT_TRUE(m.ends_with("The kernel ended before it touched its peers' data." + differ_advice)) << m;
+
+  m = invalid_text(recorded(device::kDeviceErrorCallMismatchLate, 0xab, 0xcd));
+  EXPECT_NE(m.find("rank 5 made another call on this workspace (its call key is ab, this rank's cd; "),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("This rank's output of that call is not valid"), std::string::npos) << m;
+  EXPECT_TRUE(m.ends_with(differ_advice)) << m;
+
+  m = invalid_text(recorded(device::kDeviceErrorCallTagMismatch, 0x12, 0x34));
+  EXPECT_NE(m.find("(the flag it set for this call carries the tag 12 of its call's key, this rank's call has 34)"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("the exchange stopped before it read rank 5's data there"), std::string::npos) << m;
+  DeviceErrorRecord fused = recorded(device::kDeviceErrorCallTagMismatch, 0x12, 0x34);
+  std::strncpy(fused.op, "fused op matmul_all_reduce", DeviceErrorRecord::kOpNameSize - 1);
+  m = invalid_text(fused);
+  EXPECT_NE(m.find("its copies by the copy engine (FusedConfig::copy_engine) ran"), std::string::npos) << m;
+
+  m = timeout_text(recorded(device::kDeviceErrorCallDiffers, 0xab, 0xcd));
+  EXPECT_EQ(m.rfind("iris device timeout in all_reduce on rank 3 (block 7): waited 250 ms for the word at 0xabc0, and "
+                    "rank 5 is in another call on this workspace: the same call by count, but its call key is ab and "
+                    "this rank's cd",
+                    0),
+            0u)
+      << m;
+
+  m = invalid_text(recorded(device::kDeviceErrorCallStopped, 4, 6));
+  EXPECT_EQ(m.rfind("iris device error in all_reduce on rank 3: call 6 on its workspace did not run, because call 4 "
+                    "there failed on this rank",
+                    0),
+            0u)
+      << m;
+  EXPECT_NE(m.find("they wrote nothing, on this rank or a peer"), std::string::npos) << m;
+
+  m = invalid_text(recorded(device::kDeviceErrorMisuse, static_cast<uint64_t>(-2), 4, true));
+  EXPECT_EQ(m.rfind("iris device error in all_reduce on rank 3 (block 7): got -2, which must be in [0, 4). ", 0), 0u)
+      << m;
+
+  m = timeout_text(recorded(device::kDeviceErrorPeerNotInCall, 0, 9));
+  EXPECT_NE(m.find("waited 250 ms for the word at 0xabc0, and rank 5 has not started this call: this rank is in call 9 "
+                   "on this workspace, and the latest call rank 5 started there is none "),
+            std::string::npos)
+      << m;
+  m = timeout_text(recorded(device::kDeviceErrorPeerNotInCall, 8, 9));
+  EXPECT_NE(m.find("the latest call rank 5 started there is call 8 "), std::string::npos) << m;
+
+  m = timeout_text(recorded(device::kDeviceErrorPeerStopped, 7, 9));
+  EXPECT_NE(m.find("and rank 5 stopped its calls on this workspace at its call 7, where a wait of its own gave up "
+                   "(this rank is in call 9)"),
+            std::string::npos)
+      << m;
 }
 
 }  // namespace

@@ -200,6 +200,38 @@ TEST_P(DeviceTimeoutTest, UnsatisfiedComparisonsWaitUntilTheBound) {
       test::device_test_options(kBound));
 }
 
+// One thread waits for `*word cmp value` on a signed flag word.
+template <typename T>
+__global__ void wait_signed_kernel(DeviceContext ctx, const T* word, Cmp cmp, T value) {
+  (void)dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, word, cmp, value, "test_signed_flag");
+}
+
+// A signed flag's values are named signed: before 2026-12-07 the record held them zero-extended, and a wait of
+// an int32 flag for -1 read "waiting for 4294967295".
+TEST_P(DeviceTimeoutTest, ASignedFlagsTimeoutNamesItsValuesSigned) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        auto* narrow = ctx.zeros<int32_t>(1);
+        auto* wide = ctx.zeros<int64_t>(1);
+        test::copy_to_device(ctx.stream(), wide, std::vector<int64_t>{-5});
+        wait_signed_kernel<int32_t><<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), narrow, Cmp::kEq, -1);
+        IRIS_CUDA_CHECK_LAUNCH();
+        std::string message = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+        EXPECT_NE(message.find("test_signed_flag"), std::string::npos) << message;
+        EXPECT_NE(message.find("; last value 0, waiting for -1. "), std::string::npos) << message;
+        wait_signed_kernel<int64_t><<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), wide, Cmp::kGe, 3);
+        IRIS_CUDA_CHECK_LAUNCH();
+        message = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+        EXPECT_NE(message.find("; last value -5, waiting for 3. "), std::string::npos) << message;
+        ctx.barrier();
+        ctx.free(wide);
+        ctx.free(narrow);
+      },
+      test::device_test_options(kBound));
+}
+
 // barrier() agrees on device errors: the last rank's kernel times out and nobody asks for its record
 // before the barrier, so the barrier raises the TimeoutError there and RemoteError naming it on every
 // other rank (before 2026-12-05 only the rank with the record raised; its peers passed the barrier and

@@ -12,7 +12,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <string_view>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -708,112 +707,7 @@ void Context::check_device_error() {
   // Counted whatever the code: a misuse also made every bounded wait of this rank's running kernels give
   // up (timeout.cuh), so workspaces and barriers may be out of step all the same.
   ++device_timeouts_;
-  // Every message of calls that differ ends the same way.
-  const char* const differ_advice =
-      " Every rank must make the same calls on a workspace, in the same order; IRIS_CHECK_CALLS=1 names the "
-      "difference before launch. Call the preamble again on every rank before using the workspace.";
-  char theirs[32], ours[32];
-  std::snprintf(theirs, sizeof(theirs), "%llx", static_cast<unsigned long long>(copy.observed));
-  std::snprintf(ours, sizeof(ours), "%llx", static_cast<unsigned long long>(copy.expected));
-  // Two places compare the ranks' calls before any wait could give up: a fence, layouts before any data
-  // moves; an LL exchange, call keys beside its data. The calls' arguments differ: InvalidArgument.
-  if (copy.code == device::kDeviceErrorCallMismatch || copy.code == device::kDeviceErrorCallMismatchLate) {
-    const std::string what =
-        copy.code == device::kDeviceErrorCallMismatch
-            ? detail::str_cat(
-                  " made another call on this workspace (its call lays out the data as ", theirs, ", this rank's as ",
-                  ours,
-                  "), so the ranks' calls differ in shape, dtype, reduction, variant or config. The kernel ended "
-                  "before it touched its peers' data.")
-            : detail::str_cat(
-                  " made another call on this workspace (its call key is ", theirs, ", this rank's ", ours,
-                  "; hex digits from the top: exchange, dtype, reduction and a 0 (broadcast: two of the root), then 12 "
-                  "of elements per "
-                  "block), so the ranks' calls differ in shape, dtype, reduction or root. This rank's output "
-                  "of that call is not valid: the exchange found the difference beside the data, which "
-                  "it may have combined already.");
-    throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, ": rank ",
-                                          copy.peer, what, differ_advice));
-  }
-  // A chunked exchange's flag, set by the peer for this call, carries a tag of another call's key.
-  if (copy.code == device::kDeviceErrorCallTagMismatch)
-    throw InvalidArgument(detail::str_cat(
-        "iris device error in ", copy.op, " on rank ", copy.rank, ": rank ", copy.peer,
-        " made another call on this workspace (the flag it set for this call carries the tag ", theirs,
-        " of its call's key, this rank's call has ", ours,
-        "), so the ranks' calls differ in shape, dtype, reduction, root, bias or config. ",
-        std::string_view(copy.op).starts_with("fused op")
-            ? detail::str_cat("The outputs of that call are not valid on any rank: its later kernels returned at "
-                              "once, as after a timeout, but its copies by the copy engine (FusedConfig::copy_engine) "
-                              "ran, into its peers' staging and, for the ops that write there, their C.")
-            : detail::str_cat("This rank's output of that call is not valid: the exchange stopped before it read "
-                              "rank ",
-                              copy.peer, "'s data there, but may have written other parts of it."),
-        differ_advice));
-  char addr[32], seen[32], want[32];
-  std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
-  std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));
-  std::snprintf(want, sizeof(want), "%llu", static_cast<unsigned long long>(copy.expected));
-  // A wait that gave up, and then found in the call words why. A wait past its bound is a TimeoutError
-  // whatever it finds (DESIGN.md), so that code catching timeouts to recover from a hang catches these too.
-  const std::string waited =
-      detail::str_cat("iris device timeout in ", copy.op, " on rank ", copy.rank, " (block ", copy.block, "): waited ",
-                      copy.elapsed_ns / 1000000, " ms for the word at ", addr);
-  if (copy.code == device::kDeviceErrorCallDiffers)
-    throw TimeoutError(detail::str_cat(
-        waited, ", and rank ", copy.peer,
-        " is in another call on this workspace: the same call by count, but its call key is ", theirs,
-        " and this rank's ", ours,
-        " (hashes of the op, shapes, dtype, variant and config), so the ranks' calls differ in a way their kernels "
-        "could not see (one rank's exchange took the LL protocol and the other's did not, say). This rank's output "
-        "of that call is not valid.",
-        differ_advice));
-  // A call that a stopped workspace skipped (ccl_common.cuh, begin_call), recorded only when no other error was
-  // pending: after the host raised the one that stopped it.
-  if (copy.code == device::kDeviceErrorCallStopped)
-    throw InvalidArgument(detail::str_cat(
-        "iris device error in ", copy.op, " on rank ", copy.rank, ": call ", copy.expected,
-        " on its workspace did not run, because call ", copy.observed,
-        " there failed on this rank (the error raised for it says why) and a workspace stops at its first failed "
-        "call until its preamble runs again on every rank. ",
-        std::string_view(copy.op).starts_with("fused op")
-            ? "The op's kernels returned at once, but its copies by the copy engine ran. "
-            : "Its kernels returned at once: they wrote nothing, on this rank or a peer. ",
-        "Calls replayed by a CUDA graph captured before that failure skip so too: call the preamble again on every "
-        "rank, then replay."));
-  if (copy.code == device::kDeviceErrorMisuse)
-    throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, " (block ",
-                                          copy.block, "): got ", static_cast<int64_t>(copy.observed),
-                                          ", which must be in [0, ", copy.expected,
-                                          "). The kernel gave up there, and so did every bounded wait of this "
-                                          "rank's kernels running at the time."));
-  if (copy.code == device::kDeviceErrorPeerNotInCall)
-    throw TimeoutError(detail::str_cat(
-        waited, ", and rank ", copy.peer, " has not started this call: this rank is in call ", copy.expected,
-        " on this workspace, and the latest call "
-        "rank ",
-        copy.peer, " started there is ",
-        copy.observed == 0 ? std::string("none") : detail::str_cat("call ", copy.observed),
-        " (counted since the workspace's arrays were zeroed). Rank ", copy.peer,
-        " made fewer calls on this workspace (a call without elements launches nothing: it must be so on every "
-        "rank), or has not reached this one (it waits for another stream, another rank or its host). "
-        "IRIS_CHECK_CALLS=1 compares every iris call across ranks before its launch and names the first that "
-        "differs."));
-  if (copy.code == device::kDeviceErrorPeerStopped)
-    throw TimeoutError(detail::str_cat(
-        waited, ", and rank ", copy.peer, " stopped its calls on this workspace at its call ", copy.observed,
-        ", where a wait of its own gave up (this rank is in call ", copy.expected,
-        "): a workspace stops at its first failed call, and its later calls there return at once, until its "
-        "preamble runs again on every rank. The error rank ",
-        copy.peer,
-        " raises for that call says why. This rank's output of that call is not valid. Call the preamble again on "
-        "every rank before using the workspace."));
-  throw TimeoutError(
-      detail::str_cat(waited, copy.peer >= 0 ? detail::str_cat(" owned by rank ", copy.peer) : std::string(),
-                      "; last value ", seen, ", waiting for ", want,
-                      ". A peer never signalled: check that every rank launched the same ops, in the same order on "
-                      "each workspace (IRIS_CHECK_CALLS=1 compares every iris call across ranks before "
-                      "its launch and names the first that differs)."));
+  detail::throw_device_error(copy);
 }
 
 void run_threads(int world_size, const std::function<void(Context&)>& fn, const ContextOptions& options) {

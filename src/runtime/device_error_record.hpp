@@ -1,5 +1,6 @@
 // The host's side of the device error record (iris/device/device_context.hpp): taking a failure a kernel
-// recorded, and clearing the record for the next one, while kernels that may record may still run.
+// recorded, and clearing the record for the next one, while kernels that may record may still run; raising
+// it as the exception its code calls for.
 #pragma once
 
 #include <chrono>
@@ -23,5 +24,12 @@ namespace iris::detail {
 // written, and a second failure claimed in the middle of the memset lost its fields.)
 bool take_device_error(DeviceErrorRecord& record, DeviceErrorRecord& out, bool& abandoned,
                        std::chrono::milliseconds writer_wait = std::chrono::milliseconds(1000));
+
+// Raises the failure a record describes (taken by take_device_error), as the exception its code calls for:
+// TimeoutError for a wait that gave up (whatever it then found in the peers' call words), InvalidArgument
+// for calls that differ across ranks, a misuse, or a call that a stopped workspace skipped. Each message
+// names the op, the rank, and what to fix. Context::check_device_error's; host code of its own, so that
+// every code's message is tested without a GPU.
+[[noreturn]] void throw_device_error(const DeviceErrorRecord& record);
 
 }  // namespace iris::detail

@@ -36,6 +36,9 @@ struct DeviceErrorRecord {
   // 1 once the writer has stored every other field: its last store, a system-scope release after a system
   // fence. The host reads the fields only then (a host thread may read the record while the kernel runs).
   int32_t written;
+  // 1 when `observed` and `expected` are a signed word's values (int32 or int64 flags), sign-extended to 64
+  // bits: the messages then print them signed (-1, not 4294967295).
+  int32_t values_signed;
   uint64_t address;  // address of the word waited on (in the waiting rank's address space)
   uint64_t observed; // last value read
   uint64_t expected; // value compared against

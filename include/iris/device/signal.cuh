@@ -58,9 +58,14 @@ IRIS_DEVICE_INLINE bool compare(T observed, Cmp cmp, T value) {
   return false;
 }
 
+// A flag's value as the error record holds it: a signed word's sign-extended (printed signed then), an
+// unsigned word's zero-extended.
 template <typename T>
 IRIS_DEVICE_INLINE uint64_t as_u64(T v) {
-  return static_cast<uint64_t>(static_cast<std::make_unsigned_t<T>>(v));
+  if constexpr (std::is_signed_v<T>)
+    return static_cast<uint64_t>(static_cast<int64_t>(v));
+  else
+    return static_cast<uint64_t>(v);
 }
 
 }  // namespace detail
@@ -80,7 +85,7 @@ template <Order kOrder, Scope kScope, typename T>
   T observed = load<kOrder, kScope>(ptr);
   if (detail::compare(observed, cmp, value)) return true;
   SpinBound bound(ctx);
-  while (bound.keep_waiting(ctx, op, ptr, detail::as_u64(observed), detail::as_u64(value))) {
+  while (bound.keep_waiting(ctx, op, ptr, detail::as_u64(observed), detail::as_u64(value), std::is_signed_v<T>)) {
     observed = load<kOrder, kScope>(ptr);
     if (detail::compare(observed, cmp, value)) return true;
   }

@@ -93,10 +93,12 @@ IRIS_DEVICE_INLINE void stop_later_calls(const DeviceContext& ctx) {
 // Claims ctx.error for this failure (CAS 0 -> code at system scope) and fills it in. Returns false
 // when another failure was recorded first (or the context has no error record); the record then
 // describes that one. Not inlined: it is the cold path of every wait. `peer`: the rank the record names,
-// or -2 for the owner of `address`.
+// or -2 for the owner of `address`. `values_signed`: observed and expected are a signed word's values,
+// sign-extended (DeviceErrorRecord::values_signed).
 inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx, int32_t code, const char* op,
                                                         const void* address, uint64_t observed, uint64_t expected,
-                                                        uint64_t elapsed_ns, int32_t peer = -2) {
+                                                        uint64_t elapsed_ns, int32_t peer = -2,
+                                                        bool values_signed = false) {
   // Any failure of a call stops the later calls on its workspace; a skipped call's own record does not.
   if (code != kDeviceErrorCallStopped) stop_later_calls(ctx);
   DeviceErrorRecord* record = ctx.error;
@@ -109,6 +111,7 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
   out->rank = ctx.rank;
   out->peer = peer != -2 ? peer : rank_of(ctx, address);
   out->block = static_cast<int32_t>(block_index_in_grid());
+  out->values_signed = values_signed ? 1 : 0;
   out->address = reinterpret_cast<uint64_t>(address);
   out->observed = observed;
   out->expected = expected;
@@ -158,12 +161,21 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
            static_cast<long long>(observed), static_cast<unsigned long long>(expected));
     return true;
   }
-  printf(
-      "iris: device timeout in %s on rank %d (block %d, thread %u): word %p owned by rank %d is %llu, waiting for "
-      "%llu, after %llu ms\n",
-      op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), thread_index_in_block(), address,
-      rank_of(ctx, address), static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected),
-      static_cast<unsigned long long>(elapsed_ns / 1000000));
+  const char* const name = op != nullptr ? op : "?";
+  const int block = static_cast<int>(block_index_in_grid());
+  const auto ms = static_cast<unsigned long long>(elapsed_ns / 1000000);
+  if (values_signed)
+    printf(
+        "iris: device timeout in %s on rank %d (block %d, thread %u): word %p owned by rank %d is %lld, waiting "
+        "for %lld, after %llu ms\n",
+        name, ctx.rank, block, thread_index_in_block(), address, rank_of(ctx, address),
+        static_cast<long long>(observed), static_cast<long long>(expected), ms);
+  else
+    printf(
+        "iris: device timeout in %s on rank %d (block %d, thread %u): word %p owned by rank %d is %llu, waiting "
+        "for %llu, after %llu ms\n",
+        name, ctx.rank, block, thread_index_in_block(), address, rank_of(ctx, address),
+        static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected), ms);
   return true;
 }
 
@@ -180,7 +192,8 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
 // of ctx.timeout_ns, long after a stuck peer's stores became visible. Each of this kernel's blocks stored
 // this call's words before its waits, so this rank's are this call's. Not inlined: the cold path.
 inline __device__ __noinline__ bool record_wait_timeout(const DeviceContext& ctx, const char* op, const void* address,
-                                                        uint64_t observed, uint64_t expected, uint64_t elapsed_ns) {
+                                                        uint64_t observed, uint64_t expected, uint64_t elapsed_ns,
+                                                        bool values_signed = false) {
   if (ctx.call_words != nullptr) {
     const uint64_t epoch = load<Order::kRelaxed, Scope::kSys>(ctx.call_words);
     int behind = -1, stopped = -1;
@@ -214,7 +227,7 @@ inline __device__ __noinline__ bool record_wait_timeout(const DeviceContext& ctx
     if (stopped >= 0)
       return record_device_error(ctx, kDeviceErrorPeerStopped, op, address, stopped_epoch, epoch, elapsed_ns, stopped);
   }
-  return record_device_error(ctx, kDeviceErrorTimeout, op, address, observed, expected, elapsed_ns);
+  return record_device_error(ctx, kDeviceErrorTimeout, op, address, observed, expected, elapsed_ns, -2, values_signed);
 }
 
 // The bound of one waiting thread: construct it when the wait starts, call keep_waiting() after each
@@ -227,13 +240,14 @@ class SpinBound {
         next_error_poll_(start_ + kErrorPollIntervalNs) {}
 
   // True: poll again. False: give up, because the bound expired (this thread then tried to record
-  // the timeout with the given op, word and values) or another thread has recorded an error.
+  // the timeout with the given op, word and values, sign-extended where `values_signed`) or another thread
+  // has recorded an error.
   IRIS_DEVICE_INLINE bool keep_waiting(const DeviceContext& ctx, const char* op, const void* address, uint64_t observed,
-                                       uint64_t expected) {
+                                       uint64_t expected, bool values_signed = false) {
     const uint64_t now = global_timer_ns();
     const uint64_t elapsed = now - start_;
     if (elapsed >= timeout_ns_) {
-      record_wait_timeout(ctx, op, address, observed, expected, elapsed);
+      record_wait_timeout(ctx, op, address, observed, expected, elapsed, values_signed);
       return false;
     }
     if (now >= next_error_poll_) {
