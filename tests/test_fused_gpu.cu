@@ -1161,10 +1161,10 @@ TEST_P(FusedGpu, AllGatherMatmulRefusesItsGemmBeforeTheGather) {
 // call (its collective's arrays sized for 64 x 128), then by nothing, a 256 x 256 call fits the band
 // pipeline's arrays (two tiles of 128x256 against two of 64x64; no staging unfused; no split of K) but not
 // its collective's (iris::ccl's auto sizes them by the tensor): every rank refuses it with WorkspaceTooSmall naming the
-// op and its preamble (the lock and flag refusals in their exact text), and C keeps its poison (before 2026-12-05 the
-// GEMM had written C by then). After the preamble the call is right. all_gather_matmul's GEMM check before its gather
-// is AllGatherMatmulRefusesItsGemmBeforeTheGather; matmul_reduce_scatter stages the product in the op's own staging,
-// refused first there.
+// op and its preamble (the lock and flag refusals with their exact text between), and C keeps its poison (before
+// 2026-12-05 the GEMM had written C by then). After the preamble the call is right. all_gather_matmul's GEMM check
+// before its gather is AllGatherMatmulRefusesItsGemmBeforeTheGather; matmul_reduce_scatter stages the product in the
+// op's own staging, refused first there.
 TEST_P(FusedGpu, UnfusedCollectiveIsRefusedBeforeItsGemm) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   if (GetParam().world < 2) GTEST_SKIP() << "one rank runs the GEMM alone: nothing is unfused";
@@ -1183,18 +1183,27 @@ TEST_P(FusedGpu, UnfusedCollectiveIsRefusedBeforeItsGemm) {
           f.preamble(ctx, small.operands(), config_for(flavor, kGemmTileTiny), ws);
           const void* staging = ws.collective().staging();
           large.upload(seed, ctx.stream());
-          const std::string why =
-              error_text<WorkspaceTooSmall>([&] { f.run(ctx, large.operands(), config, ws, nullptr); });
-          // all_reduce's staging, or all_gather's flags (by rows) then staging, fall short. The flag refusal
-          // keeps DESIGN.md's exact text, as the band pipeline raises it; the others name the op and its preamble.
-          if (why.starts_with("Flags array too small: ")) {
-            const std::string tail = ". Pre-allocate workspace with the smallest block sizes you intend to use.";
-            EXPECT_TRUE(why.ends_with(tail)) << why;
-          } else {
-            EXPECT_EQ(why.rfind(std::string(f.name) + ": ", 0), 0u) << why;
-            EXPECT_NE(why.find(" too small: have "), std::string::npos) << why;
-            const std::string tail = std::string(" Call ") + f.name + "_preamble with these operands first.";
-            EXPECT_TRUE(why.ends_with(tail)) << why;
+          std::string why = "(nothing thrown)";
+          bool sync_array = false;  // the lock or flag refusal's own type
+          try {
+            f.run(ctx, large.operands(), config, ws, nullptr);
+          } catch (const WorkspaceTooSmall& e) {
+            why = e.what();
+            sync_array = dynamic_cast<const SyncArrayTooSmall*>(&e) != nullptr;
+          }
+          // all_reduce's staging, or all_gather's flags (by rows) then staging, fall short: each named after
+          // the op and its preamble; the flag refusal keeps its type and DESIGN.md's sentence between them.
+          EXPECT_EQ(why.rfind(std::string(f.name) + ": ", 0), 0u) << why;
+          EXPECT_NE(why.find(" too small: have "), std::string::npos) << why;
+          const std::string tail = std::string(" Call ") + f.name + "_preamble with these operands first.";
+          EXPECT_TRUE(why.ends_with(tail)) << why;
+          EXPECT_EQ(sync_array, why.find("Flags array too small: ") != std::string::npos ||
+                                    why.find("Lock array too small: ") != std::string::npos)
+              << why;
+          if (sync_array) {
+            EXPECT_NE(why.find(". Pre-allocate workspace with the smallest block sizes you intend to use. Call "),
+                      std::string::npos)
+                << why;
           }
           ctx.synchronize();
           EXPECT_EQ(large.written_bytes(ctx.stream()), 0) << "C was written by a refused call";

@@ -764,13 +764,16 @@ GemmArguments single_rank_gemm(const MatmulOperands& mm) {
 }
 
 // The GEMM core's and the unfused collective's refusals, named after the op, and a workspace that falls short
-// also the preamble that sizes it (but for the lock and flag refusals, whose text is fixed).
+// also the preamble that sizes it. The lock and flag refusals keep their type and DESIGN.md's sentence whole,
+// between the two: its advice of smaller block sizes is not what mends an array that the op's preamble sizes
+// from the operands (before 2026-12-07 they came as they were, without the op or its preamble).
 template <typename Fn>
 void refusals_of(OpKind op, Fn&& fn) {
   try {
     fn();
-  } catch (const SyncArrayTooSmall&) {
-    throw;  // the lock and flag refusals, whose text DESIGN.md fixes: as they are
+  } catch (const SyncArrayTooSmall& e) {
+    throw SyncArrayTooSmall(
+        str_cat(ccl::op_name(op), ": ", e.what(), " Call ", preamble_name(op), " with these operands first."));
   } catch (const WorkspaceTooSmall& e) {
     throw WorkspaceTooSmall(
         str_cat(ccl::op_name(op), ": ", e.what(), " Call ", preamble_name(op), " with these operands first."));

@@ -79,7 +79,8 @@ class WorkspaceTooSmall : public InvalidArgument {
 
 // The lock or flag array of a workspace holds fewer entries than a call's tiling needs: the
 // "Lock array too small: ..." and "Flags array too small: ..." refusals, whose text DESIGN.md fixes. A fused
-// op passes it on as it is (its other refusals it names after itself).
+// op's band pipeline raises it as it is; an array of its GEMM or unfused collective, named after the op and its
+// preamble around that text (ops/fused.cc, refusals_of).
 class SyncArrayTooSmall : public WorkspaceTooSmall {
  public:
   using WorkspaceTooSmall::WorkspaceTooSmall;
