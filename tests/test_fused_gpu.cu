@@ -1616,8 +1616,9 @@ TEST_P(FusedGpu, UnfusedAndOneRankCallsTakeCAnywhere) {
 
 // matmul_all_reduce two_shot writes peers' rows straight into a C on the symmetric heap; the other variants
 // stage them. A workspace prepared for two_shot with C on the heap refuses a call of another variant with
-// the same C, saying why (before 2026-12-04 it said C was not on the symmetric heap, which it was); the
-// call's own preamble then moves the workspace over, and the call is right.
+// the same C, saying why (before 2026-12-04 it said C was not on the symmetric heap, which it was), and with
+// a C off the heap names the variant too (before 2026-12-07 only where C was); the call's own preamble then
+// moves the workspace over, and the call is right.
 TEST_P(FusedGpu, MatmulAllReduceSaysWhyACallMissesTheCOnTheHeapItsPreambleSaw) {
   IRIS_TEST_REQUIRE_GEMM_CORE(GetParam());
   test::run_ranks(
@@ -1645,10 +1646,14 @@ TEST_P(FusedGpu, MatmulAllReduceSaysWhyACallMissesTheCOnTheHeapItsPreambleSaw) {
         }
         matmul_all_reduce_preamble(ctx, mm, two_shot, ws);
         ASSERT_TRUE(ws.signature().symmetric_output);
-        EXPECT_EQ(error_text([&] { matmul_all_reduce(ctx, mm, one_shot, ws, nullptr); }),
-                  "matmul_all_reduce: this call's variant (one_shot) stages peers' rows instead of writing them into "
-                  "C but the workspace was prepared with C on it; call matmul_all_reduce_preamble again with these "
-                  "operands.");
+        const std::string want =
+            "matmul_all_reduce: this call's variant (one_shot) stages peers' rows instead of writing them into C but "
+            "the workspace was prepared with C on it; call matmul_all_reduce_preamble again with these operands.";
+        EXPECT_EQ(error_text([&] { matmul_all_reduce(ctx, mm, one_shot, ws, nullptr); }), want);
+        Case off_heap = c;
+        off_heap.on_heap = false;
+        Problem elsewhere(ctx, p.flavor(), off_heap);
+        EXPECT_EQ(error_text([&] { matmul_all_reduce(ctx, elsewhere.operands(), one_shot, ws, nullptr); }), want);
         matmul_all_reduce_preamble(ctx, mm, one_shot, ws);
         matmul_all_reduce(ctx, mm, one_shot, ws, nullptr);
         finish(ctx, nullptr);

@@ -1230,14 +1230,16 @@ void check_launch(const Context& ctx, const MatmulOperands& mm, const FusedPlan&
   // their rows at the offset of the C they prepared with: a C elsewhere would miss them, and they would
   // land on whatever lies at that offset now.
   if (p.sig.symmetric_output != ws.signature().symmetric_output) {
-    const bool c_on_heap = symmetric_view(ctx, mm.c);
+    // The variant first: a variant that stages would miss the C its peers prepared for wherever this C is
+    // (before 2026-12-07 a one_shot call with a C off the heap blamed only where C was).
+    const bool variant_stages = p.sig.op == OpKind::kMatmulAllReduce && p.sig.variant != AllReduceVariant::kTwoShot;
     const std::string why =
         p.sig.symmetric_output ? std::string("C is on the symmetric heap")
-        : !c_on_heap           ? std::string("C is not on the symmetric heap")
-        : mm.c.stride != mm.c.cols
-            ? std::string("C is not contiguous (peers write rows straight into a contiguous C only)")
-            : str_cat("this call's variant (", ccl::variant_name(p.sig.variant),
-                      ") stages peers' rows instead of writing them into C");
+        : variant_stages       ? str_cat("this call's variant (", ccl::variant_name(p.sig.variant),
+                                         ") stages peers' rows instead of writing them into C")
+        : !symmetric_view(ctx, mm.c)
+            ? std::string("C is not on the symmetric heap")
+            : std::string("C is not contiguous (peers write rows straight into a contiguous C only)");
     throw InvalidArgument(str_cat(ccl::op_name(p.sig.op), ": ", why, " but the workspace was prepared with C ",
                                   ws.signature().symmetric_output
                                       ? "on it"
