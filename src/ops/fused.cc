@@ -1182,14 +1182,15 @@ void check_unfused(const Context& ctx, const UnfusedSteps& s, OpKind op, const F
                  preamble_name(op), " with these operands first.");
   // Another op's preamble on this FusedWorkspace moves its collective over to that op's collective: named
   // here as this op's, not as the collective's own refusal (which names a call and a preamble never made).
-  const ccl::OpKind mine = unfused_collective(op).kind, last = ws.collective().signature().op;
+  const UnfusedCollective& collective = unfused_collective(op);
+  const ccl::OpKind mine = collective.kind, last = ws.collective().signature().op;
   IRIS_CHECK_ARG(last == mine, ccl::op_name(op),
                  ": this call is below the fusion threshold and runs its GEMM, then the iris::ccl ", ccl::op_name(mine),
                  ", but another op's preamble on this workspace last prepared its collective for ", ccl::op_name(last),
                  "; call ", preamble_name(op),
                  " with these operands first (on every rank), or give each op a FusedWorkspace of its own.");
   check_gemm_in(op, s.gemm, ws);
-  refusals_of(op, [&] { unfused_collective(op).check(ctx, s.v.out, s.v.in, ws.collective()); });
+  refusals_of(op, [&] { collective.check(ctx, s.v.out, s.v.in, ws.collective()); });
 }
 
 // The GEMM and the collective, one after the other on the caller's stream (the gathering op of A

@@ -1281,17 +1281,9 @@ std::vector<int> TcpBootstrap::exchange_fds(int fd) {
       if (!detail::send_fd(s.get(), fd, me, deadline)) throw timed_out(str_cat("sending a descriptor to rank ", peer));
     }
 
-    // Processes of other users that connected (the first few, and how many), for the timeout's message.
-    std::vector<std::string> strangers;
+    // Processes of other users that connected (the first four, and how many), for the timeout's message.
+    std::string strangers;
     int stranger_count = 0;
-    auto named_strangers = [&]() -> std::string {
-      if (stranger_count == 0) return "";
-      std::string all;
-      for (const std::string& who : strangers) all += (all.empty() ? "" : ", ") + who;
-      if (stranger_count > static_cast<int>(strangers.size()))
-        all += str_cat(" and ", stranger_count - static_cast<int>(strangers.size()), " more");
-      return " (closed connections from other users' processes: " + all + ")";
-    };
     for (int received = 0; received < world - 1;) {
       // In slices, listening to the store between them: a peer that failed or died never sends.
       throw_if_store_spoke();
@@ -1300,7 +1292,12 @@ std::vector<int> TcpBootstrap::exchange_fds(int fd) {
         std::vector<int> missing;
         for (int q = 0; q < world; ++q)
           if (q != me && out[q] < 0) missing.push_back(q);
-        throw timed_out(str_cat("waiting for descriptors from ", format_ranks(missing), named_strangers()));
+        throw timed_out(
+            str_cat("waiting for descriptors from ", format_ranks(missing),
+                    stranger_count == 0
+                        ? std::string()
+                        : str_cat(" (closed connections from other users' processes: ", strangers,
+                                  stranger_count > 4 ? str_cat(" and ", stranger_count - 4, " more") : "", ")")));
       }
       UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (!conn.valid()) {
@@ -1317,7 +1314,7 @@ std::vector<int> TcpBootstrap::exchange_fds(int fd) {
         const std::string who = str_cat("process ", cred.pid, " of user ", cred.uid);
         IRIS_LOG_WARN("bootstrap: exchange_fds #", exchange, ": closed a connection from ", who,
                       ": only processes of this rank's user (", ::geteuid(), ") may pass it descriptors");
-        if (++stranger_count <= 4) strangers.push_back(who);
+        if (++stranger_count <= 4) strangers += (strangers.empty() ? "" : ", ") + who;
         continue;
       }
       auto got = detail::recv_fd(conn.get(), deadline);
