@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "ccl_test_util.cuh"
+#include "iris/ccl/collectives.hpp"
 #include "iris/ccl/workspace.hpp"
 #include "iris/core/cuda_check.hpp"
 #include "iris/core/error.hpp"
@@ -1230,10 +1231,20 @@ TEST_P(FusedGpu, AnUnfusedCallWhoseCollectiveAnotherOpTookNamesItsOwnPreamble) {
         const Flavor gather{Op::kMatmulAllGather}, reduce{Op::kMatmulAllReduce, AllReduceVariant::kTwoShot};
         Problem g(ctx, gather, {kOneTile, kBF16, kBF16, false, kGemmTileTiny});
         Problem r(ctx, reduce, {{256, 256, 64}, kBF16, kBF16, false, kGemmTileTiny});
+        const FusedConfig gathered = config_for(gather, kGemmTileTiny), unfused = config_for(reduce, kGemmTileTiny),
+                          banded = config_for(reduce, kGemmTileTiny, /*pipelined=*/true);
+        // The band pipeline's arrays for both calls first: a preamble refuses arrays smaller than its call's
+        // (the one-tile call's 2 locks against the banded call's 16).
+        int sms = 0;
+        IRIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
+        const FusedPlan band = plan_matmul_all_reduce(r.operands(), banded, ctx.world_size(), sms);
+        ASSERT_FALSE(band.unfused) << "256 x 256 in 64x64 tiles with min_band_tiles 1 runs the band pipeline";
+        ccl::WorkspaceNeeds both = band.needs;
+        both.include(plan_matmul_all_gather(g.operands(), gathered, ctx.world_size(), sms).needs);
         FusedWorkspace ws;
-        fns(gather.op).preamble(ctx, g.operands(), config_for(gather, kGemmTileTiny), ws);
-        fns(reduce.op).preamble(ctx, r.operands(), config_for(reduce, kGemmTileTiny, /*pipelined=*/true), ws);
-        const FusedConfig unfused = config_for(reduce, kGemmTileTiny);
+        ccl::reserve_workspace(ctx, ws, both);
+        fns(gather.op).preamble(ctx, g.operands(), gathered, ws);
+        fns(reduce.op).preamble(ctx, r.operands(), banded, ws);
         r.upload(2100, ctx.stream());
         EXPECT_EQ(
             error_text<std::invalid_argument>([&] { fns(reduce.op).run(ctx, r.operands(), unfused, ws, nullptr); }),
