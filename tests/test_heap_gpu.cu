@@ -16,6 +16,7 @@
 #include "iris/core/cuda_check.hpp"
 #include "iris/device_barrier.hpp"
 #include "runtime/heap_guard.hpp"
+#include "runtime/symmetric_heap.hpp"
 #include "support/error_text.hpp"
 #include "support/ranks.hpp"
 #include "support/reach.hpp"
@@ -277,15 +278,16 @@ TEST_P(HeapGpu, AlignmentsUpToTheGranularityAreAddressesAndAboveAreRefused) {
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        constexpr size_t kGranularity = size_t{2} << 20;  // H100 and H200
+        // The device's (2 MiB on H100 and H200); the ranks' GPUs are alike here, so it is the heap's too.
+        const size_t granularity = SymmetricHeap::allocation_granularity(ctx.device());
         void* small = ctx.alloc(100);
-        void* p = ctx.alloc(100, kGranularity);
+        void* p = ctx.alloc(100, granularity);
         for (int r = 0; r < ctx.world_size(); ++r)
-          EXPECT_EQ(reinterpret_cast<uintptr_t>(ctx.translate(p, r)) % kGranularity, 0u) << "slot " << r;
-        EXPECT_EQ(
-            test::error_text<std::invalid_argument>([&] { ctx.alloc(100, 2 * kGranularity); }),
-            "Heap alignment of 4194304 bytes is above the heap's allocation granularity (2097152 bytes), the most "
-            "its addresses are aligned to: ask for at most that.");
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(ctx.translate(p, r)) % granularity, 0u) << "slot " << r;
+        EXPECT_EQ(test::error_text<std::invalid_argument>([&] { ctx.alloc(100, 2 * granularity); }),
+                  "Heap alignment of " + std::to_string(2 * granularity) +
+                      " bytes is above the heap's allocation granularity (" + std::to_string(granularity) +
+                      " bytes), the most its addresses are aligned to: ask for at most that.");
         ctx.free(p);
         ctx.free(small);
         ctx.barrier();  // the refusal recorded nothing: the ranks are in step
@@ -297,13 +299,18 @@ TEST_P(HeapGpu, HeapSizeIsRoundedToGranularityAndMustAgree) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   ContextOptions odd = small_heap();
   odd.heap_size = (size_t{64} << 20) + 1;
-  test::run_ranks(GetParam(), [](Context& ctx) {
-    EXPECT_EQ(ctx.heap_size(), size_t{66} << 20) << "64 MiB + 1 rounds up to the 2 MiB granularity";
-    void* p = ctx.alloc((size_t{66} << 20) - ctx.heap_guard_bytes());  // the whole rounded heap is usable
-    EXPECT_THROW(ctx.alloc(1), std::invalid_argument);
-    ctx.free(p);
-    ctx.barrier();
-  }, odd);
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const size_t granularity = SymmetricHeap::allocation_granularity(ctx.device());  // 2 MiB on H100 and H200
+        const size_t rounded = ((size_t{64} << 20) / granularity + 1) * granularity;
+        EXPECT_EQ(ctx.heap_size(), rounded) << "64 MiB + 1 rounds up to the " << granularity << "-byte granularity";
+        void* p = ctx.alloc(rounded - ctx.heap_guard_bytes());  // the whole rounded heap is usable
+        EXPECT_THROW(ctx.alloc(1), std::invalid_argument);
+        ctx.free(p);
+        ctx.barrier();
+      },
+      odd);
 }
 
 // ---- heap guards (ContextOptions::heap_guards, IRIS_HEAP_GUARDS=1) ------------------------------------
