@@ -1,6 +1,7 @@
 // GPU tests of iris/device/atomics.cuh: every read-modify-write (add, sub, and, or, xor, min, max,
-// xchg, cas) on every integer type (int32, uint32, int64, uint64), and float/double add and sub, under every
-// memory order and every scope, on local and remote heap words under contention.
+// xchg, cas) on every integer type (int32, uint32, int64, uint64), and float/double add, sub, xchg and cas,
+// under every memory order and every scope, on local and remote heap words under contention; and the
+// fences (fence_sc, fence_acq_rel) in the store-buffering and message-passing litmus tests.
 //
 // Contention follows the scope, since an atomic is only atomic with the threads its scope includes:
 //   Scope::kSys  every rank hits every rank's words (threads from all GPUs on one word);
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <set>
@@ -247,8 +249,22 @@ void make_word(AtomicOp op, uint64_t seed, T& init, std::vector<T>& operands) {
   };
   operands.assign(kP, T{});
   if constexpr (std::is_floating_point_v<T>) {
-    // Integer-valued, so every partial sum is exact and strictly increasing.
+    // Integer-valued, so every partial sum is exact and strictly increasing; for xchg distinct and
+    // none equal to init (each exchange then changes the word), negative ones and -0.0 among them, so
+    // a sign lost on the way through the 32/64-bit exchange shows.
     init = static_cast<T>(static_cast<int>(rng() % 2001) - 1000);
+    if (op == AtomicOp::kXchg) {
+      std::set<T> seen{init};
+      operands[0] = init == T{0} ? T{1} : -T{0};
+      seen.insert(operands[0]);
+      for (size_t g = 1; g < operands.size(); ++g) {
+        T c;
+        do c = static_cast<T>(static_cast<int>(rng() % 4001) - 2000) / 4;  // quarters: exact, fractional
+        while (!seen.insert(c).second);
+        operands[g] = c;
+      }
+      return;
+    }
     for (auto& v : operands) v = static_cast<T>(1 + rng() % 1000);
     return;
   } else {
@@ -444,13 +460,13 @@ TEST_P(DeviceAtomicsTest, Uint64EveryOpOrderAndScope) {
       GetParam(), [](Context& ctx) { run_integer_type<uint64_t>(ctx, "uint64"); }, test::device_test_options());
 }
 
-TEST_P(DeviceAtomicsTest, FloatAndDoubleAddSubEveryOrderAndScope) {
+TEST_P(DeviceAtomicsTest, FloatAndDoubleAddSubXchgCasEveryOrderAndScope) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        run_type<float, AtomicOp::kAdd, AtomicOp::kSub>(ctx, "float");
-        run_type<double, AtomicOp::kAdd, AtomicOp::kSub>(ctx, "double");
+        run_type<float, AtomicOp::kAdd, AtomicOp::kSub, AtomicOp::kXchg, AtomicOp::kCas>(ctx, "float");
+        run_type<double, AtomicOp::kAdd, AtomicOp::kSub, AtomicOp::kXchg, AtomicOp::kCas>(ctx, "double");
       },
       test::device_test_options());
 }
@@ -564,6 +580,194 @@ TEST_P(DeviceAtomicsTest, AcquireCasAndReleaseXchgGuardPlainDataAcrossRanks) {
         ctx.barrier();
         ctx.free(counters);
         ctx.free(lock);
+      },
+      test::device_test_options());
+}
+
+// ---- fences: litmus tests ------------------------------------------------------------------------
+// Two roles, 0 and 1: ranks 0 and 1 when there are two ranks or more (the others idle), else two blocks
+// of rank 0. Thread p of role 0 and thread p of role 1 form pair p; kLitmusPairs pairs run at once, each
+// kLitmusIterations times, iteration i on fresh words that are zero from the start, so nothing is reset.
+// A participant's stores go to the other's heap and its loads read its own, the pattern in which a
+// store over NVLink is still in flight when the local load runs. Before each store-buffering iteration
+// the two announce themselves and wait for each other, then each waits a random number of cycles, so
+// that over the iterations they start it at every offset, the same instant among them. Every run also
+// runs the same code without the fences and prints how often the outcome the fences forbid appeared
+// there: only a count above zero shows that the machine produces the outcome and the fenced zero means
+// something. On one H100 (2026-12-07, 1 rank and 2 ranks under MPS) store buffering appeared in about 3%
+// of the unfenced iterations, at GPU and system scope, and never with fence_sc; message passing never
+// went stale, fenced or not, so its check guards the fences' ordering only where hardware reorders.
+constexpr int kLitmusPairs = 64;
+constexpr int kLitmusIterations = 4000;
+constexpr int kLitmusMaxDelayCycles = 2048;
+constexpr uint64_t kLitmusDeadlineNs = 10'000'000'000ull;  // a partner that never comes: a bug or a dead rank
+
+struct LitmusRoles {
+  int role;     // this participant's role, -1 if none
+  int partner;  // the rank of the other role
+};
+
+__device__ inline LitmusRoles litmus_roles(const DeviceContext& ctx) {
+  if (ctx.world_size == 1) return {static_cast<int>(blockIdx.x), 0};
+  return {ctx.rank <= 1 ? ctx.rank : -1, 1 - ctx.rank};
+}
+
+// Word i of pair p in array k of a litmus test's arrays ([k][pair][iteration]).
+__host__ __device__ inline size_t litmus_index(int k, int p, int i) {
+  return (static_cast<size_t>(k) * kLitmusPairs + p) * kLitmusIterations + i;
+}
+
+__device__ inline void spin_cycles(long long cycles) {
+  const long long end = clock64() + cycles;
+  while (clock64() < end) {
+  }
+}
+
+// Store buffering: role r stores 1 into its word, [fence_sc], loads the other's word into seen[r][p][i].
+// Forbidden with the fence: both load 0. Heap arrays: 0, 1 the roles' ready flags, 2, 3 their words.
+// stuck counts participants that gave up waiting for their partner.
+template <bool kFenced, Scope kScope>
+__global__ void store_buffering_kernel(DeviceContext ctx, uint32_t* words, uint32_t* seen, unsigned* stuck) {
+  const LitmusRoles who = litmus_roles(ctx);
+  const int p = static_cast<int>(threadIdx.x), r = who.role;
+  if (r < 0 || p >= kLitmusPairs) return;
+  const uint64_t deadline = test::global_timer_ns() + kLitmusDeadlineNs;
+  for (int i = 0; i < kLitmusIterations; ++i) {
+    dev::store<Order::kRelaxed, Scope::kSys>(ctx, words + litmus_index(r, p, i), 1u, who.partner);
+    while (dev::load<Order::kRelaxed, Scope::kSys>(words + litmus_index(1 - r, p, i)) == 0u) {
+      if (test::global_timer_ns() > deadline) {
+        atomicAdd(stuck, 1u);
+        return;
+      }
+    }
+    spin_cycles(static_cast<long long>(test::mix64(r, p, i) % kLitmusMaxDelayCycles));
+    dev::store<Order::kRelaxed, kScope>(ctx, words + litmus_index(2 + r, p, i), 1u, who.partner);
+    if constexpr (kFenced) dev::fence_sc<kScope>();
+    seen[litmus_index(r, p, i)] = dev::load<Order::kRelaxed, kScope>(words + litmus_index(3 - r, p, i));
+  }
+}
+
+// Message passing: role 0 stores data i + 1, [fence_acq_rel], stores flag 1; role 1 waits for the flag,
+// [fence_acq_rel], loads the data into seen[1][p][i]. Forbidden with the fences: a flag seen before its
+// data. Heap arrays: 0 data, 1 flags, both written by role 0 into role 1's heap.
+template <bool kFenced, Scope kScope>
+__global__ void message_passing_kernel(DeviceContext ctx, uint32_t* words, uint32_t* seen, unsigned* stuck) {
+  const LitmusRoles who = litmus_roles(ctx);
+  const int p = static_cast<int>(threadIdx.x);
+  if (who.role < 0 || p >= kLitmusPairs) return;
+  if (who.role == 0) {
+    for (int i = 0; i < kLitmusIterations; ++i) {
+      dev::store<Order::kRelaxed, kScope>(ctx, words + litmus_index(0, p, i), static_cast<uint32_t>(i + 1),
+                                          who.partner);
+      if constexpr (kFenced) dev::fence_acq_rel<kScope>();
+      dev::store<Order::kRelaxed, kScope>(ctx, words + litmus_index(1, p, i), 1u, who.partner);
+      spin_cycles(static_cast<long long>(test::mix64(p, i) % kLitmusMaxDelayCycles));  // the reader keeps up
+    }
+    return;
+  }
+  const uint64_t deadline = test::global_timer_ns() + kLitmusDeadlineNs;
+  for (int i = 0; i < kLitmusIterations; ++i) {
+    while (dev::load<Order::kRelaxed, kScope>(words + litmus_index(1, p, i)) == 0u) {
+      if (test::global_timer_ns() > deadline) {
+        atomicAdd(stuck, 1u);
+        return;
+      }
+    }
+    if constexpr (kFenced) dev::fence_acq_rel<kScope>();
+    seen[litmus_index(1, p, i)] = dev::load<Order::kRelaxed, kScope>(words + litmus_index(0, p, i));
+  }
+}
+
+using LitmusKernel = void (*)(DeviceContext, uint32_t*, uint32_t*, unsigned*);
+
+// Runs one litmus kernel on both roles and returns seen[2][pairs][iterations]: role 0's half from the rank
+// that ran it, role 1's from the other.
+std::vector<uint32_t> run_litmus(Context& ctx, LitmusKernel kernel, int heap_arrays, const char* what) {
+  const int world = ctx.world_size();
+  const size_t half = litmus_index(1, 0, 0);
+  uint32_t* words = ctx.zeros<uint32_t>(heap_arrays * half);
+  test::DeviceBuffer<uint32_t> seen(2 * half);
+  test::DeviceBuffer<unsigned> stuck(1);
+  test::fill_bytes(ctx.stream(), seen.get(), 0xA5, seen.size());
+  test::fill_bytes(ctx.stream(), stuck.get(), 0, 1);
+  ctx.barrier();  // every rank's words are zero before a partner stores into them
+  if (world == 1 || ctx.rank() <= 1) {
+    kernel<<<world == 1 ? 2 : 1, kLitmusPairs, 0, ctx.stream()>>>(ctx.device_context(), words, seen.get(), stuck.get());
+    IRIS_CUDA_CHECK_LAUNCH();
+  }
+  ctx.synchronize();
+  EXPECT_EQ(test::copy_to_host(ctx.stream(), stuck.get(), 1)[0], 0u)
+      << what << ": participants of rank " << ctx.rank() << " waited 10 s for their partners";
+  auto all = test::allgather_vector(ctx, test::copy_to_host(ctx.stream(), seen.get(), seen.size()));
+  ctx.barrier();  // the partner's stores have all landed before the words are freed
+  ctx.free(words);
+  if (world == 1) return all[0];
+  std::vector<uint32_t> out(all[0].begin(), all[0].begin() + half);
+  out.insert(out.end(), all[1].begin() + half, all[1].end());
+  return out;
+}
+
+template <Scope kScope>
+void check_store_buffering(Context& ctx) {
+  const size_t half = litmus_index(1, 0, 0);
+  bool garbage = false;
+  auto count_both_zero = [&](const std::vector<uint32_t>& seen) {
+    int both = 0;
+    for (size_t j = 0; j < half; ++j) {
+      garbage = garbage || seen[j] > 1 || seen[half + j] > 1;
+      both += seen[j] == 0 && seen[half + j] == 0 ? 1 : 0;
+    }
+    return both;
+  };
+  const int fenced =
+      count_both_zero(run_litmus(ctx, &store_buffering_kernel<true, kScope>, 4, "store buffering with fence_sc"));
+  const int loose =
+      count_both_zero(run_litmus(ctx, &store_buffering_kernel<false, kScope>, 4, "store buffering without fences"));
+  EXPECT_FALSE(garbage) << "a load returned a value nobody stored";
+  EXPECT_EQ(fenced, 0) << "fence_sc<" << scope_name(kScope) << ">: in " << fenced << " of " << half
+                       << " iterations both participants loaded 0 after storing 1 (store buffering)";
+  if (ctx.rank() == 0)
+    std::printf("[ litmus   ] store buffering, %s scope, %d ranks: %d of %zu without fences, %d with fence_sc\n",
+                scope_name(kScope), ctx.world_size(), loose, half, fenced);
+}
+
+template <Scope kScope>
+void check_message_passing(Context& ctx) {
+  const size_t half = litmus_index(1, 0, 0);
+  bool garbage = false;
+  auto count_stale = [&](const std::vector<uint32_t>& seen) {
+    int stale = 0;
+    for (int p = 0; p < kLitmusPairs; ++p)
+      for (int i = 0; i < kLitmusIterations; ++i) {
+        const uint32_t got = seen[litmus_index(1, p, i)];
+        garbage = garbage || (got != 0 && got != static_cast<uint32_t>(i + 1));
+        stale += got == 0 ? 1 : 0;
+      }
+    return stale;
+  };
+  const int fenced =
+      count_stale(run_litmus(ctx, &message_passing_kernel<true, kScope>, 2, "message passing with fence_acq_rel"));
+  const int loose =
+      count_stale(run_litmus(ctx, &message_passing_kernel<false, kScope>, 2, "message passing without fences"));
+  EXPECT_FALSE(garbage) << "a load returned a value nobody stored";
+  EXPECT_EQ(fenced, 0) << "fence_acq_rel<" << scope_name(kScope) << ">: in " << fenced << " of " << half
+                       << " iterations the flag was seen before its data (message passing)";
+  if (ctx.rank() == 0)
+    std::printf("[ litmus   ] message passing, %s scope, %d ranks: %d of %zu stale without fences, %d with fences\n",
+                scope_name(kScope), ctx.world_size(), loose, half, fenced);
+}
+
+TEST_P(DeviceAtomicsTest, FencesForbidStoreBufferingAndStaleMessagesAcrossRanks) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        check_store_buffering<Scope::kSys>(ctx);
+        check_message_passing<Scope::kSys>(ctx);
+        if (ctx.world_size() == 1) {  // both roles on one GPU: the GPU scope is enough there
+          check_store_buffering<Scope::kGpu>(ctx);
+          check_message_passing<Scope::kGpu>(ctx);
+        }
       },
       test::device_test_options());
 }
