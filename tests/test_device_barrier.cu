@@ -1,8 +1,9 @@
 // GPU tests of the device barrier (iris/device/barrier.cuh, iris/device_barrier.hpp): as a stream
 // operation captured in a CUDA graph and replayed 1,000 times, with data written to every peer before
-// each barrier checked after it; inside a kernel with one slot per block; epochs that count every
-// crossing on every rank; crossings made on two streams, which run in the order made. 1 and 2 ranks (more with
-// IRIS_TEST_MAX_RANKS), threads and processes.
+// each barrier checked after it; inside a kernel with one slot per block, blocks of one thread and of
+// three-dimensional shape among them; epochs that count every crossing on every rank; crossings made on
+// two streams, which run in the order made. 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and
+// processes.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -100,20 +101,23 @@ TEST_P(DeviceBarrierTest, GraphReplayedThousandTimesSeesEveryRoundsDataAfterTheB
       test::device_test_options());
 }
 
-// Block b crosses slot b: write to every peer's inbox[b][me] -> barrier -> check inbox[b][*] ->
-// barrier, `iterations` times. inbox: heap [blocks][W][n].
+// Block b (of a grid and blocks of any shape: b and the thread index are linearized as barrier_block
+// does) crosses slot b: write to every peer's inbox[b][me] -> barrier -> check inbox[b][*] -> barrier,
+// `iterations` times. inbox: heap [blocks][W][n].
 __global__ void barrier_loop_kernel(DeviceContext ctx, DeviceBarrierHandle barrier, uint32_t* inbox, int n,
                                     int iterations, unsigned long long* wrong) {
-  const int world = ctx.world_size, me = ctx.rank, b = blockIdx.x;
+  const int world = ctx.world_size, me = ctx.rank;
+  const int b = static_cast<int>(dev::block_index_in_grid());
+  const int tid = static_cast<int>(dev::thread_index_in_block()), threads = static_cast<int>(dev::block_size());
   uint32_t* mine = inbox + (static_cast<size_t>(b) * world + me) * n;
   for (int it = 0; it < iterations; ++it) {
     const uint64_t round = static_cast<uint64_t>(b) * 1000003u + it;
     for (int to = 0; to < world; ++to)
-      for (int i = threadIdx.x; i < n; i += blockDim.x) dev::store(ctx, mine + i, round_word(me, round, i), to);
+      for (int i = tid; i < n; i += threads) dev::store(ctx, mine + i, round_word(me, round, i), to);
     if (!dev::barrier_block(ctx, barrier, b)) return;
     unsigned long long bad = 0;
     for (int s = 0; s < world; ++s)
-      for (int i = threadIdx.x; i < n; i += blockDim.x)
+      for (int i = tid; i < n; i += threads)
         bad += inbox[(static_cast<size_t>(b) * world + s) * n + i] != round_word(s, round, i) ? 1 : 0;
     if (bad != 0) atomicAdd(wrong, bad);
     if (!dev::barrier_block(ctx, barrier, b)) return;
@@ -143,6 +147,48 @@ TEST_P(DeviceBarrierTest, InKernelBarrierWithOneSlotPerBlockAndStreamBarrierShar
           for (int r = 0; r < world; ++r)
             EXPECT_EQ(epochs[slot * world + r], 2u * iterations + (slot == 0 ? stream_crossings : 0))
                 << "slot " << slot << ", rank " << r << "'s word on rank " << ctx.rank();
+        ctx.barrier();
+        ctx.free(inbox);
+      },
+      test::device_test_options());
+}
+
+// barrier_block takes blocks of any shape and any number of ranks per thread: blocks of one thread
+// (every rank beyond the first is a second or later turn of its loops), of 3 threads (fewer than ranks
+// from 4 ranks on), and 3-D blocks in a 2-D grid (slots and threads linearized).
+TEST_P(DeviceBarrierTest, InKernelBarrierWithFewerThreadsThanRanksAndThreeDimensionalBlocks) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        struct Shape {
+          dim3 grid, block;
+        };
+        const Shape shapes[] = {{dim3(3), dim3(1)}, {dim3(2), dim3(3)}, {dim3(2, 3), dim3(8, 4, 2)}};
+        const int world = ctx.world_size(), n = 333, iterations = 50;
+        std::vector<uint64_t> crossings(6, 0);  // per slot: each shape's block b crosses slot b
+        DeviceBarrier barrier(ctx, 6);
+        auto* inbox = ctx.full<uint32_t>(size_t{6} * world * n, 0xDEADBEEFu);
+        test::DeviceBuffer<unsigned long long> wrong(1);
+        for (const Shape& shape : shapes) {
+          const int blocks = static_cast<int>(shape.grid.x * shape.grid.y * shape.grid.z);
+          test::fill_bytes(ctx.stream(), wrong.get(), 0, 1);
+          barrier_loop_kernel<<<shape.grid, shape.block, 0, ctx.stream()>>>(ctx.device_context(), barrier.handle(),
+                                                                            inbox, n, iterations, wrong.get());
+          IRIS_CUDA_CHECK_LAUNCH();
+          ctx.synchronize();
+          EXPECT_EQ(test::copy_to_host(ctx.stream(), wrong.get(), 1)[0], 0u)
+              << "rank " << ctx.rank() << ", " << blocks << " blocks of " << shape.block.x << "x" << shape.block.y
+              << "x" << shape.block.z << " threads";
+          ctx.barrier();  // every rank's last arrival has landed
+          for (int slot = 0; slot < blocks; ++slot) crossings[slot] += 2 * iterations;
+          auto epochs = test::copy_to_host(ctx.stream(), barrier.handle().epochs, size_t{6} * world);
+          for (int slot = 0; slot < 6; ++slot)
+            for (int r = 0; r < world; ++r)
+              EXPECT_EQ(epochs[slot * world + r], crossings[slot])
+                  << "slot " << slot << ", rank " << r << "'s word on rank " << ctx.rank() << " after " << blocks
+                  << " blocks of " << shape.block.x << "x" << shape.block.y << "x" << shape.block.z << " threads";
+        }
         ctx.barrier();
         ctx.free(inbox);
       },
