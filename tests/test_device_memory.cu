@@ -357,8 +357,12 @@ using BulkLauncher = void (*)(Context&, unsigned char* dst, const unsigned char*
 
 template <typename T, Form kForm, Op kOp>
 void launch_bulk(Context& ctx, unsigned char* dst, const unsigned char* src, size_t bytes, int a, int b) {
-  dim3 grid = kForm == Form::kGrid ? 6 : 1;
-  dim3 block = kForm == Form::kThread ? 1 : kForm == Form::kWarp ? 32 : kForm == Form::kBlock ? 256 : 128;
+  // Multi-dimensional blocks and grids: the group forms linearize thread and block indices.
+  const dim3 grid = kForm == Form::kGrid ? dim3(3, 2) : dim3(1);
+  const dim3 block = kForm == Form::kThread  ? dim3(1)
+                     : kForm == Form::kWarp  ? dim3(8, 4)
+                     : kForm == Form::kBlock ? dim3(16, 4, 4)
+                                             : dim3(32, 2, 2);
   bulk_kernel<T, kForm, kOp><<<grid, block, 0, ctx.stream()>>>(
       ctx.device_context(), reinterpret_cast<T*>(dst), reinterpret_cast<const T*>(src), bytes / sizeof(T), a, b);
 }
@@ -439,9 +443,13 @@ void check_bulk_form(Context& ctx, unsigned char* dst, unsigned char* src,
       {(size_t{1} << 20) - 5, 8, 8},
   };
   check_bulk_ops<unsigned char, kForm>(ctx, dst, src, sources, byte_cases);
-  // 16-byte and 4-byte elements (alignment known from the type).
+  // 16-, 8-, 4- and 2-byte elements (alignment known from the type; the pointers' skew modulo 16 still
+  // picks wider words where both allow them: 8-byte elements at skew 0 move 16 bytes at a time).
   check_bulk_ops<uint4, kForm>(ctx, dst, src, sources, {{16, 0, 0}, {16 * 1001, 16, 48}, {size_t{1} << 20, 0, 0}});
+  check_bulk_ops<uint64_t, kForm>(ctx, dst, src, sources, {{8, 8, 0}, {8 * 4099, 24, 8}, {8 * 70001, 8, 8}});
   check_bulk_ops<float, kForm>(ctx, dst, src, sources, {{4, 4, 0}, {4 * 4099, 4, 12}, {4 * 70001, 8, 8}});
+  check_bulk_ops<uint16_t, kForm>(ctx, dst, src, sources,
+                                  {{2, 2, 0}, {2 * 5003, 6, 2}, {2 * 40001, 16, 8}, {2 * 77777, 10, 10}});
 }
 
 TEST_P(DeviceMemoryTest, BulkPutGetCopyEveryFormAlignmentAndPeer) {
