@@ -769,14 +769,15 @@ GemmArguments single_rank_gemm(const MatmulOperands& mm) {
 // from the operands (before 2026-12-07 they came as they were, without the op or its preamble).
 template <typename Fn>
 void refusals_of(OpKind op, Fn&& fn) {
+  auto with_advice = [op](const std::exception& e) {
+    return str_cat(ccl::op_name(op), ": ", e.what(), " Call ", preamble_name(op), " with these operands first.");
+  };
   try {
     fn();
   } catch (const SyncArrayTooSmall& e) {
-    throw SyncArrayTooSmall(
-        str_cat(ccl::op_name(op), ": ", e.what(), " Call ", preamble_name(op), " with these operands first."));
+    throw SyncArrayTooSmall(with_advice(e));
   } catch (const WorkspaceTooSmall& e) {
-    throw WorkspaceTooSmall(
-        str_cat(ccl::op_name(op), ": ", e.what(), " Call ", preamble_name(op), " with these operands first."));
+    throw WorkspaceTooSmall(with_advice(e));
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(str_cat(ccl::op_name(op), ": ", e.what()));
   }

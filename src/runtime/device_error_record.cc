@@ -123,15 +123,14 @@ void throw_device_error(const DeviceErrorRecord& copy) {
                               "rank ",
                               copy.peer, "'s data there, but may have written other parts of it."),
         differ_advice));
-  char addr[32], seen[32], want[32];
+  char addr[32];
   std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(copy.address));
-  if (copy.values_signed != 0) {  // a signed flag's values, sign-extended: -1, not 18446744073709551615
-    std::snprintf(seen, sizeof(seen), "%lld", static_cast<long long>(copy.observed));
-    std::snprintf(want, sizeof(want), "%lld", static_cast<long long>(copy.expected));
-  } else {
-    std::snprintf(seen, sizeof(seen), "%llu", static_cast<unsigned long long>(copy.observed));
-    std::snprintf(want, sizeof(want), "%llu", static_cast<unsigned long long>(copy.expected));
-  }
+  // A signed flag's values were sign-extended: -1, not 18446744073709551615.
+  auto value = [&copy](uint64_t v) {
+    return copy.values_signed != 0 ? std::to_string(static_cast<long long>(v))
+                                   : std::to_string(static_cast<unsigned long long>(v));
+  };
+  const std::string seen = value(copy.observed), want = value(copy.expected);
   // A wait that gave up, and then found in the call words why. A wait past its bound is a TimeoutError
   // whatever it finds (DESIGN.md), so that code catching timeouts to recover from a hang catches these too.
   const std::string waited =
