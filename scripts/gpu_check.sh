@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The complete GPU check for the H200 test machine, in one run: build with all cores, run every test
-# (threads and processes), run the examples heap_exchange and tp_mlp over all GPUs, then device_bench, write logs under
-# $IRIS_LOG_DIR (default $OUT, else ./gpu-logs), and print a short summary last.
+# (threads and processes), the collectives' tests again on their chunked protocol alone (IRIS_LL_MAX_BYTES=0;
+# IRIS_SKIP_CHUNKED=1 leaves that out), run the examples heap_exchange and tp_mlp over all GPUs, then
+# device_bench, write logs under $IRIS_LOG_DIR (default $OUT, else ./gpu-logs), and print a short summary last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG_DIR="${IRIS_LOG_DIR:-${OUT:-$PWD/gpu-logs}}"
@@ -40,6 +41,22 @@ if [ "$gpus" -gt 0 ] && grep -q ' 0 visible' "$IRIS_BUILD_DIR/Testing/Temporary/
   summary+=("ctest: GPU tests skipped for '0 visible' on a machine where nvidia-smi lists $gpus GPU(s): FAILED")
 fi
 grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$LOG_DIR/ctest.log" | head -n 20 > "$LOG_DIR/failed.txt"
+
+# The collectives once more with IRIS_LL_MAX_BYTES=0: every all_gather, reduce_scatter, all_to_all and broadcast
+# then takes the chunked protocol, also for the small and odd shapes (one element, a row shorter than a chunk)
+# that the measured rule sends through LL, so those edges of the chunked path are checked too. The tests whose
+# premise is the rule's choice skip, saying so.
+if [ -z "${IRIS_SKIP_CHUNKED:-}" ]; then
+  ( cd "$IRIS_BUILD_DIR" && IRIS_LL_MAX_BYTES=0 timeout "${IRIS_CTEST_TIMEOUT:-1500}" ctest --output-on-failure \
+      --no-tests=error --timeout 300 -R '^Ranks/Collective\.' --output-junit "$LOG_DIR/ctest_chunked.xml" ) \
+    > "$LOG_DIR/ctest_chunked.log" 2>&1
+  chunked_rc=$?
+  [ "$chunked_rc" -eq 0 ] || status=1
+  summary+=("ctest, collectives chunked only (IRIS_LL_MAX_BYTES=0): $(grep -E 'tests passed|tests failed' \
+    "$LOG_DIR/ctest_chunked.log" | tail -n 1) (rc $chunked_rc)")
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$LOG_DIR/ctest_chunked.log" |
+    sed 's/$/ (IRIS_LL_MAX_BYTES=0)/' | head -n 20 >> "$LOG_DIR/failed.txt"
+fi
 
 # The examples over all GPUs: threads, then one process per GPU (torchrun-style environment).
 source scripts/examples.sh
