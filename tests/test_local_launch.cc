@@ -107,7 +107,30 @@ TEST(LocalLaunch, KillsWhatRunsPastTheTimeout) {
   ASSERT_EQ(exits.size(), 2u);
   EXPECT_TRUE(exits[0].ok()) << exits[0].describe();
   EXPECT_TRUE(exits[1].timed_out);
+  EXPECT_FALSE(exits[1].left_unreaped);  // SIGKILL ended it, and it was reaped
   EXPECT_EQ(exits[1].describe(), "rank 1 (process) did not finish within 0.3 s and was killed");
+}
+
+// A killed process that does not end (asleep in the kernel: a hung GPU driver) is left behind after 30 s,
+// never waited for without a bound, and the report says so. No test can make a process SIGKILL does not
+// end, so only the report is checked here.
+TEST(LocalLaunch, AKilledProcessLeftBehindSaysSo) {
+  iris::ProcessExit e;
+  e.rank = 3;
+  e.timed_out = true;
+  e.timeout = 120s;
+  e.left_unreaped = true;
+  e.reap_limit = 30s;
+  EXPECT_FALSE(e.ok());
+  EXPECT_EQ(e.describe(),
+            "rank 3 (process) did not finish within 120.0 s and was killed, but had not ended 30.0 s later (asleep in "
+            "the kernel, e.g. in a GPU driver that stopped answering) and was left behind");
+  e.timed_out = false;
+  e.failed_rank = 0;
+  e.grace = 30s;
+  EXPECT_EQ(e.describe(),
+            "rank 3 (process) was still running 30.0 s after rank 0 failed and was killed, but had not ended 30.0 s "
+            "later (asleep in the kernel, e.g. in a GPU driver that stopped answering) and was left behind");
 }
 
 // How many processes run `sleep <seconds>` (from /proc/*/cmdline): the grandchildren a test's ranks started.

@@ -32,6 +32,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a killed process gets to end before it is left behind (reap_by). A GPU process's teardown after
+// SIGKILL (its device memory released) takes seconds at most.
+constexpr std::chrono::milliseconds kReapLimit{30000};
+
 // Prefixes of the variables a launcher sets; inherited ones would name another job.
 // torchelastic's (TORCHELASTIC_*) would have the ranks look for its agent's store, and IRIS_MASTER_PORT would
 // take them past the launcher's socket.
@@ -86,11 +90,11 @@ std::vector<pid_t> children_of(pid_t parent) {
   return out;
 }
 
-// Kills `pid` and every process descended from it, then reaps `pid`. A rank that is a wrapper (a shell, a
-// script that runs the program without exec) would otherwise leave its program running, holding its GPU
-// and its peers' store, and the caller's pipe open. Each process is stopped before its children are
-// listed, so none forks a child that the walk misses; then all are killed.
-void kill_and_reap(pid_t pid) {
+// Kills `pid` and every process descended from it. A rank that is a wrapper (a shell, a script that runs the
+// program without exec) would otherwise leave its program running, holding its GPU and its peers' store,
+// and the caller's pipe open. Each process is stopped before its children are listed, so none forks a
+// child that the walk misses; then all are killed.
+void kill_tree(pid_t pid) {
   std::vector<pid_t> stopped{pid};
   kill(pid, SIGSTOP);
   for (size_t i = 0; i < stopped.size() && stopped.size() < 100000; ++i) {
@@ -101,7 +105,17 @@ void kill_and_reap(pid_t pid) {
     }
   }
   for (pid_t p : stopped) kill(p, SIGKILL);
-  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+}
+
+// Reaps the killed `pid`, waiting until `until` at most; false if it has not ended by then. SIGKILL ends a
+// process at once unless it sleeps uninterruptibly in the kernel, as one does inside a GPU driver that
+// stopped answering; waiting for that one without a bound would hang the launcher with it.
+bool reap_by(pid_t pid, Clock::time_point until) {
+  for (;;) {
+    const pid_t got = waitpid(pid, nullptr, WNOHANG);
+    if (got == pid || (got < 0 && errno != EINTR)) return true;  // reaped (or reaped elsewhere: ECHILD)
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
@@ -109,11 +123,16 @@ void kill_and_reap(pid_t pid) {
 
 std::string ProcessExit::describe() const {
   const std::string who = detail::str_cat("rank ", rank, " (process)");
+  const std::string left =
+      left_unreaped ? detail::str_cat(", but had not ended ", detail::format_seconds(reap_limit),
+                                      " s later (asleep in the kernel, e.g. in a GPU driver that stopped answering) "
+                                      "and was left behind")
+                    : "";
   if (timed_out)
-    return detail::str_cat(who, " did not finish within ", detail::format_seconds(timeout), " s and was killed");
+    return detail::str_cat(who, " did not finish within ", detail::format_seconds(timeout), " s and was killed", left);
   if (failed_rank >= 0)
     return detail::str_cat(who, " was still running ", detail::format_seconds(grace), " s after rank ", failed_rank,
-                           " failed and was killed");
+                           " failed and was killed", left);
   if (status_lost)
     return who +
            " ended, but its exit status was lost (this process ignores SIGCHLD, or another thread reaped the child)";
@@ -175,7 +194,9 @@ std::vector<ProcessExit> run_local_processes(int world, const std::vector<std::s
     const int rc = posix_spawn(&pids[r], argp[0], &actions, nullptr, argp.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     if (rc != 0) {
-      for (int s = 0; s < r; ++s) kill_and_reap(pids[s]);
+      for (int s = 0; s < r; ++s) kill_tree(pids[s]);
+      const Clock::time_point until = Clock::now() + kReapLimit;
+      for (int s = 0; s < r; ++s) reap_by(pids[s], until);  // one left behind changes nothing of the error
       throw Error(
           detail::str_cat("run_local_processes: cannot start rank ", r, " (", argv[0], "): ", std::strerror(rc)));
     }
@@ -191,11 +212,17 @@ std::vector<ProcessExit> run_local_processes(int world, const std::vector<std::s
   int running = world;
   int first_failed = -1;
   Clock::time_point failed_at{};
-  // Kills every process still running and marks how (mark(exit)).
+  // Kills every process still running, reaps them within one kReapLimit, and marks how (mark(exit)).
   auto kill_rest = [&](auto mark) {
+    for (int r = 0; r < world; ++r)
+      if (pids[r] >= 0) kill_tree(pids[r]);
+    const Clock::time_point until = Clock::now() + kReapLimit;
     for (int r = 0; r < world; ++r) {
       if (pids[r] < 0) continue;
-      kill_and_reap(pids[r]);
+      if (!reap_by(pids[r], until)) {
+        exits[r].left_unreaped = true;
+        exits[r].reap_limit = kReapLimit;
+      }
       pids[r] = -1;
       mark(exits[r]);
     }

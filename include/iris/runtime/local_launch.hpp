@@ -16,7 +16,8 @@
 // detect_launch_info() and makes its Context with Context::create_from_env(). Output is not captured:
 // the processes write to the caller's stdout and stderr. A process that is killed (timeout, failure_grace)
 // is killed with every process it started (found through /proc), so a rank that is a wrapper script
-// leaves no program running.
+// leaves no program running; one that SIGKILL does not end within 30 s is left behind and reported
+// (ProcessExit::left_unreaped), never waited for without a bound.
 #pragma once
 
 #include <chrono>
@@ -51,11 +52,17 @@ struct ProcessExit {
   // Ended, but its status could not be read: this process ignores SIGCHLD (the kernel then reaps
   // children itself) or another thread reaped it. Not ok(): nothing says it succeeded.
   bool status_lost = false;
+  // Killed (timed_out or failed_rank), but still not ended `reap_limit` later: asleep in the kernel
+  // (uninterruptible), e.g. in a GPU driver that stopped answering. run_local_processes returns without
+  // it rather than wait without a bound; it may still hold its GPU.
+  bool left_unreaped = false;
+  std::chrono::milliseconds reap_limit{0};
 
   bool ok() const { return !timed_out && failed_rank < 0 && !status_lost && signal == 0 && exit_code == 0; }
   // "rank 2 (process) failed, exit status 1", "rank 2 (process) died from signal 9 (Killed)",
   // "rank 2 (process) did not finish within 120 s and was killed", "rank 2 (process) was still running
-  // 30 s after rank 0 failed and was killed", "rank 2 (process) ended, but its exit status was lost (...)",
+  // 30 s after rank 0 failed and was killed", either of those two followed by ", but had not ended 30.0 s
+  // later (...) and was left behind", "rank 2 (process) ended, but its exit status was lost (...)",
   // or "rank 2 (process) succeeded".
   std::string describe() const;
 };
