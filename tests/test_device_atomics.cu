@@ -600,7 +600,8 @@ TEST_P(DeviceAtomicsTest, AcquireCasAndReleaseXchgGuardPlainDataAcrossRanks) {
 constexpr int kLitmusPairs = 64;
 constexpr int kLitmusIterations = 4000;
 constexpr int kLitmusMaxDelayCycles = 2048;
-constexpr uint64_t kLitmusDeadlineNs = 10'000'000'000ull;  // a partner that never comes: a bug or a dead rank
+// One wait for the partner longer than this: a bug or a dead rank (ranks time-sliced on one GPU wait a slice).
+constexpr uint64_t kLitmusWaitNs = 10'000'000'000ull;
 
 struct LitmusRoles {
   int role;     // this participant's role, -1 if none
@@ -631,9 +632,9 @@ __global__ void store_buffering_kernel(DeviceContext ctx, uint32_t* words, uint3
   const LitmusRoles who = litmus_roles(ctx);
   const int p = static_cast<int>(threadIdx.x), r = who.role;
   if (r < 0 || p >= kLitmusPairs) return;
-  const uint64_t deadline = test::global_timer_ns() + kLitmusDeadlineNs;
   for (int i = 0; i < kLitmusIterations; ++i) {
     dev::store<Order::kRelaxed, Scope::kSys>(ctx, words + litmus_index(r, p, i), 1u, who.partner);
+    const uint64_t deadline = test::global_timer_ns() + kLitmusWaitNs;
     while (dev::load<Order::kRelaxed, Scope::kSys>(words + litmus_index(1 - r, p, i)) == 0u) {
       if (test::global_timer_ns() > deadline) {
         atomicAdd(stuck, 1u);
@@ -665,8 +666,8 @@ __global__ void message_passing_kernel(DeviceContext ctx, uint32_t* words, uint3
     }
     return;
   }
-  const uint64_t deadline = test::global_timer_ns() + kLitmusDeadlineNs;
   for (int i = 0; i < kLitmusIterations; ++i) {
+    const uint64_t deadline = test::global_timer_ns() + kLitmusWaitNs;
     while (dev::load<Order::kRelaxed, kScope>(words + litmus_index(1, p, i)) == 0u) {
       if (test::global_timer_ns() > deadline) {
         atomicAdd(stuck, 1u);
