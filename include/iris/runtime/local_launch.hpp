@@ -60,8 +60,8 @@ struct ProcessExit {
 
   bool ok() const { return !timed_out && failed_rank < 0 && !status_lost && signal == 0 && exit_code == 0; }
   // "rank 2 (process) failed, exit status 1", "rank 2 (process) died from signal 9 (Killed)",
-  // "rank 2 (process) did not finish within 120 s and was killed", "rank 2 (process) was still running
-  // 30 s after rank 0 failed and was killed", either of those two followed by ", but had not ended 30.0 s
+  // "rank 2 (process) did not finish within 120.0 s and was killed", "rank 2 (process) was still running
+  // 30.0 s after rank 0 failed and was killed", either of those two followed by ", but had not ended 30.0 s
   // later (...) and was left behind", "rank 2 (process) ended, but its exit status was lost (...)",
   // or "rank 2 (process) succeeded".
   std::string describe() const;
