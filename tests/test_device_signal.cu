@@ -1,9 +1,11 @@
-// GPU tests of iris/device/signal.cuh: wait_until comparisons on local and remote words, 10,000
+// GPU tests of iris/device/signal.cuh: wait_until comparisons on local and remote words (every comparison on
+// every flag type against a host reference, at the edges of each type), 10,000
 // producer -> consumer messages through a remote flag with each put-and-signal form (no message lost,
 // duplicated or stale), and many-to-one signalling with release read-modify-writes. 1 and 2 ranks
 // (more with IRIS_TEST_MAX_RANKS), threads and processes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -11,6 +13,7 @@
 
 #include "iris/context.hpp"
 #include "iris/core/cuda_check.hpp"
+#include "iris/core/error.hpp"
 #include "iris/device.cuh"
 #include "support/ranks.hpp"
 #include "test_device_util.cuh"
@@ -112,6 +115,129 @@ TEST_P(DeviceSignalTest, WaitUntilReturnsAtOnceForSatisfiedComparisonsLocalAndRe
         ctx.free(u64_words);
       },
       test::device_test_options());
+}
+
+// Every comparison on every flag type, decided as a host reference spells it out: each pair of some values
+// that sit at the edges of the type (0, 1, 7, the signed maximum and minimum and their neighbours, -3, all
+// ones), plus, for kReached, observed = value + d for d at the half-range edge (value + 2^(bits-1) - 1 has
+// reached value; value + 2^(bits-1) has not, nor has value - 1). One thread per case waits on a peer's
+// word (words that never change): a case that holds must return true (at its first poll), one that does
+// not must give up at the bound and return false, all at once, so one kernel per type takes one bound. The
+// types take different orders and scopes, so the relaxed polling loop and the CTA scope run too.
+constexpr auto kCmpBound = std::chrono::milliseconds(200);
+
+template <typename T>
+struct TypedCmpCase {
+  T observed;
+  Cmp cmp;
+  T value;
+};
+
+// The host's reading of `observed cmp value` on a word of T (bits of T; signed T compares signed).
+template <typename T>
+bool host_holds(T observed, Cmp cmp, T value) {
+  using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+  const Wide o = static_cast<Wide>(observed), v = static_cast<Wide>(value);
+  constexpr int kBits = sizeof(T) * 8;
+  const uint64_t mask = kBits == 64 ? ~uint64_t{0} : (uint64_t{1} << kBits) - 1;
+  switch (cmp) {
+    case Cmp::kEq:
+      return o == v;
+    case Cmp::kNe:
+      return o != v;
+    case Cmp::kGe:
+      return o >= v;
+    case Cmp::kGt:
+      return o > v;
+    case Cmp::kLe:
+      return o <= v;
+    case Cmp::kLt:
+      return o < v;
+    case Cmp::kReached:  // observed is value plus less than half the range, modulo 2^bits
+      return ((static_cast<uint64_t>(observed) - static_cast<uint64_t>(value)) & mask) < (uint64_t{1} << (kBits - 1));
+  }
+  return false;
+}
+
+template <typename T>
+std::vector<TypedCmpCase<T>> cmp_matrix() {
+  using U = std::make_unsigned_t<T>;
+  constexpr U kHalf = U{1} << (sizeof(T) * 8 - 1);
+  const std::vector<U> edges = {
+      0, 1, 7, kHalf - 3, kHalf - 1, kHalf, kHalf + 5, static_cast<U>(-3), static_cast<U>(-1)};
+  const Cmp cmps[] = {Cmp::kEq, Cmp::kNe, Cmp::kGe, Cmp::kGt, Cmp::kLe, Cmp::kLt, Cmp::kReached};
+  std::vector<TypedCmpCase<T>> cases;
+  for (U o : edges)
+    for (U v : edges)
+      for (Cmp c : cmps) cases.push_back({static_cast<T>(o), c, static_cast<T>(v)});
+  for (U v : edges)
+    for (U d : {U{0}, static_cast<U>(kHalf - 1), kHalf, static_cast<U>(-1)})
+      cases.push_back({static_cast<T>(static_cast<U>(v + d)), Cmp::kReached, static_cast<T>(v)});
+  return cases;
+}
+
+template <typename T, Order kOrder, Scope kScope>
+__global__ void cmp_matrix_kernel(DeviceContext ctx, const T* words, const TypedCmpCase<T>* cases, int count, int from,
+                                  int* results) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  results[i] = dev::wait_until<kOrder, kScope>(ctx, dev::translate(ctx, words + i, from), cases[i].cmp, cases[i].value,
+                                               "test_cmp_matrix")
+                   ? 1
+                   : 0;
+}
+
+// Runs T's matrix against rank `from`'s words; returns how many cases disagree with the host (reported).
+template <typename T, Order kOrder, Scope kScope>
+int check_cmp_matrix(Context& ctx, const char* type_name) {
+  const auto cases = cmp_matrix<T>();
+  const int count = static_cast<int>(cases.size()), from = (ctx.rank() + 1) % ctx.world_size();
+  std::vector<T> observed(count);
+  int want_false = 0;
+  for (int i = 0; i < count; ++i) {
+    observed[i] = cases[i].observed;
+    want_false += host_holds(cases[i].observed, cases[i].cmp, cases[i].value) ? 0 : 1;
+  }
+  T* words = ctx.empty<T>(count);
+  test::copy_to_device(ctx.stream(), words, observed);
+  test::DeviceBuffer<TypedCmpCase<T>> dev_cases(count);
+  test::copy_to_device(ctx.stream(), dev_cases.get(), cases);
+  test::DeviceBuffer<int> results(count);
+  test::fill_bytes(ctx.stream(), results.get(), 0x7f, count);
+  ctx.barrier();  // every rank's words are set before a peer reads them
+  cmp_matrix_kernel<T, kOrder, kScope><<<(count + 127) / 128, 128, 0, ctx.stream()>>>(
+      ctx.device_context(), words, dev_cases.get(), count, from, results.get());
+  IRIS_CUDA_CHECK_LAUNCH();
+  if (want_false > 0)
+    EXPECT_THROW(ctx.synchronize(), TimeoutError) << type_name << ": " << want_false << " waits must give up";
+  else
+    ctx.synchronize();
+  const auto got = test::copy_to_host(ctx.stream(), results.get(), count);
+  int wrong = 0;
+  for (int i = 0; i < count; ++i) {
+    const int want = host_holds(cases[i].observed, cases[i].cmp, cases[i].value) ? 1 : 0;
+    if (got[i] == want) continue;
+    if (++wrong <= 5)
+      ADD_FAILURE() << type_name << ": wait_until(" << +cases[i].observed << " " << static_cast<int>(cases[i].cmp)
+                    << " " << +cases[i].value << ") returned " << got[i] << ", want " << want << " (Cmp as its enum "
+                    << "value; case " << i << ", rank " << from << "'s word)";
+  }
+  ctx.barrier();  // every rank's waits are over before the words are freed
+  ctx.free(words);
+  return wrong;
+}
+
+TEST_P(DeviceSignalTest, WaitUntilDecidesEveryComparisonOnEveryFlagTypeAsTheHostDoes) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        EXPECT_EQ((check_cmp_matrix<int32_t, Order::kAcquire, Scope::kSys>(ctx, "int32")), 0);
+        EXPECT_EQ((check_cmp_matrix<uint32_t, Order::kRelaxed, Scope::kCta>(ctx, "uint32")), 0);
+        EXPECT_EQ((check_cmp_matrix<int64_t, Order::kRelaxed, Scope::kGpu>(ctx, "int64")), 0);
+        EXPECT_EQ((check_cmp_matrix<uint64_t, Order::kAcquire, Scope::kGpu>(ctx, "uint64")), 0);
+      },
+      test::device_test_options(kCmpBound));
 }
 
 // ---- producer -> consumer messages ---------------------------------------------------------------
