@@ -471,21 +471,139 @@ TEST_P(DeviceAtomicsTest, FloatAndDoubleAddSubXchgCasEveryOrderAndScope) {
       test::device_test_options());
 }
 
-// reduce_add_v4: thread i of rank s adds (s + 1, 2 (s + 1), 1, i % 3) to float4 slot i % kVecs of
-// rank (i / kVecs) % W, so every slot of every rank takes adds from every rank's threads at once. The
+// atomic_cas and atomic_xchg on float and double work on bits, as their comment says: a CAS whose compare is
+// the word's NaN (NaN != NaN as values) must swap, one whose compare is -0.0 on a word of +0.0 (equal as
+// values) must not, and an exchange keeps a NaN's payload. Compared by value, a CAS loop on a NaN word would
+// spin forever, and a -0.0 compare would swap a word it does not hold. Rank r works on its own words in rank
+// r + 1's heap.
+template <typename T>
+struct BitsCase {
+  T init, compare, desired;
+};
+
+template <typename T, typename Bits>
+__global__ void cas_bits_kernel(DeviceContext ctx, T* words, const BitsCase<T>* cases, int count, Bits* out) {
+  const int i = threadIdx.x;
+  if (i >= count) return;
+  const int peer = (ctx.rank + 1) % ctx.world_size;
+  T* word = words + ctx.rank * count + i;
+  dev::store(ctx, word, cases[i].init, peer);
+  const T old = dev::atomic_cas<Order::kAcqRel, Scope::kSys>(ctx, word, cases[i].compare, cases[i].desired, peer);
+  const T now = dev::load<Order::kAcquire, Scope::kSys>(ctx, word, peer);
+  const T xchg_old = dev::atomic_xchg<Order::kAcqRel, Scope::kSys>(ctx, word, cases[i].compare, peer);
+  const T after_xchg = dev::load<Order::kAcquire, Scope::kSys>(ctx, word, peer);
+  memcpy(&out[4 * i + 0], &old, sizeof(T));
+  memcpy(&out[4 * i + 1], &now, sizeof(T));
+  memcpy(&out[4 * i + 2], &xchg_old, sizeof(T));
+  memcpy(&out[4 * i + 3], &after_xchg, sizeof(T));
+}
+
+template <typename T, typename Bits>
+void check_cas_bits(Context& ctx, const char* type_name) {
+  static_assert(sizeof(T) == sizeof(Bits));
+  auto from_bits = [](Bits b) {
+    T v;
+    std::memcpy(&v, &b, sizeof(T));
+    return v;
+  };
+  // Two quiet NaNs with different payloads, and -0.0.
+  T nan_a, nan_b;
+  if constexpr (sizeof(T) == 4) {
+    nan_a = from_bits(0x7fc12345u);
+    nan_b = from_bits(0x7fc54321u);
+  } else {
+    nan_a = from_bits(0x7ff8000000012345ull);
+    nan_b = from_bits(0x7ff8000000054321ull);
+  }
+  const T neg_zero = from_bits(Bits{1} << (sizeof(T) * 8 - 1));
+  // {init, compare, desired}; want: swapped iff init and compare are the same bits.
+  const std::vector<BitsCase<T>> cases = {
+      {nan_a, nan_a, T{1}},        // NaN word, compare the same NaN: swaps
+      {nan_a, nan_b, T{1}},        // another NaN's bits: no swap
+      {T{0}, neg_zero, T{2}},      // +0.0 word, compare -0.0: no swap
+      {neg_zero, neg_zero, T{3}},  // -0.0 word, compare -0.0: swaps
+      {neg_zero, T{0}, T{4}},      // -0.0 word, compare +0.0: no swap
+      {T{5}, T{5}, nan_b},         // swaps in a NaN, its payload kept
+  };
+  const int count = static_cast<int>(cases.size());
+  T* words = ctx.zeros<T>(static_cast<size_t>(ctx.world_size()) * count);
+  test::DeviceBuffer<BitsCase<T>> dev_cases(count);
+  test::copy_to_device(ctx.stream(), dev_cases.get(), cases);
+  test::DeviceBuffer<Bits> out(4 * count);
+  test::fill_bytes(ctx.stream(), out.get(), 0xA5, out.size());
+  ctx.barrier();  // every rank's words exist before a peer stores into them
+  cas_bits_kernel<T, Bits><<<1, 32, 0, ctx.stream()>>>(ctx.device_context(), words, dev_cases.get(), count, out.get());
+  IRIS_CUDA_CHECK_LAUNCH();
+  ctx.synchronize();
+  const auto got = test::copy_to_host(ctx.stream(), out.get(), out.size());
+  auto bits = [](T v) {
+    Bits b;
+    std::memcpy(&b, &v, sizeof(T));
+    return b;
+  };
+  for (int i = 0; i < count; ++i) {
+    const BitsCase<T>& c = cases[i];
+    const bool swaps = bits(c.init) == bits(c.compare);
+    SCOPED_TRACE(std::string(type_name) + " case " + std::to_string(i));
+    EXPECT_EQ(got[4 * i + 0], bits(c.init)) << "atomic_cas returned another value than the word held";
+    EXPECT_EQ(got[4 * i + 1], bits(swaps ? c.desired : c.init)) << (swaps ? "no swap" : "a swap") << " happened";
+    EXPECT_EQ(got[4 * i + 2], bits(swaps ? c.desired : c.init)) << "atomic_xchg returned another value";
+    EXPECT_EQ(got[4 * i + 3], bits(c.compare)) << "atomic_xchg stored other bits";
+  }
+  ctx.barrier();  // every rank's peer is done with its words
+  ctx.free(words);
+}
+
+TEST_P(DeviceAtomicsTest, FloatAndDoubleCasAndXchgCompareAndKeepBitsNaNAndSignedZeroIncluded) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        check_cas_bits<float, uint32_t>(ctx, "float");
+        check_cas_bits<double, uint64_t>(ctx, "double");
+      },
+      test::device_test_options());
+}
+
+// reduce_add_v4: thread i of rank s adds (s + 1, 2 (s + 1), 1, i % 3) to a float4 slot (v4_target: at system
+// scope slot i % kVecs of rank (i / kVecs) % W, so every slot of every rank takes adds from every rank's
+// threads at once; at GPU and CTA scope the widest contention those scopes allow). The
 // operands are small integers and the sums stay below 2^24: exact in float32 in any order, so the final
 // values must equal the host's sums (a lost, doubled or torn add shows).
 constexpr int kV4Vecs = 64;
 constexpr int kV4Threads = 4096;
 
-template <Order kOrder>
+constexpr int kV4Block = 256;
+
+// Where thread i of rank `rank` adds, as far as the scope lets adds of others meet it: kSys, slot i % kVecs of
+// rank (i / kVecs) % W (every rank's threads on every rank's slots); kGpu, the same slot of its own rank (all
+// blocks of one GPU on each slot); kCta, its own rank's slot 4 b + i % 4 for its block b (one block per slot).
+struct V4Target {
+  int rank, slot;
+};
+__host__ __device__ inline V4Target v4_target(Scope scope, int i, int world, int rank) {
+  if (scope == Scope::kSys) return {(i / kV4Vecs) % world, i % kV4Vecs};
+  if (scope == Scope::kGpu) return {rank, i % kV4Vecs};
+  return {rank, (i / kV4Block) * 4 + i % 4};
+}
+static_assert(kV4Threads / kV4Block * 4 == kV4Vecs, "kCta: each block owns 4 slots, and every slot has a block");
+
+template <Order kOrder, Scope kScope>
 __global__ void reduce_add_v4_kernel(DeviceContext ctx, float* words) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= kV4Threads) return;
-  const int to = (i / kV4Vecs) % ctx.world_size;
+  const V4Target t = v4_target(kScope, i, ctx.world_size, ctx.rank);
   const float s = static_cast<float>(ctx.rank + 1);
-  dev::reduce_add_v4<kOrder, Scope::kSys>(dev::translate(ctx, words + 4 * (i % kV4Vecs), to),
-                                          make_float4(s, 2 * s, 1, static_cast<float>(i % 3)));
+  dev::reduce_add_v4<kOrder, kScope>(dev::translate(ctx, words + 4 * t.slot, t.rank),
+                                     make_float4(s, 2 * s, 1, static_cast<float>(i % 3)));
+}
+
+template <Order kOrder>
+void launch_reduce_add_v4(Context& ctx, Scope scope, float* words) {
+  auto kernel = scope == Scope::kSys   ? &reduce_add_v4_kernel<kOrder, Scope::kSys>
+                : scope == Scope::kGpu ? &reduce_add_v4_kernel<kOrder, Scope::kGpu>
+                                       : &reduce_add_v4_kernel<kOrder, Scope::kCta>;
+  kernel<<<kV4Threads / kV4Block, kV4Block, 0, ctx.stream()>>>(ctx.device_context(), words);
 }
 
 TEST_P(DeviceAtomicsTest, ReduceAddV4SumsEveryRanksAddsExactly) {
@@ -494,37 +612,37 @@ TEST_P(DeviceAtomicsTest, ReduceAddV4SumsEveryRanksAddsExactly) {
       GetParam(),
       [](Context& ctx) {
         const int w = ctx.world_size(), me = ctx.rank();
-        std::vector<double> want(4 * kV4Vecs, 0.0);
-        for (int s = 0; s < w; ++s)
-          for (int i = 0; i < kV4Threads; ++i) {
-            if ((i / kV4Vecs) % w != me) continue;
-            double* slot = want.data() + 4 * (i % kV4Vecs);
-            slot[0] += s + 1;
-            slot[1] += 2 * (s + 1);
-            slot[2] += 1;
-            slot[3] += i % 3;
+        for (Scope scope : {Scope::kSys, Scope::kGpu, Scope::kCta})
+          for (Order order : {Order::kRelaxed, Order::kRelease}) {
+            SCOPED_TRACE(std::string(order_name(order)) + ", " + scope_name(scope));
+            std::vector<double> want(4 * kV4Vecs, 0.0);
+            for (int s = 0; s < w; ++s)
+              for (int i = 0; i < kV4Threads; ++i) {
+                const V4Target t = v4_target(scope, i, w, s);
+                if (t.rank != me) continue;
+                double* slot = want.data() + 4 * t.slot;
+                slot[0] += s + 1;
+                slot[1] += 2 * (s + 1);
+                slot[2] += 1;
+                slot[3] += i % 3;
+              }
+            float* words = ctx.zeros<float>(4 * kV4Vecs);
+            ctx.barrier();  // every rank's words are zero before any rank adds
+            if (order == Order::kRelaxed)
+              launch_reduce_add_v4<Order::kRelaxed>(ctx, scope, words);
+            else
+              launch_reduce_add_v4<Order::kRelease>(ctx, scope, words);
+            IRIS_CUDA_CHECK(cudaGetLastError());
+            ctx.synchronize();
+            ctx.barrier();  // every rank's adds are complete
+            std::vector<float> got(4 * kV4Vecs);
+            IRIS_CUDA_CHECK(cudaMemcpy(got.data(), words, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            int64_t wrong = 0;
+            for (size_t k = 0; k < got.size(); ++k) wrong += static_cast<double>(got[k]) != want[k];
+            EXPECT_EQ(wrong, 0) << "rank " << me << ": word 0 is " << got[0] << ", want " << want[0];
+            ctx.barrier();
+            ctx.free(words);
           }
-        for (Order order : {Order::kRelaxed, Order::kRelease}) {
-          SCOPED_TRACE(order_name(order));
-          float* words = ctx.zeros<float>(4 * kV4Vecs);
-          ctx.barrier();  // every rank's words are zero before any rank adds
-          if (order == Order::kRelaxed)
-            reduce_add_v4_kernel<Order::kRelaxed>
-                <<<kV4Threads / 256, 256, 0, ctx.stream()>>>(ctx.device_context(), words);
-          else
-            reduce_add_v4_kernel<Order::kRelease>
-                <<<kV4Threads / 256, 256, 0, ctx.stream()>>>(ctx.device_context(), words);
-          IRIS_CUDA_CHECK(cudaGetLastError());
-          ctx.synchronize();
-          ctx.barrier();  // every rank's adds are complete
-          std::vector<float> got(4 * kV4Vecs);
-          IRIS_CUDA_CHECK(cudaMemcpy(got.data(), words, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
-          int64_t wrong = 0;
-          for (size_t k = 0; k < got.size(); ++k) wrong += static_cast<double>(got[k]) != want[k];
-          EXPECT_EQ(wrong, 0) << "rank " << me << ": word 0 is " << got[0] << ", want " << want[0];
-          ctx.barrier();
-          ctx.free(words);
-        }
       },
       test::device_test_options());
 }
