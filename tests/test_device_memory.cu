@@ -358,7 +358,7 @@ using BulkLauncher = void (*)(Context&, unsigned char* dst, const unsigned char*
 template <typename T, Form kForm, Op kOp>
 void launch_bulk(Context& ctx, unsigned char* dst, const unsigned char* src, size_t bytes, int a, int b) {
   // Multi-dimensional blocks and grids: the group forms linearize thread and block indices.
-  const dim3 grid = kForm == Form::kGrid ? dim3(3, 2) : dim3(1);
+  const dim3 grid = kForm == Form::kGrid ? dim3(3, 2, 2) : dim3(1);
   const dim3 block = kForm == Form::kThread  ? dim3(1)
                      : kForm == Form::kWarp  ? dim3(8, 4)
                      : kForm == Form::kBlock ? dim3(16, 4, 4)
@@ -369,11 +369,13 @@ void launch_bulk(Context& ctx, unsigned char* dst, const unsigned char* src, siz
 
 // Runs every case through one (element type, form, op), with every shift of peers: put and get, in round k
 // rank r uses rank (r + k) % W, so every rank's destination has exactly one writer per round and rounds
-// cover local and remote. copy, which names two ranks, has one writer per round, whose destination rank
-// differs from its source rank, and every rank checks its destination (poison where it is not the
-// target): in round k < W rank k copies from rank k + 1 into its own, in round W + k from its own into rank
-// k + 1. (Before 2026-12-06 every rank copied at once from r + k into r + k + 1: at two ranks a copy with
-// source and destination swapped left the same bytes everywhere; a test audit's finding.)
+// cover local and remote. copy, which names two ranks, has one writer per round, and every rank checks its
+// destination (poison where it is not the target). Writer k % W, with o = k + 1: in rounds [0, W) it copies
+// from rank o into its own heap, in [W, 2W) from its own into rank o's, in [2W, 3W) from rank o's into rank
+// o's (both ends in one peer's heap), and from 3 ranks on in [3W, 4W) from rank o's into rank o + 1's (neither
+// end its own). (Before 2026-12-06 every rank copied at once from r + k into r + k + 1: at two ranks a copy
+// with source and destination swapped left the same bytes everywhere; a test audit's finding. The last two
+// kinds of rounds came on 2026-12-07, after another audit.)
 void check_bulk(Context& ctx, BulkLauncher launch, size_t elem_size, Form form, Op op, unsigned char* dst_region,
                 unsigned char* src_region, const std::vector<std::vector<unsigned char>>& sources,
                 const std::vector<BulkCase>& cases) {
@@ -382,13 +384,14 @@ void check_bulk(Context& ctx, BulkLauncher launch, size_t elem_size, Form form, 
     ASSERT_EQ(c.bytes % elem_size, 0u);
     ASSERT_LE(c.dst_offset + c.bytes + 256, kRegion);
     ASSERT_LE(c.src_offset + c.bytes, kRegion);
-    const int rounds = op == Op::kCopy ? 2 * world : world;
+    const int rounds = op == Op::kCopy ? (world >= 3 ? 4 : 3) * world : world;
     for (int k = 0; k < rounds; ++k) {
       test::fill_bytes(ctx.stream(), dst_region, kPoison, kRegion);
       ctx.barrier();  // every destination is poisoned before anyone writes
       // copy: this round's writer, its source rank and its destination rank.
-      const int writer = k % world, other = (k + 1) % world;
-      const int copy_from = k < world ? other : writer, copy_to = k < world ? writer : other;
+      const int writer = k % world, other = (k + 1) % world, phase = k / world;
+      const int copy_from = phase == 1 ? writer : other;
+      const int copy_to = phase == 0 ? writer : phase == 3 ? (k + 2) % world : other;
       int source = -1;  // the rank whose source bytes this rank's destination receives; -1: none (poison)
       if (op == Op::kCopy) {
         if (me == writer)
