@@ -1,0 +1,15 @@
+// expect: atomic_max takes int32/uint32/int64/uint64
+// Must not compile: atomic max on a double (not provided).
+// tests/CMakeLists.txt builds it, and the compiler's error must hold the words above.
+#include <cstdint>
+
+#include "iris/device.cuh"
+
+namespace dev = iris::device;
+using dev::Cmp;
+using dev::Order;
+using dev::Scope;
+
+__global__ void misuse(iris::DeviceContext ctx, void* word) {
+  (void)dev::atomic_max<Order::kRelaxed, Scope::kSys>(static_cast<double*>(word), 1.0);
+}
