@@ -751,7 +751,8 @@ __global__ void store_buffering_kernel(DeviceContext ctx, uint32_t* words, uint3
   const int p = static_cast<int>(threadIdx.x), r = who.role;
   if (r < 0 || p >= kLitmusPairs) return;
   for (int i = 0; i < kLitmusIterations; ++i) {
-    dev::store<Order::kRelaxed, Scope::kSys>(ctx, words + litmus_index(r, p, i), 1u, who.partner);
+    dev::signal<Order::kRelaxed, Scope::kSys>(ctx, words + litmus_index(r, p, i), 1u,
+                                              who.partner);  // publishes nothing
     const uint64_t deadline = test::global_timer_ns() + kLitmusWaitNs;
     while (dev::load<Order::kRelaxed, Scope::kSys>(words + litmus_index(1 - r, p, i)) == 0u) {
       if (test::global_timer_ns() > deadline) {

@@ -1,8 +1,8 @@
 // GPU tests of iris/device/signal.cuh: wait_until comparisons on local and remote words (every comparison on
-// every flag type against a host reference, at the edges of each type), 10,000
-// producer -> consumer messages through a remote flag with each put-and-signal form (no message lost,
-// duplicated or stale), and many-to-one signalling with release read-modify-writes. 1 and 2 ranks
-// (more with IRIS_TEST_MAX_RANKS), threads and processes.
+// every flag type against a host reference, at the edges of each type), 10,000 producer -> consumer messages
+// through a remote flag with each put-and-signal form (no message lost, duplicated or stale), with every flag
+// type, narrow payloads and GPU-scope releases too, and many-to-one signalling with release read-modify-writes
+// whose returned counts are checked. 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and processes.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -244,16 +244,19 @@ TEST_P(DeviceSignalTest, WaitUntilDecidesEveryComparisonOnEveryFlagTypeAsTheHost
 
 constexpr int kSlots = 4;  // ring depth: the producer runs at most kSlots messages ahead
 
+// P: the payload's element type; F: the flags' type.
+template <typename P, typename F>
 struct MessageRing {
-  uint64_t* payload;  // heap [kSlots][n]: written by the left neighbour
-  uint64_t* ready;    // heap [kSlots]: generation (message index + 1) in each slot, released by the left neighbour
-  uint64_t* acked;    // heap [1]: messages the right neighbour has consumed, released by it
-  uint64_t* staging;  // local [kSlots][n]: the producer's source buffer
+  P* payload;  // heap [kSlots][n]: written by the left neighbour
+  F* ready;    // heap [kSlots]: generation (message index + 1) in each slot, released by the left neighbour
+  F* acked;    // heap [1]: messages the right neighbour has consumed, released by it
+  P* staging;  // local [kSlots][n]: the producer's source buffer
   unsigned long long* counts;  // local [3]: wrong payload words, wrong ready values, messages received
 };
 
-__host__ __device__ inline uint64_t message_word(int sender, uint64_t k, size_t i) {
-  return test::mix64(0x5157ull + static_cast<uint64_t>(sender), k, i);
+template <typename P>
+__host__ __device__ inline P message_word(int sender, uint64_t k, size_t i) {
+  return static_cast<P>(test::mix64(0x5157ull + static_cast<uint64_t>(sender), k, i));
 }
 
 template <typename Group>
@@ -277,22 +280,22 @@ __device__ bool group_all(bool ok) {
   }
 }
 
-template <typename Group>
-__device__ void put_signal(const DeviceContext& ctx, uint64_t* dst, const uint64_t* src, size_t n, uint64_t* flag,
-                           uint64_t value, int to) {
+template <typename Group, Scope kScope, typename P, typename F>
+__device__ void put_signal(const DeviceContext& ctx, P* dst, const P* src, size_t n, F* flag, F value, int to) {
   if constexpr (std::is_same_v<Group, dev::ThisThread>) {
-    dev::put_thread_signal_release<Scope::kSys>(ctx, dst, src, n, flag, value, to);
+    dev::put_thread_signal_release<kScope>(ctx, dst, src, n, flag, value, to);
   } else if constexpr (std::is_same_v<Group, dev::ThisWarp>) {
-    dev::put_warp_signal_release<Scope::kSys>(ctx, dst, src, n, flag, value, to);
+    dev::put_warp_signal_release<kScope>(ctx, dst, src, n, flag, value, to);
   } else {
-    dev::put_block_signal_release<Scope::kSys>(ctx, dst, src, n, flag, value, to);
+    dev::put_block_signal_release<kScope>(ctx, dst, src, n, flag, value, to);
   }
 }
 
 // Block 0 sends `messages` messages to the right neighbour; block 1 receives as many from the left
-// (with one rank, both are this rank). One group (a thread, a warp or a block) per side.
-template <typename Group>
-__global__ void message_kernel(DeviceContext ctx, MessageRing ring, int n, int messages) {
+// (with one rank, both are this rank). One group (a thread, a warp or a block) per side. kScope: the
+// put-and-signal's release (kGpu only where both ends are this GPU: one rank).
+template <typename Group, Scope kScope, typename P, typename F>
+__global__ void message_kernel(DeviceContext ctx, MessageRing<P, F> ring, int n, int messages) {
   const int world = ctx.world_size, me = ctx.rank;
   const int right = (me + 1) % world, left = (me + world - 1) % world;
   const uint32_t t = Group::index(), size = Group::size();
@@ -305,52 +308,52 @@ __global__ void message_kernel(DeviceContext ctx, MessageRing ring, int n, int m
         bool ok = true;
         if (leader)
           ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, ring.acked, Cmp::kReached,
-                                                             static_cast<uint64_t>(k - kSlots + 1), "test_producer");
+                                                             static_cast<F>(k - kSlots + 1), "test_producer");
         if (!group_all<Group>(ok)) return;
       }
-      uint64_t* stage = ring.staging + static_cast<size_t>(slot) * n;
-      for (int i = t; i < n; i += size) stage[i] = message_word(me, k, i);
+      P* stage = ring.staging + static_cast<size_t>(slot) * n;
+      for (int i = t; i < n; i += size) stage[i] = message_word<P>(me, k, i);
       group_sync<Group>();  // the whole message is staged before the group copies it
-      put_signal<Group>(ctx, ring.payload + static_cast<size_t>(slot) * n, stage, n, ring.ready + slot,
-                        static_cast<uint64_t>(k + 1), right);
+      put_signal<Group, kScope>(ctx, ring.payload + static_cast<size_t>(slot) * n, stage, n, ring.ready + slot,
+                                static_cast<F>(k + 1), right);
     }
   } else {
     for (int k = 0; k < messages; ++k) {
       const int slot = k % kSlots;
       bool ok = true;
       if (leader) {
-        ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, ring.ready + slot, Cmp::kReached,
-                                                           static_cast<uint64_t>(k + 1), "test_consumer");
+        ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, ring.ready + slot, Cmp::kReached, static_cast<F>(k + 1),
+                                                           "test_consumer");
         // The producer cannot be a full ring ahead, so the slot holds exactly this generation.
-        if (ok && dev::load<Order::kRelaxed, Scope::kSys>(ring.ready + slot) != static_cast<uint64_t>(k + 1))
+        if (ok && dev::load<Order::kRelaxed, Scope::kSys>(ring.ready + slot) != static_cast<F>(k + 1))
           atomicAdd(&ring.counts[1], 1ull);
       }
       if (!group_all<Group>(ok)) return;
-      const uint64_t* msg = ring.payload + static_cast<size_t>(slot) * n;
+      const P* msg = ring.payload + static_cast<size_t>(slot) * n;
       unsigned long long bad = 0;
-      for (int i = t; i < n; i += size) bad += dev::load(msg + i) != message_word(left, k, i) ? 1 : 0;
+      for (int i = t; i < n; i += size) bad += dev::load(msg + i) != message_word<P>(left, k, i) ? 1 : 0;
       if (bad != 0) atomicAdd(&ring.counts[0], bad);
       group_sync<Group>();  // every read of the slot is done before it is handed back
       if (leader) {
-        dev::signal<Order::kRelease, Scope::kSys>(ctx, ring.acked, static_cast<uint64_t>(k + 1), left);
+        dev::signal<Order::kRelease, Scope::kSys>(ctx, ring.acked, static_cast<F>(k + 1), left);
         atomicAdd(&ring.counts[2], 1ull);
       }
     }
   }
 }
 
-template <typename Group>
+template <typename Group, typename P = uint64_t, typename F = uint64_t, Scope kScope = Scope::kSys>
 void run_messages(Context& ctx, int threads, int n, int messages, const char* form) {
   const int me = ctx.rank();
-  auto* payload = ctx.empty<uint64_t>(static_cast<size_t>(kSlots) * n);
-  auto* flags = ctx.zeros<uint64_t>(kSlots + 1);
+  auto* payload = ctx.empty<P>(static_cast<size_t>(kSlots) * n);
+  auto* flags = ctx.zeros<F>(kSlots + 1);
   test::fill_bytes(ctx.stream(), payload, 0xFF, static_cast<size_t>(kSlots) * n);  // poison
-  test::DeviceBuffer<uint64_t> staging(static_cast<size_t>(kSlots) * n);
+  test::DeviceBuffer<P> staging(static_cast<size_t>(kSlots) * n);
   test::DeviceBuffer<unsigned long long> counts(3);
   test::fill_bytes(ctx.stream(), counts.get(), 0, 3);
-  MessageRing ring{payload, flags, flags + kSlots, staging.get(), counts.get()};
+  MessageRing<P, F> ring{payload, flags, flags + kSlots, staging.get(), counts.get()};
   ctx.barrier();  // every ring is reset before any producer starts
-  message_kernel<Group><<<2, threads, 0, ctx.stream()>>>(ctx.device_context(), ring, n, messages);
+  message_kernel<Group, kScope, P, F><<<2, threads, 0, ctx.stream()>>>(ctx.device_context(), ring, n, messages);
   IRIS_CUDA_CHECK_LAUNCH();
   ctx.synchronize();  // a lost message shows up as a TimeoutError here
   ctx.barrier();      // the right neighbour's last acknowledgement has landed
@@ -361,9 +364,9 @@ void run_messages(Context& ctx, int threads, int n, int messages, const char* fo
   auto final_flags = test::copy_to_host(ctx.stream(), flags, kSlots + 1);
   for (int s = 0; s < kSlots; ++s) {
     const int last = ((messages - 1 - s) / kSlots) * kSlots + s;  // last message that used slot s
-    EXPECT_EQ(final_flags[s], static_cast<uint64_t>(last + 1)) << form << ": slot " << s << " on rank " << me;
+    EXPECT_EQ(final_flags[s], static_cast<F>(last + 1)) << form << ": slot " << s << " on rank " << me;
   }
-  EXPECT_EQ(final_flags[kSlots], static_cast<uint64_t>(messages)) << form << ": acknowledgements on rank " << me;
+  EXPECT_EQ(final_flags[kSlots], static_cast<F>(messages)) << form << ": acknowledgements on rank " << me;
   ctx.free(flags);
   ctx.free(payload);
 }
@@ -380,6 +383,29 @@ TEST_P(DeviceSignalTest, TenThousandMessagesThroughARemoteFlagNoneLostDuplicated
       test::device_test_options());
 }
 
+// The same ring with every other flag type (kReached over 32-bit and signed generations) and narrow payloads of
+// odd lengths (byte and half-word copies with ragged tails), and, where both ends are one GPU, the
+// put-and-signal's release at GPU scope.
+TEST_P(DeviceSignalTest, MessagesWithEveryFlagTypeNarrowPayloadsAndGpuScopeReleases) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        run_messages<dev::ThisBlock, uint8_t, uint32_t>(ctx, 256, 1001, 2000, "put_block_signal_release, uint32 flags");
+        run_messages<dev::ThisWarp, uint16_t, int32_t>(ctx, 32, 97, 2000, "put_warp_signal_release, int32 flags");
+        run_messages<dev::ThisThread, uint32_t, int64_t>(ctx, 1, 7, 2000, "put_thread_signal_release, int64 flags");
+        if (ctx.world_size() == 1) {
+          run_messages<dev::ThisBlock, uint64_t, uint64_t, Scope::kGpu>(ctx, 256, 512, 2000,
+                                                                        "put_block_signal_release<kGpu>");
+          run_messages<dev::ThisWarp, uint64_t, uint32_t, Scope::kGpu>(ctx, 32, 96, 2000,
+                                                                       "put_warp_signal_release<kGpu>");
+          run_messages<dev::ThisThread, uint16_t, int32_t, Scope::kGpu>(ctx, 1, 5, 2000,
+                                                                        "put_thread_signal_release<kGpu>");
+        }
+      },
+      test::device_test_options());
+}
+
 // ---- many-to-one: release add ------------------------------------------------------------------
 
 constexpr int kFanInBlocks = 4;
@@ -391,8 +417,10 @@ __host__ __device__ inline uint32_t fan_in_word(int sender, int block, int round
 // Blocks [0, kFanInBlocks) of every rank write a piece of every round into every rank's heap and count
 // it with signal_add (release) on that round's counter; the last block of each rank waits for all
 // W * kFanInBlocks pieces of a round (acquire) and checks them. data: heap [rounds][W][kFanInBlocks][n];
-// counters: heap [rounds] (one per round: producers run ahead of each other by any number of rounds).
-__global__ void fan_in_kernel(DeviceContext ctx, uint32_t* data, uint64_t* counters, unsigned long long* wrong,
+// counters: heap [rounds] of C (one per round: producers run ahead of each other by any number of rounds).
+// olds: local [rounds][W][kFanInBlocks], what signal_add returned for each piece's count on each rank.
+template <typename C>
+__global__ void fan_in_kernel(DeviceContext ctx, uint32_t* data, C* counters, C* olds, unsigned long long* wrong,
                               int rounds, int n) {
   const int world = ctx.world_size, me = ctx.rank;
   const int b = blockIdx.x;
@@ -404,14 +432,15 @@ __global__ void fan_in_kernel(DeviceContext ctx, uint32_t* data, uint64_t* count
       __syncthreads();  // the block's writes happen before thread 0's releases
       if (threadIdx.x == 0)
         for (int to = 0; to < world; ++to)
-          (void)dev::signal_add<Order::kRelease, Scope::kSys>(ctx, counters + round, 1, to);
+          olds[(static_cast<size_t>(round) * world + to) * kFanInBlocks + b] =
+              dev::signal_add<Order::kRelease, Scope::kSys>(ctx, counters + round, C{1}, to);
     }
   } else {
     for (int round = 0; round < rounds; ++round) {
       bool ok = true;
       if (threadIdx.x == 0)
         ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, counters + round, Cmp::kEq,
-                                                           static_cast<uint64_t>(world) * kFanInBlocks, "test_fan_in");
+                                                           static_cast<C>(world * kFanInBlocks), "test_fan_in");
       if (!__syncthreads_and(ok)) return;
       for (int s = 0; s < world; ++s)
         for (int pb = 0; pb < kFanInBlocks; ++pb) {
@@ -423,28 +452,54 @@ __global__ void fan_in_kernel(DeviceContext ctx, uint32_t* data, uint64_t* count
   }
 }
 
+// Every piece's data arrives with its count, and the counts' returned old values are, for each round and
+// rank, exactly 0 .. W * kFanInBlocks - 1 (each add saw every earlier one, none twice).
+template <typename C>
+void check_fan_in(Context& ctx, const char* type_name) {
+  const int world = ctx.world_size(), me = ctx.rank(), rounds = 64, n = 256;
+  const size_t words = static_cast<size_t>(rounds) * world * kFanInBlocks * n;
+  const size_t old_count = static_cast<size_t>(rounds) * world * kFanInBlocks;
+  auto* data = ctx.full<uint32_t>(words, 0xDEADBEEFu);  // poisoned
+  auto* counters = ctx.zeros<C>(rounds);
+  test::DeviceBuffer<C> olds(old_count);
+  test::fill_bytes(ctx.stream(), olds.get(), 0x7f, old_count);
+  test::DeviceBuffer<unsigned long long> wrong(1);
+  test::fill_bytes(ctx.stream(), wrong.get(), 0, 1);
+  ctx.barrier();
+  fan_in_kernel<C><<<kFanInBlocks + 1, 256, 0, ctx.stream()>>>(ctx.device_context(), data, counters, olds.get(),
+                                                               wrong.get(), rounds, n);
+  IRIS_CUDA_CHECK_LAUNCH();
+  ctx.synchronize();
+  ctx.barrier();
+  EXPECT_EQ(test::copy_to_host(ctx.stream(), wrong.get(), 1)[0], 0u) << type_name << ", rank " << me;
+  for (C c : test::copy_to_host(ctx.stream(), counters, rounds))
+    EXPECT_EQ(c, static_cast<C>(world * kFanInBlocks)) << type_name << ", rank " << me;
+  const auto all = test::allgather_vector(ctx, test::copy_to_host(ctx.stream(), olds.get(), old_count));
+  int bad_rounds = 0;
+  for (int round = 0; round < rounds; ++round) {  // the adds on this rank's counter of the round
+    std::vector<int> seen(world * kFanInBlocks, 0);
+    bool ok = true;
+    for (int s = 0; s < world; ++s)
+      for (int pb = 0; pb < kFanInBlocks; ++pb) {
+        const int64_t old = static_cast<int64_t>(all[s][(static_cast<size_t>(round) * world + me) * kFanInBlocks + pb]);
+        if (old < 0 || old >= world * kFanInBlocks || seen[old]++ != 0) ok = false;
+      }
+    bad_rounds += ok ? 0 : 1;
+  }
+  EXPECT_EQ(bad_rounds, 0) << type_name << ", rank " << me
+                           << ": signal_add's returned values are not each earlier count once";
+  ctx.barrier();
+  ctx.free(counters);
+  ctx.free(data);
+}
+
 TEST_P(DeviceSignalTest, ReleaseAddFromEveryRankPublishesTheirData) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
       GetParam(),
       [](Context& ctx) {
-        const int world = ctx.world_size(), rounds = 64, n = 256;
-        const size_t words = static_cast<size_t>(rounds) * world * kFanInBlocks * n;
-        auto* data = ctx.full<uint32_t>(words, 0xDEADBEEFu);  // poisoned
-        auto* counters = ctx.zeros<uint64_t>(rounds);
-        test::DeviceBuffer<unsigned long long> wrong(1);
-        test::fill_bytes(ctx.stream(), wrong.get(), 0, 1);
-        ctx.barrier();
-        fan_in_kernel<<<kFanInBlocks + 1, 256, 0, ctx.stream()>>>(ctx.device_context(), data, counters, wrong.get(),
-                                                                  rounds, n);
-        IRIS_CUDA_CHECK_LAUNCH();
-        ctx.synchronize();
-        ctx.barrier();
-        EXPECT_EQ(test::copy_to_host(ctx.stream(), wrong.get(), 1)[0], 0u) << "rank " << ctx.rank();
-        for (uint64_t c : test::copy_to_host(ctx.stream(), counters, rounds))
-          EXPECT_EQ(c, static_cast<uint64_t>(world) * kFanInBlocks) << "rank " << ctx.rank();
-        ctx.free(counters);
-        ctx.free(data);
+        check_fan_in<uint64_t>(ctx, "uint64 counters");
+        check_fan_in<int32_t>(ctx, "int32 counters");
       },
       test::device_test_options());
 }
