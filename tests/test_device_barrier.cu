@@ -198,6 +198,39 @@ TEST_P(DeviceBarrierTest, InKernelBarrierWithFewerThreadsThanRanksAndThreeDimens
       test::device_test_options());
 }
 
+// The epochs are compared wrap-safe (kReached): a barrier whose words are 3 crossings short of 2^64 on every
+// rank (as if it had been crossed that often) keeps working through the wrap, its data checked after every
+// crossing, and ends at the wrapped count.
+TEST_P(DeviceBarrierTest, EpochsThatWrapPastTwoToTheSixtyFourKeepWorking) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int world = ctx.world_size(), blocks = 2, n = 1000, iterations = 10;
+        const uint64_t start = ~uint64_t{0} - 2;
+        DeviceBarrier barrier(ctx, blocks);
+        auto* inbox = ctx.full<uint32_t>(static_cast<size_t>(blocks) * world * n, 0xDEADBEEFu);
+        test::copy_to_device(ctx.stream(), barrier.handle().epochs,
+                             std::vector<uint64_t>(static_cast<size_t>(blocks) * world, start));
+        test::DeviceBuffer<unsigned long long> wrong(1);
+        test::fill_bytes(ctx.stream(), wrong.get(), 0, 1);
+        ctx.barrier();  // every rank's words hold the start before any rank crosses
+        barrier_loop_kernel<<<blocks, 128, 0, ctx.stream()>>>(ctx.device_context(), barrier.handle(), inbox, n,
+                                                              iterations, wrong.get());
+        IRIS_CUDA_CHECK_LAUNCH();
+        ctx.synchronize();  // a crossing that never saw its peers throws TimeoutError here
+        EXPECT_EQ(test::copy_to_host(ctx.stream(), wrong.get(), 1)[0], 0u) << "rank " << ctx.rank();
+        ctx.barrier();                                  // every rank's last arrival has landed
+        const uint64_t want = start + 2u * iterations;  // wrapped: 17
+        for (uint64_t e :
+             test::copy_to_host(ctx.stream(), barrier.handle().epochs, static_cast<size_t>(blocks) * world))
+          EXPECT_EQ(e, want) << "rank " << ctx.rank();
+        ctx.barrier();
+        ctx.free(inbox);
+      },
+      test::device_test_options(std::chrono::milliseconds(5000)));
+}
+
 TEST_P(DeviceBarrierTest, MovedBarrierKeepsWorkingAndZeroSlotsIsRejected) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
