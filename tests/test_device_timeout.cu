@@ -2,7 +2,9 @@
 // the kernel after the context's device timeout (200 ms here) and ctx.synchronize() throws
 // iris::TimeoutError naming the op, the rank and the word's owner; every other spinning thread gives
 // up too; the record is cleared and the context keeps working; device barriers time out and report
-// misuse the same way. 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and processes.
+// misuse the same way; a long op name is cut to the record, a word off the heap has no owner, and a handle
+// without an error record still gives up at its bound. 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS),
+// threads and processes.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -345,6 +347,67 @@ TEST_P(DeviceTimeoutTest, DeviceBarrierSlotOutOfRangeIsReported) {
           EXPECT_EQ(test::copy_to_host(ctx.stream(), result.get(), 1)[0], 1);
         }
         ctx.barrier();
+      },
+      test::device_test_options(kBound));
+}
+
+// An op name longer than the record holds is cut to its first kOpNameSize - 1 characters (never written past
+// the record), and a word off the symmetric heap (cudaMalloc'd) is named without an owner.
+__global__ void wait_long_name_kernel(DeviceContext ctx, const uint64_t* word, const char* op) {
+  (void)dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, word, Cmp::kEq, 1, op);
+}
+
+TEST_P(DeviceTimeoutTest, ALongOpNameIsCutToTheRecordAndAWordOffTheHeapNamesNoOwner) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const std::string op = "test_an_op_name_far_longer_than_the_forty_seven_characters_a_record_holds";
+        ASSERT_GT(op.size(), static_cast<size_t>(DeviceErrorRecord::kOpNameSize));
+        test::DeviceBuffer<char> dev_op(op.size() + 1);
+        test::copy_to_device(ctx.stream(), dev_op.get(), std::vector<char>(op.c_str(), op.c_str() + op.size() + 1));
+        test::DeviceBuffer<uint64_t> off_heap(1);
+        test::fill_bytes(ctx.stream(), off_heap.get(), 0, 1);
+        wait_long_name_kernel<<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), off_heap.get(), dev_op.get());
+        IRIS_CUDA_CHECK_LAUNCH();
+        std::string message;
+        try {
+          ctx.synchronize();
+        } catch (const TimeoutError& e) {
+          message = e.what();
+        }
+        ASSERT_FALSE(message.empty()) << "ctx.synchronize() did not throw iris::TimeoutError";
+        const std::string kept = op.substr(0, DeviceErrorRecord::kOpNameSize - 1);
+        EXPECT_NE(message.find("iris device timeout in " + kept + " on rank"), std::string::npos) << message;
+        EXPECT_EQ(message.find(op.substr(0, DeviceErrorRecord::kOpNameSize)), std::string::npos) << message;
+        EXPECT_EQ(message.find("owned by rank"), std::string::npos) << message;
+        EXPECT_NE(message.find("last value 0, waiting for 1"), std::string::npos) << message;
+        ctx.barrier();
+      },
+      test::device_test_options(kBound));
+}
+
+// A handle without an error record (DeviceContext::error null, as a hand-made one may be): a wait that never
+// completes still gives up at its bound and returns false, with nothing recorded and no fault.
+TEST_P(DeviceTimeoutTest, AHandleWithoutAnErrorRecordGivesUpAtItsBoundWithoutFaulting) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        auto* word = ctx.zeros<uint64_t>(1);
+        DeviceContext handle = ctx.device_context();
+        handle.error = nullptr;
+        handle.timeout_ns = 100'000'000;  // 100 ms
+        test::DeviceBuffer<int> results(64);
+        test::fill_bytes(ctx.stream(), results.get(), 0x7f, 64);
+        const auto t0 = Clock::now();
+        wait_kernel<<<1, 64, 0, ctx.stream()>>>(handle, word, 1, results.get());
+        IRIS_CUDA_CHECK_LAUNCH();
+        EXPECT_NO_THROW(ctx.synchronize()) << "nothing was recorded, so nothing is raised";
+        EXPECT_GE(ms_since(t0), 95.0) << "gave up before its 100 ms bound";
+        for (int r : test::copy_to_host(ctx.stream(), results.get(), 64)) EXPECT_EQ(r, 0) << "a wait did not give up";
+        ctx.barrier();
+        ctx.free(word);
       },
       test::device_test_options(kBound));
 }
