@@ -827,54 +827,54 @@ std::vector<uint32_t> run_litmus(Context& ctx, LitmusKernel kernel, int heap_arr
   return out;
 }
 
-template <Scope kScope>
-void check_store_buffering(Context& ctx) {
+// Runs a litmus test with and without its fences; forbidden(seen, garbage) counts the outcomes the fences
+// forbid in one run's seen[2][pairs][iterations] and sets garbage on a value nobody stored. The fenced run
+// must have none; the unfenced run's count is printed (see the top of this section).
+template <typename Forbidden>
+void check_litmus(Context& ctx, const char* test, const char* fences, LitmusKernel fenced_kernel,
+                  LitmusKernel loose_kernel, int heap_arrays, Scope scope, Forbidden&& forbidden) {
   const size_t half = litmus_index(1, 0, 0);
   bool garbage = false;
-  auto count_both_zero = [&](const std::vector<uint32_t>& seen) {
-    int both = 0;
-    for (size_t j = 0; j < half; ++j) {
-      garbage = garbage || seen[j] > 1 || seen[half + j] > 1;
-      both += seen[j] == 0 && seen[half + j] == 0 ? 1 : 0;
-    }
-    return both;
-  };
-  const int fenced =
-      count_both_zero(run_litmus(ctx, &store_buffering_kernel<true, kScope>, 4, "store buffering with fence_sc"));
-  const int loose =
-      count_both_zero(run_litmus(ctx, &store_buffering_kernel<false, kScope>, 4, "store buffering without fences"));
-  EXPECT_FALSE(garbage) << "a load returned a value nobody stored";
-  EXPECT_EQ(fenced, 0) << "fence_sc<" << scope_name(kScope) << ">: in " << fenced << " of " << half
-                       << " iterations both participants loaded 0 after storing 1 (store buffering)";
+  const std::string with = std::string(test) + " with " + fences, without = std::string(test) + " without fences";
+  const int fenced = forbidden(run_litmus(ctx, fenced_kernel, heap_arrays, with.c_str()), garbage);
+  const int loose = forbidden(run_litmus(ctx, loose_kernel, heap_arrays, without.c_str()), garbage);
+  EXPECT_FALSE(garbage) << test << ": a load returned a value nobody stored";
+  EXPECT_EQ(fenced, 0) << test << " with " << fences << "<" << scope_name(scope) << ">: the forbidden outcome in "
+                       << fenced << " of " << half << " iterations";
   if (ctx.rank() == 0)
-    std::printf("[ litmus   ] store buffering, %s scope, %d ranks: %d of %zu without fences, %d with fence_sc\n",
-                scope_name(kScope), ctx.world_size(), loose, half, fenced);
+    std::printf("[ litmus   ] %s, %s scope, %d ranks: forbidden outcome in %d of %zu without fences, %d with %s\n",
+                test, scope_name(scope), ctx.world_size(), loose, half, fenced, fences);
 }
 
+// Store buffering: both participants loaded 0 after storing 1.
+template <Scope kScope>
+void check_store_buffering(Context& ctx) {
+  check_litmus(ctx, "store buffering", "fence_sc", &store_buffering_kernel<true, kScope>,
+               &store_buffering_kernel<false, kScope>, 4, kScope, [](const std::vector<uint32_t>& seen, bool& garbage) {
+                 const size_t half = litmus_index(1, 0, 0);
+                 int both = 0;
+                 for (size_t j = 0; j < half; ++j) {
+                   garbage = garbage || seen[j] > 1 || seen[half + j] > 1;
+                   both += seen[j] == 0 && seen[half + j] == 0 ? 1 : 0;
+                 }
+                 return both;
+               });
+}
+
+// Message passing: the flag was seen before its data.
 template <Scope kScope>
 void check_message_passing(Context& ctx) {
-  const size_t half = litmus_index(1, 0, 0);
-  bool garbage = false;
-  auto count_stale = [&](const std::vector<uint32_t>& seen) {
-    int stale = 0;
-    for (int p = 0; p < kLitmusPairs; ++p)
-      for (int i = 0; i < kLitmusIterations; ++i) {
-        const uint32_t got = seen[litmus_index(1, p, i)];
-        garbage = garbage || (got != 0 && got != static_cast<uint32_t>(i + 1));
-        stale += got == 0 ? 1 : 0;
-      }
-    return stale;
-  };
-  const int fenced =
-      count_stale(run_litmus(ctx, &message_passing_kernel<true, kScope>, 2, "message passing with fence_acq_rel"));
-  const int loose =
-      count_stale(run_litmus(ctx, &message_passing_kernel<false, kScope>, 2, "message passing without fences"));
-  EXPECT_FALSE(garbage) << "a load returned a value nobody stored";
-  EXPECT_EQ(fenced, 0) << "fence_acq_rel<" << scope_name(kScope) << ">: in " << fenced << " of " << half
-                       << " iterations the flag was seen before its data (message passing)";
-  if (ctx.rank() == 0)
-    std::printf("[ litmus   ] message passing, %s scope, %d ranks: %d of %zu stale without fences, %d with fences\n",
-                scope_name(kScope), ctx.world_size(), loose, half, fenced);
+  check_litmus(ctx, "message passing", "fence_acq_rel", &message_passing_kernel<true, kScope>,
+               &message_passing_kernel<false, kScope>, 2, kScope, [](const std::vector<uint32_t>& seen, bool& garbage) {
+                 int stale = 0;
+                 for (int p = 0; p < kLitmusPairs; ++p)
+                   for (int i = 0; i < kLitmusIterations; ++i) {
+                     const uint32_t got = seen[litmus_index(1, p, i)];
+                     garbage = garbage || (got != 0 && got != static_cast<uint32_t>(i + 1));
+                     stale += got == 0 ? 1 : 0;
+                   }
+                 return stale;
+               });
 }
 
 TEST_P(DeviceAtomicsTest, FencesForbidStoreBufferingAndStaleMessagesAcrossRanks) {
