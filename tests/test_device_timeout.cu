@@ -370,13 +370,9 @@ TEST_P(DeviceTimeoutTest, ALongOpNameIsCutToTheRecordAndAWordOffTheHeapNamesNoOw
         test::fill_bytes(ctx.stream(), off_heap.get(), 0, 1);
         wait_long_name_kernel<<<1, 1, 0, ctx.stream()>>>(ctx.device_context(), off_heap.get(), dev_op.get());
         IRIS_CUDA_CHECK_LAUNCH();
-        std::string message;
-        try {
-          ctx.synchronize();
-        } catch (const TimeoutError& e) {
-          message = e.what();
-        }
-        ASSERT_FALSE(message.empty()) << "ctx.synchronize() did not throw iris::TimeoutError";
+        const std::string message = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+        ASSERT_NE(message, "(no exception of the expected type thrown)")
+            << "ctx.synchronize() did not throw iris::TimeoutError";
         const std::string kept = op.substr(0, DeviceErrorRecord::kOpNameSize - 1);
         EXPECT_NE(message.find("iris device timeout in " + kept + " on rank"), std::string::npos) << message;
         EXPECT_EQ(message.find(op.substr(0, DeviceErrorRecord::kOpNameSize)), std::string::npos) << message;
