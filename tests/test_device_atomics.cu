@@ -704,8 +704,9 @@ TEST_P(DeviceAtomicsTest, AcquireCasAndReleaseXchgGuardPlainDataAcrossRanks) {
 
 // ---- fences: litmus tests ------------------------------------------------------------------------
 // Two roles, 0 and 1: ranks 0 and 1 when there are two ranks or more (the others idle), else two blocks
-// of rank 0. Thread p of role 0 and thread p of role 1 form pair p; kLitmusPairs pairs run at once, each
-// kLitmusIterations times, iteration i on fresh words that are zero from the start, so nothing is reset.
+// of rank 0, and at CTA scope two halves of one block of rank 0. Participant p of role 0 and participant p
+// of role 1 form pair p; kLitmusPairs pairs run at once, each kLitmusIterations times, iteration i on fresh
+// words that are zero from the start, so nothing is reset.
 // A participant's stores go to the other's heap and its loads read its own, the pattern in which a
 // store over NVLink is still in flight when the local load runs. Before each store-buffering iteration
 // the two announce themselves and wait for each other, then each waits a random number of cycles, so
@@ -726,12 +727,18 @@ constexpr uint64_t kLitmusWaitNs = 10'000'000'000ull;
 
 struct LitmusRoles {
   int role;     // this participant's role, -1 if none
+  int pair;     // its pair
   int partner;  // the rank of the other role
 };
 
+// At CTA scope the two roles are the two halves of one block of rank 0 (threads p and kLitmusPairs + p form
+// pair p: different warps), whatever the world size.
+template <Scope kScope>
 __device__ inline LitmusRoles litmus_roles(const DeviceContext& ctx) {
-  if (ctx.world_size == 1) return {static_cast<int>(blockIdx.x), 0};
-  return {ctx.rank <= 1 ? ctx.rank : -1, 1 - ctx.rank};
+  const int t = static_cast<int>(threadIdx.x);
+  if constexpr (kScope == Scope::kCta) return {t / kLitmusPairs, t % kLitmusPairs, ctx.rank};
+  if (ctx.world_size == 1) return {static_cast<int>(blockIdx.x), t, 0};
+  return {ctx.rank <= 1 ? ctx.rank : -1, t, 1 - ctx.rank};
 }
 
 // Word i of pair p in array k of a litmus test's arrays ([k][pair][iteration]).
@@ -750,9 +757,9 @@ __device__ inline void spin_cycles(long long cycles) {
 // stuck counts participants that gave up waiting for their partner.
 template <bool kFenced, Scope kScope>
 __global__ void store_buffering_kernel(DeviceContext ctx, uint32_t* words, uint32_t* seen, unsigned* stuck) {
-  const LitmusRoles who = litmus_roles(ctx);
-  const int p = static_cast<int>(threadIdx.x), r = who.role;
-  if (r < 0 || p >= kLitmusPairs) return;
+  const LitmusRoles who = litmus_roles<kScope>(ctx);
+  const int p = who.pair, r = who.role;
+  if (r < 0 || r > 1 || p >= kLitmusPairs) return;
   for (int i = 0; i < kLitmusIterations; ++i) {
     dev::signal<Order::kRelaxed, Scope::kSys>(ctx, words + litmus_index(r, p, i), 1u,
                                               who.partner);  // publishes nothing
@@ -775,9 +782,9 @@ __global__ void store_buffering_kernel(DeviceContext ctx, uint32_t* words, uint3
 // data. Heap arrays: 0 data, 1 flags, both written by role 0 into role 1's heap.
 template <bool kFenced, Scope kScope>
 __global__ void message_passing_kernel(DeviceContext ctx, uint32_t* words, uint32_t* seen, unsigned* stuck) {
-  const LitmusRoles who = litmus_roles(ctx);
-  const int p = static_cast<int>(threadIdx.x);
-  if (who.role < 0 || p >= kLitmusPairs) return;
+  const LitmusRoles who = litmus_roles<kScope>(ctx);
+  const int p = who.pair;
+  if (who.role < 0 || who.role > 1 || p >= kLitmusPairs) return;
   if (who.role == 0) {
     for (int i = 0; i < kLitmusIterations; ++i) {
       dev::store<Order::kRelaxed, kScope>(ctx, words + litmus_index(0, p, i), static_cast<uint32_t>(i + 1),
@@ -804,9 +811,10 @@ __global__ void message_passing_kernel(DeviceContext ctx, uint32_t* words, uint3
 using LitmusKernel = void (*)(DeviceContext, uint32_t*, uint32_t*, unsigned*);
 
 // Runs one litmus kernel on both roles and returns seen[2][pairs][iterations]: role 0's half from the rank
-// that ran it, role 1's from the other.
-std::vector<uint32_t> run_litmus(Context& ctx, LitmusKernel kernel, int heap_arrays, const char* what) {
+// that ran it, role 1's from the other (at CTA scope, or with one rank, both from rank 0).
+std::vector<uint32_t> run_litmus(Context& ctx, LitmusKernel kernel, int heap_arrays, Scope scope, const char* what) {
   const int world = ctx.world_size();
+  const bool one_rank = world == 1 || scope == Scope::kCta;  // both roles on rank 0
   const size_t half = litmus_index(1, 0, 0);
   uint32_t* words = ctx.zeros<uint32_t>(heap_arrays * half);
   test::DeviceBuffer<uint32_t> seen(2 * half);
@@ -814,8 +822,10 @@ std::vector<uint32_t> run_litmus(Context& ctx, LitmusKernel kernel, int heap_arr
   test::fill_bytes(ctx.stream(), seen.get(), 0xA5, seen.size());
   test::fill_bytes(ctx.stream(), stuck.get(), 0, 1);
   ctx.barrier();  // every rank's words are zero before a partner stores into them
-  if (world == 1 || ctx.rank() <= 1) {
-    kernel<<<world == 1 ? 2 : 1, kLitmusPairs, 0, ctx.stream()>>>(ctx.device_context(), words, seen.get(), stuck.get());
+  if (one_rank ? ctx.rank() == 0 : ctx.rank() <= 1) {
+    const int blocks = world == 1 && scope != Scope::kCta ? 2 : 1;
+    const int threads = scope == Scope::kCta ? 2 * kLitmusPairs : kLitmusPairs;
+    kernel<<<blocks, threads, 0, ctx.stream()>>>(ctx.device_context(), words, seen.get(), stuck.get());
     IRIS_CUDA_CHECK_LAUNCH();
   }
   ctx.synchronize();
@@ -824,7 +834,7 @@ std::vector<uint32_t> run_litmus(Context& ctx, LitmusKernel kernel, int heap_arr
   auto all = test::allgather_vector(ctx, test::copy_to_host(ctx.stream(), seen.get(), seen.size()));
   ctx.barrier();  // the partner's stores have all landed before the words are freed
   ctx.free(words);
-  if (world == 1) return all[0];
+  if (one_rank) return all[0];
   std::vector<uint32_t> out(all[0].begin(), all[0].begin() + half);
   out.insert(out.end(), all[1].begin() + half, all[1].end());
   return out;
@@ -839,14 +849,18 @@ void check_litmus(Context& ctx, const char* test, const char* fences, LitmusKern
   const size_t half = litmus_index(1, 0, 0);
   bool garbage = false;
   const std::string with = std::string(test) + " with " + fences, without = std::string(test) + " without fences";
-  const int fenced = forbidden(run_litmus(ctx, fenced_kernel, heap_arrays, with.c_str()), garbage);
-  const int loose = forbidden(run_litmus(ctx, loose_kernel, heap_arrays, without.c_str()), garbage);
+  const int fenced = forbidden(run_litmus(ctx, fenced_kernel, heap_arrays, scope, with.c_str()), garbage);
+  const int loose = forbidden(run_litmus(ctx, loose_kernel, heap_arrays, scope, without.c_str()), garbage);
   EXPECT_FALSE(garbage) << test << ": a load returned a value nobody stored";
   EXPECT_EQ(fenced, 0) << test << " with " << fences << "<" << scope_name(scope) << ">: the forbidden outcome in "
                        << fenced << " of " << half << " iterations";
+  const char* roles = scope == Scope::kCta    ? "two warps of one block"
+                      : ctx.world_size() == 1 ? "two blocks"
+                                              : "two ranks";
   if (ctx.rank() == 0)
-    std::printf("[ litmus   ] %s, %s scope, %d ranks: forbidden outcome in %d of %zu without fences, %d with %s\n",
-                test, scope_name(scope), ctx.world_size(), loose, half, fenced, fences);
+    std::printf(
+        "[ litmus   ] %s, %s scope, %s of %d ranks: forbidden outcome in %d of %zu without fences, %d with %s\n", test,
+        scope_name(scope), roles, ctx.world_size(), loose, half, fenced, fences);
 }
 
 // Store buffering: both participants loaded 0 after storing 1.
@@ -891,6 +905,9 @@ TEST_P(DeviceAtomicsTest, FencesForbidStoreBufferingAndStaleMessagesAcrossRanks)
           check_store_buffering<Scope::kGpu>(ctx);
           check_message_passing<Scope::kGpu>(ctx);
         }
+        // Both roles in one block (two warps of rank 0, every world size): the CTA scope is enough there.
+        check_store_buffering<Scope::kCta>(ctx);
+        check_message_passing<Scope::kCta>(ctx);
       },
       test::device_test_options());
 }
