@@ -341,6 +341,12 @@ struct BulkCase {
   size_t bytes, dst_offset, src_offset;
 };
 
+// An element of three words of type W: its size is not a power of two, its alignment is W's.
+template <typename W>
+struct Odd {
+  W w[3];
+};
+
 constexpr size_t kRegion = (size_t{1} << 20) + 4096;
 constexpr unsigned char kPoison = 0xEE;
 
@@ -453,6 +459,14 @@ void check_bulk_form(Context& ctx, unsigned char* dst, unsigned char* src,
   check_bulk_ops<float, kForm>(ctx, dst, src, sources, {{4, 4, 0}, {4 * 4099, 4, 12}, {4 * 70001, 8, 8}});
   check_bulk_ops<uint16_t, kForm>(ctx, dst, src, sources,
                                   {{2, 2, 0}, {2 * 5003, 6, 2}, {2 * 40001, 16, 8}, {2 * 77777, 10, 10}});
+  // Elements whose size is not a power of two (a count of elements is not a count of words): 3, 6, 12, 24 and
+  // 48 bytes at their types' alignments of 1, 2, 4, 8 and 16, at skews that allow wider words and skews that
+  // do not.
+  check_bulk_ops<Odd<uint8_t>, kForm>(ctx, dst, src, sources, {{3, 1, 2}, {3 * 1001, 5, 7}, {3 * 40001, 16, 0}});
+  check_bulk_ops<Odd<uint16_t>, kForm>(ctx, dst, src, sources, {{6, 2, 4}, {6 * 999, 10, 6}, {6 * 30001, 16, 16}});
+  check_bulk_ops<Odd<uint32_t>, kForm>(ctx, dst, src, sources, {{12, 4, 8}, {12 * 4097, 12, 4}, {12 * 20001, 8, 8}});
+  check_bulk_ops<Odd<uint64_t>, kForm>(ctx, dst, src, sources, {{24, 8, 16}, {24 * 3001, 24, 8}, {24 * 9999, 0, 0}});
+  check_bulk_ops<Odd<uint4>, kForm>(ctx, dst, src, sources, {{48, 0, 16}, {48 * 777, 16, 32}});
 }
 
 TEST_P(DeviceMemoryTest, BulkPutGetCopyEveryFormAlignmentAndPeer) {
