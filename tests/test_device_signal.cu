@@ -1,8 +1,9 @@
 // GPU tests of iris/device/signal.cuh: wait_until comparisons on local and remote words (every comparison on
 // every flag type against a host reference, at the edges of each type), 10,000 producer -> consumer messages
 // through a remote flag with each put-and-signal form (no message lost, duplicated or stale), with every flag
-// type, narrow payloads and GPU-scope releases too, and many-to-one signalling with release read-modify-writes
-// whose returned counts are checked. 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS), threads and processes.
+// type, narrow payloads and GPU-scope releases too, a message from every warp of a block, and many-to-one
+// signalling with release read-modify-writes whose returned counts are checked. 1 and 2 ranks (more with
+// IRIS_TEST_MAX_RANKS), threads and processes.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -193,10 +194,12 @@ int check_cmp_matrix(Context& ctx, const char* type_name) {
   const auto cases = cmp_matrix<T>();
   const int count = static_cast<int>(cases.size()), from = (ctx.rank() + 1) % ctx.world_size();
   std::vector<T> observed(count);
+  std::vector<int> want(count);  // 1 where the comparison holds, as the host decides it
   int want_false = 0;
   for (int i = 0; i < count; ++i) {
     observed[i] = cases[i].observed;
-    want_false += host_holds(cases[i].observed, cases[i].cmp, cases[i].value) ? 0 : 1;
+    want[i] = host_holds(cases[i].observed, cases[i].cmp, cases[i].value) ? 1 : 0;
+    want_false += 1 - want[i];
   }
   T* words = ctx.empty<T>(count);
   test::copy_to_device(ctx.stream(), words, observed);
@@ -215,11 +218,10 @@ int check_cmp_matrix(Context& ctx, const char* type_name) {
   const auto got = test::copy_to_host(ctx.stream(), results.get(), count);
   int wrong = 0;
   for (int i = 0; i < count; ++i) {
-    const int want = host_holds(cases[i].observed, cases[i].cmp, cases[i].value) ? 1 : 0;
-    if (got[i] == want) continue;
+    if (got[i] == want[i]) continue;
     if (++wrong <= 5)
       ADD_FAILURE() << type_name << ": wait_until(" << +cases[i].observed << " " << static_cast<int>(cases[i].cmp)
-                    << " " << +cases[i].value << ") returned " << got[i] << ", want " << want << " (Cmp as its enum "
+                    << " " << +cases[i].value << ") returned " << got[i] << ", want " << want[i] << " (Cmp as its enum "
                     << "value; case " << i << ", rank " << from << "'s word)";
   }
   ctx.barrier();  // every rank's waits are over before the words are freed
@@ -402,6 +404,78 @@ TEST_P(DeviceSignalTest, MessagesWithEveryFlagTypeNarrowPayloadsAndGpuScopeRelea
           run_messages<dev::ThisThread, uint16_t, int32_t, Scope::kGpu>(ctx, 1, 5, 2000,
                                                                         "put_thread_signal_release<kGpu>");
         }
+      },
+      test::device_test_options());
+}
+
+// ---- every warp of a block its own put-and-signal -------------------------------------------------
+
+constexpr int kWarpsPerBlock = 4;
+
+__host__ __device__ inline uint64_t warp_message_word(int sender, int round, int warp, int i) {
+  return test::mix64(0x3A7Bull + static_cast<uint64_t>(sender), round, warp, i);
+}
+
+// Block 0's warp w stages and sends its own message of n words to the right neighbour (payload[w], with
+// put_warp_signal_release on ready[w]); block 1's warp w waits for ready[w] from the left and checks
+// payload[w]. Both blocks are 8x4x4 threads, so a warp spans rows and planes. payload: heap [warps][n];
+// ready: heap [warps]; staging: local [warps][n]; counts: local [2], wrong words and messages received.
+__global__ void warp_messages_kernel(DeviceContext ctx, uint64_t* payload, uint64_t* ready, uint64_t* staging, int n,
+                                     int round, unsigned long long* counts) {
+  const int world = ctx.world_size, me = ctx.rank;
+  const int right = (me + 1) % world, left = (me + world - 1) % world;
+  const int warp = static_cast<int>(dev::ThisBlock::index() / 32), lane = static_cast<int>(dev::ThisWarp::index());
+  uint64_t* const mine = payload + static_cast<size_t>(warp) * n;
+  if (blockIdx.x == 0) {
+    uint64_t* const stage = staging + static_cast<size_t>(warp) * n;
+    for (int i = lane; i < n; i += 32) stage[i] = warp_message_word(me, round, warp, i);
+    __syncwarp();  // the warp's message is staged before the warp copies it
+    dev::put_warp_signal_release<Scope::kSys>(ctx, mine, stage, n, ready + warp, static_cast<uint64_t>(round), right);
+    return;
+  }
+  bool ok = true;
+  if (lane == 0)
+    ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, ready + warp, Cmp::kEq, static_cast<uint64_t>(round),
+                                                       "test_warp_consumer");
+  ok = __all_sync(0xffffffffu, ok);
+  __syncwarp();  // lane 0's acquire is ordered before the other lanes' reads
+  if (!ok) return;
+  unsigned long long bad = 0;
+  for (int i = lane; i < n; i += 32) bad += dev::load(mine + i) != warp_message_word(left, round, warp, i) ? 1 : 0;
+  if (bad != 0) atomicAdd(&counts[0], bad);
+  if (lane == 0) atomicAdd(&counts[1], 1ull);
+}
+
+// put_warp_signal_release in a block of several warps: each warp's lane 0 signals its own warp's message,
+// once that warp's stores are done (the message test above runs one warp per block, where a warp index
+// taken from the block's thread index would go unnoticed). 77 words: a tail of lanes without a full word.
+TEST_P(DeviceSignalTest, EveryWarpOfABlockSignalsItsOwnMessage) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        constexpr int kWords = 77, kRounds = 25;
+        const int me = ctx.rank();
+        auto* payload = ctx.empty<uint64_t>(static_cast<size_t>(kWarpsPerBlock) * kWords);
+        auto* ready = ctx.zeros<uint64_t>(kWarpsPerBlock);
+        test::DeviceBuffer<uint64_t> staging(static_cast<size_t>(kWarpsPerBlock) * kWords);
+        test::DeviceBuffer<unsigned long long> counts(2);
+        test::fill_bytes(ctx.stream(), counts.get(), 0, 2);
+        for (int round = 1; round <= kRounds; ++round) {
+          test::fill_bytes(ctx.stream(), payload, 0xFF, static_cast<size_t>(kWarpsPerBlock) * kWords);  // poison
+          ctx.barrier();  // every payload is poisoned, and the last round's consumers are done, before any sends
+          warp_messages_kernel<<<2, dim3(8, 4, 4), 0, ctx.stream()>>>(ctx.device_context(), payload, ready,
+                                                                      staging.get(), kWords, round, counts.get());
+          IRIS_CUDA_CHECK_LAUNCH();
+          ctx.synchronize();  // a warp that never signalled shows up as a TimeoutError here
+        }
+        auto got = test::copy_to_host(ctx.stream(), counts.get(), 2);
+        EXPECT_EQ(got[0], 0u) << "rank " << me << ": payload words wrong (stale, torn or another warp's)";
+        EXPECT_EQ(got[1], static_cast<unsigned long long>(kWarpsPerBlock) * kRounds)
+            << "rank " << me << ": messages received";
+        ctx.barrier();  // the left neighbour's last message has landed before the heap is freed
+        ctx.free(ready);
+        ctx.free(payload);
       },
       test::device_test_options());
 }
