@@ -2,9 +2,9 @@
 // the kernel after the context's device timeout (200 ms here) and ctx.synchronize() throws
 // iris::TimeoutError naming the op, the rank and the word's owner; every other spinning thread gives
 // up too; the record is cleared and the context keeps working; device barriers time out and report
-// misuse the same way; a long op name is cut to the record, a word off the heap has no owner, and a handle
-// without an error record still gives up at its bound. 1 and 2 ranks (more with IRIS_TEST_MAX_RANKS),
-// threads and processes.
+// misuse the same way; a long op name is cut to the record, a word off the heap has no owner, a handle
+// without an error record still gives up at its bound, and one without a timeout waits the 10 s default. 1 and 2 ranks
+// (more with IRIS_TEST_MAX_RANKS), threads and processes.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -319,6 +319,49 @@ __global__ void barrier_slot_kernel(DeviceContext ctx, DeviceBarrierHandle barri
   if (threadIdx.x == 0) *result = ok ? 1 : 0;
 }
 
+// results[thread] = what barrier_block returned to that thread (1 true, 0 false).
+__global__ void barrier_results_kernel(DeviceContext ctx, DeviceBarrierHandle barrier, int* results) {
+  const bool ok = dev::barrier_block(ctx, barrier, 0);
+  results[dev::thread_index_in_block()] = ok ? 1 : 0;
+}
+
+// From 3 ranks: the last rank stays away while the others cross, so on each of them some waits succeed (for
+// the ranks that arrived) and one gives up (for the last). Every thread of the block must learn false, with a
+// thread per rank (each waits for one) and with one thread (it waits for the ranks in turn, and the one that
+// arrived before the absent one does not make it true).
+TEST_P(DeviceTimeoutTest, DeviceBarrierIsFalseForTheWholeBlockWhenOnlySomeWaitsGiveUp) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world < 3) GTEST_SKIP() << "needs a rank that arrives and one that stays away: 3 ranks or more";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        const int world = ctx.world_size(), me = ctx.rank();
+        for (int threads : {64, 1}) {
+          DeviceBarrier barrier(ctx);
+          if (me != world - 1) {
+            test::DeviceBuffer<int> results(threads);
+            test::fill_bytes(ctx.stream(), results.get(), 0x7f, threads);
+            barrier_results_kernel<<<1, threads, 0, ctx.stream()>>>(ctx.device_context(), barrier.handle(),
+                                                                    results.get());
+            IRIS_CUDA_CHECK_LAUNCH();
+            const std::string message = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+            EXPECT_NE(message.find("iris device timeout in barrier_block on rank " + std::to_string(me)),
+                      std::string::npos)
+                << threads << " threads: " << message;
+            // The word waited for is this rank's own copy of the absent rank's epoch.
+            EXPECT_NE(message.find("owned by rank " + std::to_string(me)), std::string::npos) << message;
+            const auto got = test::copy_to_host(ctx.stream(), results.get(), threads);
+            for (int t = 0; t < threads; ++t)
+              EXPECT_EQ(got[t], 0) << threads << " threads, rank " << me << ": thread " << t << " got "
+                                   << (got[t] == 1 ? "true" : "nothing") << " from a crossing rank " << world - 1
+                                   << " never made";
+          }
+          ctx.barrier();  // every crossing rank has given up before the barrier's words are freed
+        }
+      },
+      test::device_test_options(kBound));
+}
+
 TEST_P(DeviceTimeoutTest, DeviceBarrierSlotOutOfRangeIsReported) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
   test::run_ranks(
@@ -402,6 +445,38 @@ TEST_P(DeviceTimeoutTest, AHandleWithoutAnErrorRecordGivesUpAtItsBoundWithoutFau
         EXPECT_NO_THROW(ctx.synchronize()) << "nothing was recorded, so nothing is raised";
         EXPECT_GE(ms_since(t0), 95.0) << "gave up before its 100 ms bound";
         for (int r : test::copy_to_host(ctx.stream(), results.get(), 64)) EXPECT_EQ(r, 0) << "a wait did not give up";
+        ctx.barrier();
+        ctx.free(word);
+      },
+      test::device_test_options(kBound));
+}
+
+// A handle whose timeout_ns is 0 (a default-constructed one, or a hand-made one that left it unset) waits the
+// default bound of 10 s (kDefaultTimeoutNs), not zero and not forever. The bound is each rank's own, so one
+// rank in one process shows it, in 10 s of waiting.
+TEST_P(DeviceTimeoutTest, AHandleWithoutATimeoutWaitsTheTenSecondDefault) {
+  IRIS_TEST_REQUIRE_GPUS(GetParam());
+  if (GetParam().world != 1 || GetParam().mode != test::Mode::kThreads)
+    GTEST_SKIP() << "the bound is each rank's own: the one-rank threads case shows it, in 10 s of waiting";
+  test::run_ranks(
+      GetParam(),
+      [](Context& ctx) {
+        auto* word = ctx.zeros<uint64_t>(1);
+        DeviceContext handle = ctx.device_context();
+        handle.timeout_ns = 0;
+        test::DeviceBuffer<int> results(32);
+        test::fill_bytes(ctx.stream(), results.get(), 0x7f, 32);
+        const auto t0 = Clock::now();
+        wait_kernel<<<1, 32, 0, ctx.stream()>>>(handle, word, 1, results.get());
+        IRIS_CUDA_CHECK_LAUNCH();
+        const std::string message = test::error_text<TimeoutError>([&] { ctx.synchronize(); });
+        const double elapsed = ms_since(t0);
+        EXPECT_GE(elapsed, 9990.0) << "gave up before the 10 s default";
+        EXPECT_LT(elapsed, 13000.0) << "took far longer than the 10 s default";
+        EXPECT_NE(message.find("iris device timeout in test_never_signalled on rank 0 (block 0): waited 10"),
+                  std::string::npos)
+            << message;
+        for (int r : test::copy_to_host(ctx.stream(), results.get(), 32)) EXPECT_EQ(r, 0) << "a wait did not give up";
         ctx.barrier();
         ctx.free(word);
       },
