@@ -714,11 +714,11 @@ TEST_P(DeviceAtomicsTest, AcquireCasAndReleaseXchgGuardPlainDataAcrossRanks) {
 // runs the same code without the fences and prints how often the outcome the fences forbid appeared
 // there: only a count above zero shows that the machine produces the outcome and the fenced zero means
 // something. On 2026-12-07, on two H100 machines (1 rank, and 2 ranks under MPS), store buffering appeared
-// in 8372-9079 of 256000 unfenced iterations, at GPU and system scope, and never with fence_sc; on three
-// other H100 machines, with binaries that differed only in other tests of this file, it appeared in none
-// (the cause was not found: the device time ran out before both binaries could run on one machine).
-// Message passing never went stale, fenced or not. So the fenced checks guard the fences only where the
-// machine shows the outcome: read the printed counts.
+// in 8372-9079 of 256000 unfenced iterations, at GPU and system scope, and never with fence_sc; on four
+// other H100 machines it appeared in none (at CTA scope too, on the one of those that ran it). The kernels
+// are not the cause: their SASS is the same in the binaries that showed it and those that did not, and on one
+// machine (2026-12-07) both binaries showed none. Message passing never went stale, fenced or not. So the
+// fenced checks guard the fences only where the machine shows the outcome: read the printed counts.
 constexpr int kLitmusPairs = 64;
 constexpr int kLitmusIterations = 4000;
 constexpr int kLitmusMaxDelayCycles = 2048;
