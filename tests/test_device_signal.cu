@@ -437,9 +437,7 @@ __global__ void warp_messages_kernel(DeviceContext ctx, uint64_t* payload, uint6
   if (lane == 0)
     ok = dev::wait_until<Order::kAcquire, Scope::kSys>(ctx, ready + warp, Cmp::kEq, static_cast<uint64_t>(round),
                                                        "test_warp_consumer");
-  ok = __all_sync(0xffffffffu, ok);
-  __syncwarp();  // lane 0's acquire is ordered before the other lanes' reads
-  if (!ok) return;
+  if (!group_all<dev::ThisWarp>(ok)) return;  // also orders lane 0's acquire before the other lanes' reads
   unsigned long long bad = 0;
   for (int i = lane; i < n; i += 32) bad += dev::load(mine + i) != warp_message_word(left, round, warp, i) ? 1 : 0;
   if (bad != 0) atomicAdd(&counts[0], bad);
