@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +71,24 @@ struct ClosedPort {
     if (fd >= 0) ::close(fd);
   }
 };
+
+// The inodes of the sockets that process `pid` holds open ("socket:[<inode>]" in /proc/<pid>/fd), as
+// /proc/net/unix prints them.
+std::vector<std::string> socket_inodes(pid_t pid) {
+  std::vector<std::string> inodes;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return inodes;
+  while (const dirent* e = ::readdir(d)) {
+    char target[64] = {};
+    const std::string link = dir + "/" + e->d_name;
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+    const std::string t(target, n > 0 ? static_cast<size_t>(n) : 0);
+    if (t.starts_with("socket:[") && t.ends_with("]")) inodes.push_back(t.substr(8, t.size() - 9));
+  }
+  ::closedir(d);
+  return inodes;
+}
 
 // Distinct, position-dependent content so a misplaced or truncated contribution is caught.
 std::string pattern(int rank, int round, size_t length) {
@@ -314,7 +333,8 @@ TEST(BootstrapTcp, APeerThatFailsInsideExchangeFdsReleasesOthers) {
 // exchange_fds listens on an abstract Unix socket, which has no permissions: any process of the host can
 // connect. One of another user that sends a descriptor labelled with a peer's rank before that peer does
 // must not have it taken as the peer's (mapped as its heap): rank 0 closes it and takes rank 1's. Rank 1
-// plays its part by hand, to put the stranger first: it finds rank 0's socket in /proc/net/unix.
+// plays its part by hand, to put the stranger first: it finds rank 0's socket in /proc/net/unix, among those
+// rank 0's process holds.
 TEST(BootstrapTcp, ExchangeFdsTakesNoDescriptorFromAnotherUser) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root, to start a process of another user (nobody, 65534)";
   // Root without CAP_SETUID (a rootless container) cannot become another user either.
@@ -328,6 +348,7 @@ TEST(BootstrapTcp, ExchangeFdsTakesNoDescriptorFromAnotherUser) {
   const Rendezvous rv;
   auto codes = run_ranks(2, [&](int rank) {
     auto bs = iris::make_tcp_bootstrap(rv.info(rank, 2), 10s);
+    const std::vector<std::string> pids = bs->allgather(std::to_string(::getpid()));
     if (rank == 0) {
       const int mine = ::memfd_create("iris-test", MFD_CLOEXEC);
       CHILD_CHECK(rank, mine >= 0);
@@ -341,17 +362,24 @@ TEST(BootstrapTcp, ExchangeFdsTakesNoDescriptorFromAnotherUser) {
       return 0;
     }
     bs->barrier();  // rank 0's exchange listens from here on
-    // Rank 0's socket of the job's first exchange: "@iris-<job id>-1-0".
+    // Rank 0's socket of the job's first exchange: "@iris-<job id>-1-0", held open by rank 0's process. The
+    // name alone is not enough: another job of this host (an earlier test's rank still exiting, a test run
+    // beside this one) may have a socket of its own first exchange listed too.
+    const std::vector<std::string> inodes = socket_inodes(std::stoi(pids[0]));
+    CHILD_CHECK(rank, !inodes.empty());
     std::string name;
     {
       std::FILE* f = std::fopen("/proc/net/unix", "r");
       CHILD_CHECK(rank, f != nullptr);
       char line[512];
       while (name.empty() && std::fgets(line, sizeof(line), f)) {
-        std::string l(line);
-        while (!l.empty() && (l.back() == '\n' || l.back() == ' ')) l.pop_back();
-        const size_t at = l.find(" @iris-");
-        if (at != std::string::npos && l.size() > 4 && l.compare(l.size() - 4, 4, "-1-0") == 0) name = l.substr(at + 2);
+        // Num RefCount Protocol Flags Type St Inode Path
+        std::istringstream fields(line);
+        std::string field[8];
+        for (std::string& x : field) fields >> x;
+        if (field[7].starts_with("@iris-") && field[7].ends_with("-1-0") &&
+            std::find(inodes.begin(), inodes.end(), field[6]) != inodes.end())
+          name = field[7].substr(1);
       }
       std::fclose(f);
     }
