@@ -45,6 +45,8 @@ using namespace iris::test::forked;
 
 // ---- helpers ---------------------------------------------------------------------------------------
 
+constexpr uid_t kNobody = 65534;
+
 bool is_listening(int fd) {
   int listening = 0;
   socklen_t len = sizeof(listening);
@@ -71,6 +73,44 @@ struct ClosedPort {
     if (fd >= 0) ::close(fd);
   }
 };
+
+// Turns this (forked) process into one of user nobody (65534); false if it cannot.
+bool become_nobody() { return ::setgid(kNobody) == 0 && ::setuid(kNobody) == 0; }
+
+// Why this test process cannot start a process of another user, or "" if it can.
+std::string why_no_process_of_nobody() {
+  if (::geteuid() != 0) return "needs root, to start a process of another user (nobody, 65534)";
+  // Root without CAP_SETUID (a rootless container) cannot become another user either.
+  const pid_t probe = ::fork();
+  if (probe == 0) ::_exit(become_nobody() ? 0 : 1);
+  int status = -1;
+  if (probe < 0 || ::waitpid(probe, &status, 0) != probe || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return "this process cannot start one of another user (setuid to nobody, 65534, failed)";
+  return "";
+}
+
+// The tasks (threads) of every process whose real user is `uid`: what RLIMIT_NPROC counts against that user.
+rlim_t tasks_of_user(uid_t uid) {
+  rlim_t tasks = 0;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return 0;
+  while (const dirent* e = ::readdir(proc)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::FILE* f = std::fopen(("/proc/" + std::string(e->d_name) + "/status").c_str(), "r");
+    if (f == nullptr) continue;  // ended meanwhile
+    char line[256];
+    long real_uid = -1;
+    long threads = 0;
+    while (std::fgets(line, sizeof(line), f)) {
+      std::sscanf(line, "Uid: %ld", &real_uid);
+      std::sscanf(line, "Threads: %ld", &threads);
+    }
+    std::fclose(f);
+    if (real_uid == static_cast<long>(uid)) tasks += static_cast<rlim_t>(threads);
+  }
+  ::closedir(proc);
+  return tasks;
+}
 
 // The inodes of the sockets that process `pid` holds open ("socket:[<inode>]" in /proc/<pid>/fd), as
 // /proc/net/unix prints them.
@@ -336,14 +376,7 @@ TEST(BootstrapTcp, APeerThatFailsInsideExchangeFdsReleasesOthers) {
 // plays its part by hand, to put the stranger first: it finds rank 0's socket in /proc/net/unix, among those
 // rank 0's process holds.
 TEST(BootstrapTcp, ExchangeFdsTakesNoDescriptorFromAnotherUser) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to start a process of another user (nobody, 65534)";
-  // Root without CAP_SETUID (a rootless container) cannot become another user either.
-  const pid_t probe = ::fork();
-  if (probe == 0) ::_exit(::setgid(65534) == 0 && ::setuid(65534) == 0 ? 0 : 1);
-  int probe_status = -1;
-  ASSERT_TRUE(probe > 0 && ::waitpid(probe, &probe_status, 0) == probe);
-  if (!WIFEXITED(probe_status) || WEXITSTATUS(probe_status) != 0)
-    GTEST_SKIP() << "this process cannot start one of another user (setuid to nobody, 65534, failed)";
+  if (const std::string why = why_no_process_of_nobody(); !why.empty()) GTEST_SKIP() << why;
   if (::access("/proc/net/unix", R_OK) != 0) GTEST_SKIP() << "needs /proc/net/unix, to find rank 0's socket";
   const Rendezvous rv;
   auto codes = run_ranks(2, [&](int rank) {
@@ -410,7 +443,7 @@ TEST(BootstrapTcp, ExchangeFdsTakesNoDescriptorFromAnotherUser) {
                           ::listen(listener, 2) == 0);
     const pid_t stranger = ::fork();
     if (stranger == 0) {
-      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+      if (!become_nobody()) ::_exit(3);
       ::_exit(send_as_rank_1("strange") ? 0 : 4);
     }
     int status = -1;
@@ -946,6 +979,63 @@ TEST(BootstrapThreads, SingleRankAndBadArguments) {
             "iris bootstrap: world size 0 must be at least 1");
   EXPECT_EQ(what_of<iris::InvalidArgument>([&] { group[0]->broadcast("v", 1); }),
             "iris bootstrap: broadcast root 1 is outside [0, 1)");
+}
+
+// ---- the harness of these tests -------------------------------------------------------------------------
+
+// A rank that cannot be forked (the user's process limit, the host out of memory) is reported, and the ranks
+// already started are ended: they would wait for it until their timeout. Before 2026-12-07 run_processes kept
+// fork's -1 as that rank's pid, and at its limit called kill(-1, SIGKILL): every process the test's user may
+// signal, all of the host's under root, as CI runs. Here the harness runs as nobody, allowed one process more
+// than nobody has, so rank 0 starts and rank 1 does not; a bystander of nobody's shows that no process beyond
+// the harness's own children was signalled.
+TEST(ForkedRanks, ARankThatCannotBeForkedEndsTheOthersAndSignalsNoStranger) {
+  if (const std::string why = why_no_process_of_nobody(); !why.empty()) GTEST_SKIP() << why;
+  int ready[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  const pid_t bystander = ::fork();
+  if (bystander == 0) {
+    ::close(ready[0]);
+    if (!become_nobody()) ::_exit(3);
+    ::close(ready[1]);  // end-of-file for the test: this process is nobody's now
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ASSERT_GT(bystander, 0);
+  char byte;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 0);
+  ::close(ready[0]);
+  enum : int { kOk, kNotNobody = 3, kNoLimit, kWrongCodes, kWaitedForRankZero };
+  const pid_t harness = ::fork();
+  if (harness == 0) {
+    if (!become_nobody()) ::_exit(kNotNobody);
+    const rlim_t tasks = tasks_of_user(kNobody);
+    const rlimit limit{tasks + 1, tasks + 1};
+    if (tasks < 2 || ::setrlimit(RLIMIT_NPROC, &limit) != 0) ::_exit(kNoLimit);
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<int> codes = run_ranks(
+        2,
+        [](int rank) {
+          if (rank == 0) std::this_thread::sleep_for(20s);  // as a rank waiting for its peer
+          return 0;
+        },
+        10s);
+    if (codes != std::vector<int>{kNotStarted, kNotStarted}) ::_exit(kWrongCodes);
+    if (std::chrono::steady_clock::now() - start > 5s) ::_exit(kWaitedForRankZero);
+    ::_exit(kOk);
+  }
+  ASSERT_GT(harness, 0);
+  int status = -1;
+  ASSERT_EQ(::waitpid(harness, &status, 0), harness);
+  const bool bystander_lives = ::waitpid(bystander, nullptr, WNOHANG) == 0;
+  ::kill(bystander, SIGKILL);
+  ::waitpid(bystander, nullptr, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the harness ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), kOk) << "3: could not become nobody; 4: could not count nobody's tasks or set the "
+                                         "limit; 5: the codes were not kNotStarted for both ranks; 6: rank 0 was "
+                                         "waited for, not ended";
+  EXPECT_TRUE(bystander_lives) << "a process that was no rank of the harness was killed";
 }
 
 }  // namespace

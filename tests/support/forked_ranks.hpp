@@ -12,8 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <string>
@@ -31,6 +33,7 @@ using namespace std::chrono_literals;
 inline constexpr int kCheckFailed = 1;
 inline constexpr int kUnexpectedException = 90;
 inline constexpr int kKilled = -1;
+inline constexpr int kNotStarted = -2;
 
 // A loopback TCP socket listening on a port the kernel picks (what run_local_processes hands rank 0);
 // -1 on failure.
@@ -93,7 +96,8 @@ struct Rendezvous {
 };
 
 // Runs body(rank) in one child process per entry of `ranks`; returns the exit codes in that order
-// (kKilled for a child still running after `limit`, which is then killed).
+// (kKilled for a child still running after `limit`, which is then killed; kNotStarted for every rank when
+// one could not be forked, the others then killed).
 inline std::vector<int> run_processes(const std::vector<int>& ranks, const std::function<int(int)>& body,
                                       std::chrono::milliseconds limit = 15s) {
   std::vector<pid_t> pids;
@@ -110,6 +114,18 @@ inline std::vector<int> run_processes(const std::vector<int>& ranks, const std::
       }
       // _exit: no atexit handlers, no flushing of the parent's (inherited) gtest output buffers.
       ::_exit(code);
+    }
+    if (pid < 0) {
+      // No -1 among the pids: waitpid(-1) would reap any child of the test, and kill(-1, SIGKILL) every
+      // process this user may signal (all of the host's, as root). The ranks started wait for one that
+      // never comes, so they are ended too.
+      const int error = errno;
+      std::fprintf(stderr, "[rank %d] not started: fork failed: %s\n", rank, std::strerror(error));
+      for (pid_t started : pids) {
+        ::kill(started, SIGKILL);
+        ::waitpid(started, nullptr, 0);
+      }
+      return std::vector<int>(ranks.size(), kNotStarted);
     }
     pids.push_back(pid);
   }
