@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -109,10 +110,13 @@ void kill_tree(pid_t pid) {
 
 // Reaps the killed `pid`, waiting until `until` at most; false if it has not ended by then. SIGKILL ends a
 // process at once unless it sleeps uninterruptibly in the kernel, as one does inside a GPU driver that
-// stopped answering; waiting for that one without a bound would hang the launcher with it.
-bool reap_by(pid_t pid, Clock::time_point until) {
+// stopped answering; waiting for that one without a bound would hang the launcher with it. `status`, where
+// given, gets the wait status when this call reaped the process.
+bool reap_by(pid_t pid, Clock::time_point until, std::optional<int>* status = nullptr) {
   for (;;) {
-    const pid_t got = waitpid(pid, nullptr, WNOHANG);
+    int wstatus = 0;
+    const pid_t got = waitpid(pid, &wstatus, WNOHANG);
+    if (got == pid && status != nullptr) *status = wstatus;
     if (got == pid || (got < 0 && errno != EINTR)) return true;  // reaped (or reaped elsewhere: ECHILD)
     if (Clock::now() >= until) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -212,18 +216,30 @@ std::vector<ProcessExit> run_local_processes(int world, const std::vector<std::s
   int running = world;
   int first_failed = -1;
   Clock::time_point failed_at{};
-  // Kills every process still running, reaps them within one kReapLimit, and marks how (mark(exit)).
+  // The exit code or signal of a reaped process.
+  auto record = [](ProcessExit& e, int status) {
+    if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+  };
+  // Kills every process still running, reaps them within one kReapLimit, and marks how (mark(exit)). One that
+  // ended by itself between the last poll and the kill (a zombie ignores signals) keeps its own status: an exit
+  // code, or a signal other than the SIGKILL sent here.
   auto kill_rest = [&](auto mark) {
     for (int r = 0; r < world; ++r)
       if (pids[r] >= 0) kill_tree(pids[r]);
     const Clock::time_point until = Clock::now() + kReapLimit;
     for (int r = 0; r < world; ++r) {
       if (pids[r] < 0) continue;
-      if (!reap_by(pids[r], until)) {
+      std::optional<int> status;
+      if (!reap_by(pids[r], until, &status)) {
         exits[r].left_unreaped = true;
         exits[r].reap_limit = kReapLimit;
       }
       pids[r] = -1;
+      if (status && (WIFEXITED(*status) || (WIFSIGNALED(*status) && WTERMSIG(*status) != SIGKILL))) {
+        record(exits[r], *status);
+        continue;
+      }
       mark(exits[r]);
     }
   };
@@ -235,8 +251,7 @@ std::vector<ProcessExit> run_local_processes(int world, const std::vector<std::s
       if (got < 0 && errno == ECHILD) {
         exits[r].status_lost = true;  // reaped by the kernel (SIGCHLD ignored) or by another thread
       } else if (got == pids[r]) {
-        if (WIFEXITED(status)) exits[r].exit_code = WEXITSTATUS(status);
-        if (WIFSIGNALED(status)) exits[r].signal = WTERMSIG(status);
+        record(exits[r], status);
         if (first_failed < 0 && !exits[r].ok()) {
           first_failed = r;
           failed_at = Clock::now();
