@@ -256,5 +256,42 @@ TEST(DeviceErrorRecordHost, EachCodeRaisesItsOwnExceptionAndMessage) {
       << m;
 }
 
+// IRIS_DEVICE_CHECKS (memory.cuh): a translation that failed its check, each reason in its words. The GPU test
+// (test_device_checks.cu) provokes each from a kernel.
+TEST(DeviceErrorRecordHost, ATranslationThatFailedItsCheckSaysWhatIsWrongAndThatTheContextIsLost) {
+  const auto bad = [](int64_t to, int owner, uint64_t bytes) {
+    DeviceErrorRecord r = recorded(device::kDeviceErrorBadTranslate, static_cast<uint64_t>(to), 4, true);
+    std::strncpy(r.op, "translate", DeviceErrorRecord::kOpNameSize - 1);
+    r.peer = owner;
+    r.elapsed_ns = bytes;
+    return invalid_text(r);
+  };
+  const std::string lost =
+      ". IRIS_DEVICE_CHECKS stopped the kernel there with a trap, before the access: this process's CUDA context is "
+      "unusable now (every later CUDA call fails), so the process must end; its peers' waits for it time out.";
+  EXPECT_EQ(bad(4, 3, 8),
+            "iris device error in translate on rank 3 (block 7, to rank 4): rank 4 is not one of the 4 "
+            "ranks [0, 4)" +
+                lost);
+  EXPECT_EQ(bad(-1, 3, 8),
+            "iris device error in translate on rank 3 (block 7, to rank -1): rank -1 is not one of the "
+            "4 ranks [0, 4)" +
+                lost);
+  EXPECT_EQ(bad(1, -1, 8),
+            "iris device error in translate on rank 3 (block 7, to rank 1): the pointer 0xabc0 is outside the "
+            "symmetric heap: a form that takes a rank takes a pointer into this rank's heap (an allocation of its "
+            "Context, or inside one), not cudaMalloc memory or a stack or __shared__ address" +
+                lost);
+  EXPECT_EQ(bad(1, 2, 8),
+            "iris device error in translate on rank 3 (block 7, to rank 1): the pointer 0xabc0 is in rank 2's heap, "
+            "not this rank's: it was translated already (pass this rank's pointer with a rank, or a translated one "
+            "to a form without a rank)" +
+                lost);
+  EXPECT_EQ(bad(1, 3, 4096),
+            "iris device error in translate on rank 3 (block 7, to rank 1): the 4096 bytes from "
+            "0xabc0 run past the end of this rank's heap" +
+                lost);
+}
+
 }  // namespace
 }  // namespace iris::detail

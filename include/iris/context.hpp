@@ -229,7 +229,9 @@ class Context {
   // prepared: the ops refuse a workspace prepared before a timeout since (its flags and epochs may be
   // out of step between ranks), and preparing it again starts its state over on every rank.
   uint64_t device_timeouts() const { return device_timeouts_; }
-  // Synchronizes stream(), then check_device_error().
+  // Synchronizes stream(), then check_device_error(). A synchronization that fails raises the recorded device
+  // error when there is one (a kernel that IRIS_DEVICE_CHECKS stopped with a trap, device/memory.cuh), else the
+  // CUDA error.
   void synchronize();
 
   // POD handle for kernels; valid while this Context lives.

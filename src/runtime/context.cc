@@ -697,7 +697,10 @@ void Context::barrier() {
 }
 
 void Context::synchronize() {
-  IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const cudaError_t status = cudaStreamSynchronize(stream_);
+  // A kernel that IRIS_DEVICE_CHECKS stopped (a trap) left why in the record: that, not "unspecified launch failure".
+  if (status != cudaSuccess) check_device_error();
+  IRIS_CUDA_CHECK(status);
   check_device_error();
 }
 

@@ -158,6 +158,30 @@ void throw_device_error(const DeviceErrorRecord& copy) {
             : "Its kernels returned at once: they wrote nothing, on this rank or a peer. ",
         "Calls replayed by a CUDA graph captured before that failure skip so too: call the preamble again on every "
         "rank, then replay."));
+  // IRIS_DEVICE_CHECKS (memory.cuh): a translation with a rank out of range, or a pointer not in this rank's heap.
+  if (copy.code == device::kDeviceErrorBadTranslate) {
+    const auto to = static_cast<int64_t>(copy.observed);
+    const auto world = static_cast<int64_t>(copy.expected);
+    std::string why;
+    if (to < 0 || to >= world)
+      why = detail::str_cat("rank ", to, " is not one of the ", world, " ranks [0, ", world, ")");
+    else if (copy.peer < 0)
+      why = detail::str_cat("the pointer ", addr,
+                            " is outside the symmetric heap: a form that takes a rank takes a pointer into this "
+                            "rank's heap (an allocation of its Context, or inside one), not cudaMalloc memory or a "
+                            "stack or __shared__ address");
+    else if (copy.peer != copy.rank)
+      why = detail::str_cat("the pointer ", addr, " is in rank ", copy.peer,
+                            "'s heap, not this rank's: it was translated already (pass this rank's pointer with a "
+                            "rank, or a translated one to a form without a rank)");
+    else
+      why = detail::str_cat("the ", copy.elapsed_ns, " bytes from ", addr, " run past the end of this rank's heap");
+    throw InvalidArgument(detail::str_cat(
+        "iris device error in ", copy.op, " on rank ", copy.rank, " (block ", copy.block, ", to rank ", to, "): ", why,
+        ". IRIS_DEVICE_CHECKS stopped the kernel there with a trap, before the access: this process's CUDA context "
+        "is unusable now (every later CUDA call fails), so the process must end; its peers' waits for it time "
+        "out."));
+  }
   if (copy.code == device::kDeviceErrorMisuse)
     throw InvalidArgument(detail::str_cat("iris device error in ", copy.op, " on rank ", copy.rank, " (block ",
                                           copy.block, "): got ", static_cast<int64_t>(copy.observed),

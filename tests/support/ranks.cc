@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -177,14 +178,23 @@ std::string rank_setup_name(const ::testing::TestParamInfo<RankSetup>& info) {
 
 namespace {
 
+// Set by context_ended_on_purpose, for this thread's body.
+thread_local bool context_ended = false;
+
 // After a body returns, what it queued and did not check is checked: a kernel's device error (a wait
 // that gave up, a misuse) or a CUDA error raised by nothing the body called would otherwise vanish when
 // the Context is destroyed, and the test would pass. A body that failed fatally is left as it is.
 void drain_and_check(Context& ctx) {
+  const bool ended = std::exchange(context_ended, false);
   if (::testing::Test::HasFatalFailure()) return;
   // The context's device, which a thread of run_threads need not have current after the body.
   const iris::detail::DeviceGuard device(ctx.device());
   const cudaError_t err = cudaDeviceSynchronize();  // every stream: the context's and the body's own
+  if (ended) {
+    if (err == cudaSuccess)
+      ADD_FAILURE() << "rank " << ctx.rank() << ": the body said its CUDA context ended, but the device synchronizes";
+    return;
+  }
   if (err != cudaSuccess) {
     ADD_FAILURE() << "rank " << ctx.rank() << ": the work the test left queued failed after its body returned: "
                   << cudaGetErrorName(err) << ": " << cudaGetErrorString(err);
@@ -199,6 +209,8 @@ void drain_and_check(Context& ctx) {
 }
 
 }  // namespace
+
+void context_ended_on_purpose() { context_ended = true; }
 
 void run_ranks(const RankSetup& setup, const std::function<void(Context&)>& body, const ContextOptions& options) {
   if (setup.mode == Mode::kThreads) {

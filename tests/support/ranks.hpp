@@ -52,6 +52,11 @@ std::string rank_setup_name(const ::testing::TestParamInfo<RankSetup>& info);
 // Runs body on setup.world ranks as setup.mode says. Options are forwarded to every Context.
 void run_ranks(const RankSetup& setup, const std::function<void(Context&)>& body, const ContextOptions& options = {});
 
+// Said by a body that ended its process's CUDA context on purpose (a kernel's trap, which it checked): after the
+// body, run_ranks then expects the device to fail instead of failing the test for it. Processes only: the ranks
+// of Mode::kThreads share the test binary's context.
+void context_ended_on_purpose();
+
 // True when this process is a child started by run_ranks (Mode::kProcesses).
 bool is_rank_child();
 

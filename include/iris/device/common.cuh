@@ -12,6 +12,11 @@
 
 #include "iris/device/device_context.hpp"
 
+// Checked translation (memory.cuh): define to 1 before the first iris device header, per translation unit.
+#ifndef IRIS_DEVICE_CHECKS
+#define IRIS_DEVICE_CHECKS 0
+#endif
+
 #if defined(__CUDACC__)
 #define IRIS_DEVICE_COMPILE 1
 #define IRIS_DEVICE_INLINE __device__ __forceinline__
@@ -77,6 +82,12 @@ inline constexpr int32_t kDeviceErrorPeerStopped = 8;
 // the host raised that one (a CUDA graph that replays calls on the workspace, or a call on another stream).
 // `observed` holds the epoch of the call that gave up, `expected` this call's. The host raises InvalidArgument.
 inline constexpr int32_t kDeviceErrorCallStopped = 9;
+
+// A translation failed its IRIS_DEVICE_CHECKS check (memory.cuh): `observed` holds the rank asked for (signed),
+// `expected` the world size, `address` the pointer, `peer` the rank whose heap holds it (-1: outside the
+// symmetric window) and `elapsed_ns` the bytes from it that had to lie in this rank's heap (saturated). The
+// kernel then stopped with a trap, which ends the process's CUDA context. The host raises InvalidArgument.
+inline constexpr int32_t kDeviceErrorBadTranslate = 10;
 
 // The call key a collective's kernel stores in its call words when it skips its call on a stopped workspace
 // (ccl_common.cuh, begin_call), so that its peers' waits that give up name it. A call's own key (a hash,

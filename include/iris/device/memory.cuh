@@ -11,6 +11,17 @@
 //     translate(ctx, ptr, r) == (T*)((char*)ptr + (r - ctx.rank) * ctx.heap_size)   (bytes, not elements).
 // Pointers passed without a rank are used as they are: this GPU's global memory (its heap, cudaMalloc), or a
 // pointer already translated. A rank equal to ctx.rank means the local heap; all forms work for local and remote.
+//
+// Checked mode: with IRIS_DEVICE_CHECKS defined to 1 before the first iris device header (or
+// -DIRIS_DEVICE_CHECKS=1), every form that takes a rank checks, in the kernels of that translation unit, that
+// the rank is in [0, world_size) and that the object (for the bulk forms, the whole range of `count` elements)
+// lies in this rank's heap. A translation that fails the check records why in the context's error record
+// (kDeviceErrorBadTranslate: the host raises InvalidArgument at ctx.synchronize() or check_device_error(),
+// naming the rank, the pointer and what is wrong with them), prints it, and stops the kernel with a trap before
+// the access: an access through a wrong address would corrupt another object, or another rank's, without a
+// word. A trap ends this process's CUDA context (every later CUDA call fails), so the process must end; its
+// peers raise their own device timeouts. A debug mode, for finding such a bug: a few instructions per
+// translation. Off by default; iris's own kernels are compiled without it.
 // Global memory only, for the 16-byte and bulk forms: they access it with ld.global / st.global, which on a
 // __shared__ (or stack) address fault; write a shared-memory tile out with ordinary C++ assignments (not the
 // 16-byte load/store below), or copy it to global memory first.
@@ -48,11 +59,47 @@ namespace iris::device {
 
 // ---- pointer translation -------------------------------------------------------------------------
 
+namespace detail {
+
+// Records a translation that failed its check, prints it and stops the kernel (timeout.cuh).
+__device__ void translate_failed(const DeviceContext& ctx, const void* ptr, uint64_t bytes, int to);
+
+// The bytes an object of T spans; 0 for void (an address, not an object).
+template <typename T>
+inline constexpr uint64_t kObjectBytes = std::is_void_v<T> ? 0 : sizeof(std::conditional_t<std::is_void_v<T>, char, T>);
+
+// IRIS_DEVICE_CHECKS: `to` is a rank and `count` objects of T from `ptr` lie in this rank's heap, or the kernel
+// stops (translate_failed).
+template <typename T>
+IRIS_DEVICE_INLINE void check_translate([[maybe_unused]] const DeviceContext& ctx, [[maybe_unused]] const T* ptr,
+                                        [[maybe_unused]] uint64_t count, [[maybe_unused]] int to) {
+#if IRIS_DEVICE_CHECKS
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  const uintptr_t mine = reinterpret_cast<uintptr_t>(ctx.heap_base) + static_cast<uint64_t>(ctx.rank) * ctx.heap_size;
+  const uint64_t offset = p - mine;  // in this rank's heap when p >= mine and offset <= heap_size
+  constexpr uint64_t kSize = kObjectBytes<T> != 0 ? kObjectBytes<T> : 1;  // an address: checked as 0 bytes
+  if constexpr (kObjectBytes<T> == 0) count = 0;
+  const bool fits = p >= mine && offset <= ctx.heap_size && count <= (ctx.heap_size - offset) / kSize;
+  if (!(fits && to >= 0 && to < ctx.world_size))
+    translate_failed(ctx, ptr, count > ~uint64_t{0} / kSize ? ~uint64_t{0} : count * kSize, to);  // bytes, saturated
+#endif
+}
+
+// The `count` objects from `ptr` (in this rank's heap) as seen in rank `to`'s heap: translate, for the bulk forms,
+// which IRIS_DEVICE_CHECKS checks over the whole range.
+template <typename T>
+IRIS_DEVICE_INLINE T* translate_range(const DeviceContext& ctx, T* ptr, size_t count, int to) {
+  check_translate(ctx, ptr, count, to);
+  const int64_t shift = (static_cast<int64_t>(to) - ctx.rank) * static_cast<int64_t>(ctx.heap_size);
+  return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(ptr) + static_cast<uintptr_t>(shift));
+}
+
+}  // namespace detail
+
 // The object at `ptr` (in this rank's heap) as seen in rank `to`'s heap.
 template <typename T>
 IRIS_DEVICE_INLINE T* translate(const DeviceContext& ctx, T* ptr, int to) {
-  const int64_t shift = (static_cast<int64_t>(to) - ctx.rank) * static_cast<int64_t>(ctx.heap_size);
-  return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(ptr) + static_cast<uintptr_t>(shift));
+  return detail::translate_range(ctx, ptr, 1, to);
 }
 
 // The rank whose heap holds `ptr` (any rank's heap, as mapped in this process), or -1 when `ptr` is
@@ -336,58 +383,62 @@ IRIS_DEVICE_INLINE void copy_grid(T* dst, const T* src, size_t count) {
 // put_*: `count` elements from src (this GPU's global memory) into `dst`'s object in rank `to`'s heap.
 template <typename T>
 IRIS_DEVICE_INLINE void put_thread(const DeviceContext& ctx, T* dst, const T* src, size_t count, int to) {
-  copy_thread(translate(ctx, dst, to), src, count);
+  copy_thread(detail::translate_range(ctx, dst, count, to), src, count);
 }
 template <typename T>
 IRIS_DEVICE_INLINE void put_warp(const DeviceContext& ctx, T* dst, const T* src, size_t count, int to) {
-  copy_warp(translate(ctx, dst, to), src, count);
+  copy_warp(detail::translate_range(ctx, dst, count, to), src, count);
 }
 template <typename T>
 IRIS_DEVICE_INLINE void put_block(const DeviceContext& ctx, T* dst, const T* src, size_t count, int to) {
-  copy_block(translate(ctx, dst, to), src, count);
+  copy_block(detail::translate_range(ctx, dst, count, to), src, count);
 }
 template <typename T>
 IRIS_DEVICE_INLINE void put_grid(const DeviceContext& ctx, T* dst, const T* src, size_t count, int to) {
-  copy_grid(translate(ctx, dst, to), src, count);
+  copy_grid(detail::translate_range(ctx, dst, count, to), src, count);
 }
 
 // get_*: `count` elements from `src`'s object in rank `from`'s heap into dst (this GPU's global memory).
 template <typename T>
 IRIS_DEVICE_INLINE void get_thread(const DeviceContext& ctx, T* dst, const T* src, size_t count, int from) {
-  copy_thread(dst, translate(ctx, src, from), count);
+  copy_thread(dst, detail::translate_range(ctx, src, count, from), count);
 }
 template <typename T>
 IRIS_DEVICE_INLINE void get_warp(const DeviceContext& ctx, T* dst, const T* src, size_t count, int from) {
-  copy_warp(dst, translate(ctx, src, from), count);
+  copy_warp(dst, detail::translate_range(ctx, src, count, from), count);
 }
 template <typename T>
 IRIS_DEVICE_INLINE void get_block(const DeviceContext& ctx, T* dst, const T* src, size_t count, int from) {
-  copy_block(dst, translate(ctx, src, from), count);
+  copy_block(dst, detail::translate_range(ctx, src, count, from), count);
 }
 template <typename T>
 IRIS_DEVICE_INLINE void get_grid(const DeviceContext& ctx, T* dst, const T* src, size_t count, int from) {
-  copy_grid(dst, translate(ctx, src, from), count);
+  copy_grid(dst, detail::translate_range(ctx, src, count, from), count);
 }
 
 // copy_* with ranks: `count` elements from `src`'s object in rank `from`'s heap into `dst`'s object
 // in rank `to`'s heap (both pointers in this rank's heap; either rank may be this one or a peer).
 template <typename T>
 IRIS_DEVICE_INLINE void copy_thread(const DeviceContext& ctx, T* dst, int to, const T* src, int from, size_t count) {
-  copy_thread(translate(ctx, dst, to), translate(ctx, src, from), count);
+  copy_thread(detail::translate_range(ctx, dst, count, to), detail::translate_range(ctx, src, count, from), count);
 }
 template <typename T>
 IRIS_DEVICE_INLINE void copy_warp(const DeviceContext& ctx, T* dst, int to, const T* src, int from, size_t count) {
-  copy_warp(translate(ctx, dst, to), translate(ctx, src, from), count);
+  copy_warp(detail::translate_range(ctx, dst, count, to), detail::translate_range(ctx, src, count, from), count);
 }
 template <typename T>
 IRIS_DEVICE_INLINE void copy_block(const DeviceContext& ctx, T* dst, int to, const T* src, int from, size_t count) {
-  copy_block(translate(ctx, dst, to), translate(ctx, src, from), count);
+  copy_block(detail::translate_range(ctx, dst, count, to), detail::translate_range(ctx, src, count, from), count);
 }
 template <typename T>
 IRIS_DEVICE_INLINE void copy_grid(const DeviceContext& ctx, T* dst, int to, const T* src, int from, size_t count) {
-  copy_grid(translate(ctx, dst, to), translate(ctx, src, from), count);
+  copy_grid(detail::translate_range(ctx, dst, count, to), detail::translate_range(ctx, src, count, from), count);
 }
 
 }  // namespace iris::device
+
+#if IRIS_DEVICE_CHECKS
+#include "iris/device/timeout.cuh"  // translate_failed's definition (it records the error as a failed wait does)
+#endif
 
 #endif  // IRIS_DEVICE_COMPILE
