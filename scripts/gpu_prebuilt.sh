@@ -72,8 +72,13 @@ for g in "${groups[@]}"; do
   if [ "$gpus" -gt 0 ] && grep -q ' 0 visible' "$log"; then
     status=1
     note="$note (FAILED: tests saw 0 GPUs where nvidia-smi lists $gpus)"
+    # Under MPS, why the server refused its clients ("MPS server is not ready to accept new MPS client requests",
+    # 2026-12-07, right after a step without MPS on the same GPU) is in its own logs, which stay on the machine.
+    [ -n "${IRIS_MPS:-}" ] && mps_tail=$(tail -n 6 "$CUDA_MPS_LOG_DIRECTORY"/*.log 2>/dev/null | cut -c1-300)
   fi
   summary+=("tests '$g': rc $rc, passed $passed, failed $failed, skipped $skipped, $(( $(date +%s) - start )) s$note")
+  while read -r line; do [ -n "$line" ] && summary+=("      mps: $line"); done <<< "${mps_tail:-}"
+  mps_tail=""
   while read -r line; do summary+=("    $line"); done < <(grep -E '^\[  FAILED  \] .*\(' "$log" | sort -u | head -n 15)
   while read -r line; do summary+=("      $line"); done < <(grep -A4 -E 'Failure$' "$log" | grep -vE '^--$' | head -n 20 | cut -c1-300)
 done
