@@ -1,10 +1,10 @@
 // GPU tests of IRIS_DEVICE_CHECKS (iris/device/memory.cuh), the checked translation of this file's kernels:
 // correct uses at the edges of the heap pass and move the right data; each wrong one (a rank past the world, a
 // negative rank, a pointer translated twice, a pointer outside the heap, a bulk range past the heap's end) stops
-// its kernel with a trap before the access, and ctx.synchronize() raises the recorded reason, naming the rank,
-// the block, the pointer and the bytes. A trap ends the process's CUDA context, so each wrong use is a test of
-// its own in processes mode (a child process per rank, ended after the check); never as threads, whose context
-// is the test binary's.
+// its kernel with a trap before the access, and ctx.synchronize() (ctx.barrier() for one of them) raises the
+// recorded reason, naming the rank, the block, the pointer and the bytes. A trap ends the process's CUDA context,
+// so each wrong use is a test of its own in processes mode (a child process per rank, ended after the check);
+// never as threads, whose context is the test binary's.
 #define IRIS_DEVICE_CHECKS 1
 
 #include <gtest/gtest.h>
@@ -140,11 +140,14 @@ std::string hex(const void* p) {
   return text;
 }
 
-// Runs the wrong use on every rank and checks the error that ctx.synchronize() raises.
-void expect_stopped(const RankSetup& setup, Wrong wrong) {
+// Where the host meets the kernel that stopped: each raises the recorded reason, not the CUDA error.
+enum class Finish { kSynchronize, kBarrier };
+
+// Runs the wrong use on every rank and checks the error that ctx.synchronize(), or ctx.barrier(), raises.
+void expect_stopped(const RankSetup& setup, Wrong wrong, Finish finish = Finish::kSynchronize) {
   test::run_ranks(
       setup,
-      [wrong](Context& ctx) {
+      [wrong, finish](Context& ctx) {
         const int world = ctx.world_size(), rank = ctx.rank();
         const int peer = (rank + 1) % world;
         auto* heap_ptr = ctx.zeros<uint32_t>(1024);
@@ -196,7 +199,14 @@ void expect_stopped(const RankSetup& setup, Wrong wrong) {
             ". IRIS_DEVICE_CHECKS stopped the kernel there with a trap, before the access: this process's CUDA "
             "context is unusable now (every later CUDA call fails), so the process must end; its peers' waits "
             "for it time out.";
-        EXPECT_EQ(test::error_text<InvalidArgument>([&] { ctx.synchronize(); }), want);
+        // Through barrier(), every rank raises its own: each stopped alike.
+        EXPECT_EQ(test::error_text<InvalidArgument>([&] {
+                    if (finish == Finish::kBarrier)
+                      ctx.barrier();
+                    else
+                      ctx.synchronize();
+                  }),
+                  want);
         EXPECT_EQ(*reached, 0u) << "the kernel went on past the wrong use";
         EXPECT_NE(cudaStreamQuery(ctx.stream()), cudaSuccess) << "the trap ends the context";
         (void)cudaFreeHost(reached);  // fails too, after the trap: the process ends soon
@@ -220,7 +230,7 @@ TEST_P(DeviceChecksStopTest, ARankPastTheWorld) {
 }
 TEST_P(DeviceChecksStopTest, ANegativeRank) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());
-  expect_stopped(GetParam(), Wrong::kNegativeRank);
+  expect_stopped(GetParam(), Wrong::kNegativeRank, Finish::kBarrier);
 }
 TEST_P(DeviceChecksStopTest, APointerTranslatedTwice) {
   IRIS_TEST_REQUIRE_GPUS(GetParam());

@@ -639,8 +639,10 @@ std::string Context::heap_guard_report() {
 void Context::finish_stream_everywhere(const char* what, bool device_errors) {
   detail::agree(*bootstrap_, what, [&] {
     const detail::DeviceGuard device(device_);
-    IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (device_errors) check_device_error();
+    if (device_errors)
+      synchronize();  // a kernel stopped by IRIS_DEVICE_CHECKS raises its recorded reason, not the CUDA error
+    else
+      IRIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   });
 }
 

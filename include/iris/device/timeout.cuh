@@ -155,15 +155,7 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
            static_cast<unsigned long long>(observed), static_cast<unsigned long long>(expected));
     return true;
   }
-  if (code == kDeviceErrorBadTranslate) {
-    printf(
-        "iris: device error in %s on rank %d (block %d, thread %u): IRIS_DEVICE_CHECKS stops the kernel: rank %lld "
-        "of %d ranks, pointer %p (in the heap of rank %d; -1: none), %llu bytes from it\n",
-        op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), thread_index_in_block(),
-        static_cast<long long>(observed), ctx.world_size, address, out->peer,
-        static_cast<unsigned long long>(elapsed_ns));
-    return true;
-  }
+  if (code == kDeviceErrorBadTranslate) return true;  // printed by translate_failed
   if (code == kDeviceErrorMisuse) {
     printf("iris: device error in %s on rank %d (block %d, thread %u): got %lld, which must be in [0, %llu)\n",
            op != nullptr ? op : "?", ctx.rank, static_cast<int>(block_index_in_grid()), thread_index_in_block(),
@@ -189,15 +181,16 @@ inline __device__ __noinline__ bool record_device_error(const DeviceContext& ctx
 }
 
 // A translation that failed its IRIS_DEVICE_CHECKS check (memory.cuh, check_translate): recorded for the host,
-// and the kernel stops here, before the access. An error recorded earlier and not yet taken by the host keeps the
-// record; this one is then printed only.
+// printed, and the kernel stops here, before the access. An error recorded earlier and not yet taken by the host
+// keeps the record; this one is then printed only.
 inline __device__ __noinline__ void detail::translate_failed(const DeviceContext& ctx, const void* ptr, uint64_t bytes,
                                                              int to) {
+  const bool recorded = record_device_error(ctx, kDeviceErrorBadTranslate, "translate", ptr,
+                                            static_cast<uint64_t>(static_cast<int64_t>(to)),
+                                            static_cast<uint64_t>(ctx.world_size), bytes, rank_of(ctx, ptr), true);
   // Not printed again by the other threads that failed alike (the lanes of one bulk form, say).
-  if (!record_device_error(ctx, kDeviceErrorBadTranslate, "translate", ptr,
-                           static_cast<uint64_t>(static_cast<int64_t>(to)), static_cast<uint64_t>(ctx.world_size),
-                           bytes, rank_of(ctx, ptr), true) &&
-      (ctx.error == nullptr || load<Order::kRelaxed, Scope::kSys>(&ctx.error->code) != kDeviceErrorBadTranslate))
+  if (recorded || ctx.error == nullptr ||
+      load<Order::kRelaxed, Scope::kSys>(&ctx.error->code) != kDeviceErrorBadTranslate)
     printf(
         "iris: device error in translate on rank %d (block %d, thread %u): IRIS_DEVICE_CHECKS stops the kernel: "
         "rank %d of %d ranks, pointer %p (in the heap of rank %d; -1: none), %llu bytes from it\n",
