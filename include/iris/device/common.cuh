@@ -20,6 +20,9 @@
 #if defined(__CUDACC__)
 #define IRIS_DEVICE_COMPILE 1
 #define IRIS_DEVICE_INLINE __device__ __forceinline__
+#define IRIS_HOST_DEVICE __host__ __device__
+#else
+#define IRIS_HOST_DEVICE
 #endif
 
 namespace iris::device {
@@ -88,6 +91,20 @@ inline constexpr int32_t kDeviceErrorCallStopped = 9;
 // symmetric window) and `elapsed_ns` the bytes from it that had to lie in this rank's heap (saturated). The
 // kernel then stopped with a trap, which ends the process's CUDA context. The host raises InvalidArgument.
 inline constexpr int32_t kDeviceErrorBadTranslate = 10;
+
+// IRIS_DEVICE_CHECKS' test of a translation (memory.cuh, check_translate), host-visible so that its edges are
+// tested without a GPU: `to` is one of the world's ranks, and `count` objects of `object_bytes` each (0: an
+// address, checked as no bytes) from address `p` lie in this rank's heap, [heap_base + rank * heap_size,
+// heap_base + (rank + 1) * heap_size). No overflow: a count past the heap is refused, not wrapped.
+inline IRIS_HOST_DEVICE bool translation_in_bounds(const DeviceContext& ctx, uintptr_t p, uint64_t count,
+                                                   uint64_t object_bytes, int to) {
+  const uintptr_t mine = reinterpret_cast<uintptr_t>(ctx.heap_base) + static_cast<uint64_t>(ctx.rank) * ctx.heap_size;
+  const uint64_t offset = p - mine;  // past heap_size when p is below this rank's heap too (it wraps)
+  const uint64_t size = object_bytes != 0 ? object_bytes : 1;
+  if (object_bytes == 0) count = 0;
+  const bool fits = offset <= ctx.heap_size && count <= (ctx.heap_size - offset) / size;
+  return fits && to >= 0 && to < ctx.world_size;
+}
 
 // The call key a collective's kernel stores in its call words when it skips its call on a stopped workspace
 // (ccl_common.cuh, begin_call), so that its peers' waits that give up name it. A call's own key (a hash,

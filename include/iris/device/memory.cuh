@@ -74,14 +74,12 @@ template <typename T>
 IRIS_DEVICE_INLINE void check_translate([[maybe_unused]] const DeviceContext& ctx, [[maybe_unused]] const T* ptr,
                                         [[maybe_unused]] uint64_t count, [[maybe_unused]] int to) {
 #if IRIS_DEVICE_CHECKS
-  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
-  const uintptr_t mine = reinterpret_cast<uintptr_t>(ctx.heap_base) + static_cast<uint64_t>(ctx.rank) * ctx.heap_size;
-  const uint64_t offset = p - mine;  // in this rank's heap when p >= mine and offset <= heap_size
-  constexpr uint64_t kSize = kObjectBytes<T> != 0 ? kObjectBytes<T> : 1;  // an address: checked as 0 bytes
-  if constexpr (kObjectBytes<T> == 0) count = 0;
-  const bool fits = p >= mine && offset <= ctx.heap_size && count <= (ctx.heap_size - offset) / kSize;
-  if (!(fits && to >= 0 && to < ctx.world_size))
-    translate_failed(ctx, ptr, count > ~uint64_t{0} / kSize ? ~uint64_t{0} : count * kSize, to);  // bytes, saturated
+  if (!translation_in_bounds(ctx, reinterpret_cast<uintptr_t>(ptr), count, kObjectBytes<T>, to)) {
+    uint64_t bytes = 0;  // saturated: a count past the heap may overflow 64 bits
+    if constexpr (kObjectBytes<T> != 0)
+      bytes = count > ~uint64_t{0} / kObjectBytes<T> ? ~uint64_t{0} : count * kObjectBytes<T>;
+    translate_failed(ctx, ptr, bytes, to);
+  }
 #endif
 }
 
