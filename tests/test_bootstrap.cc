@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -83,8 +84,9 @@ std::string why_no_process_of_nobody() {
   // Root without CAP_SETUID (a rootless container) cannot become another user either.
   const pid_t probe = ::fork();
   if (probe == 0) ::_exit(become_nobody() ? 0 : 1);
+  if (probe < 0) return std::string("fork failed, to probe for setuid: ") + std::strerror(errno);
   int status = -1;
-  if (probe < 0 || ::waitpid(probe, &status, 0) != probe || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+  if (::waitpid(probe, &status, 0) != probe || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return "this process cannot start one of another user (setuid to nobody, 65534, failed)";
   return "";
 }
