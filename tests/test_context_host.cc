@@ -125,6 +125,11 @@ TEST(CheckCalls, EnvironmentTakesOnlyZeroOrOne) {
             "Invalid IRIS_CHECK_CALLS='on': expected 0 or 1.");
 }
 
+// The library says how its kernels were built (CMake option IRIS_DEVICE_CHECKS, passed to this test as built).
+TEST(LibraryDeviceChecks, SayWhatTheBuildChose) {
+  EXPECT_EQ(library_device_checks(), IRIS_TEST_LIBRARY_DEVICE_CHECKS != 0);
+}
+
 // So is IRIS_NVTX_HEAP (before 2026-12-07 "true", "yes" or "on" left it off without a word).
 TEST(NvtxHeap, EnvironmentTakesOnlyZeroOrOne) {
   ScopedEnv env("IRIS_NVTX_HEAP", "true");

@@ -277,6 +277,12 @@ class Context {
 // Number of CUDA devices visible to this process (0 when there is no driver or no device).
 int local_device_count();
 
+// Whether this iris library was built with its own kernels checked (CMake option IRIS_DEVICE_CHECKS=ON, a debug
+// build): every translation of theirs to a peer checks the rank and that the object lies in this rank's heap
+// (device/memory.cuh), and a wrong one stops the kernel before the access. Their times are then not what a
+// release build's are.
+bool library_device_checks() noexcept;
+
 // Runs fn on `world_size` threads, thread r with its own Context of rank r on device r (contexts
 // share one process and one symmetric window). If any rank throws, the other ranks are released
 // from blocking bootstrap operations with RemoteError, every thread is joined, and the first

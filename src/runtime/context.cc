@@ -181,6 +181,8 @@ size_t heap_size_from_env() {
   }
 }
 
+bool library_device_checks() noexcept { return IRIS_DEVICE_CHECKS != 0; }
+
 int local_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -360,7 +362,8 @@ Context::Context(std::shared_ptr<Bootstrap> bootstrap, const ContextOptions& opt
     }
   }
   IRIS_LOG_INFO("context ready: device ", device_, ", heap ", heap_size_, " bytes, window ",
-                static_cast<void*>(heap_->base()), guards_ != nullptr ? ", heap guards on" : "", kernels);
+                static_cast<void*>(heap_->base()), guards_ != nullptr ? ", heap guards on" : "",
+                library_device_checks() ? ", iris's kernels built with IRIS_DEVICE_CHECKS" : "", kernels);
 }
 
 Context::~Context() {
