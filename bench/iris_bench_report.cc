@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "iris/ccl/config.hpp"
+#include "iris/context.hpp"
 #include "iris/core/error.hpp"
 #include "iris_bench_nccl.hpp"
 #include "iris_bench_targets.hpp"
@@ -84,6 +85,7 @@ MachineInfo collect_machine_info(int world) {
   m.timestamp_utc = ts;
   const char* pdl = std::getenv("IRIS_PDL");  // read as iris reads it (src/ccl/ccl_host.cc, pdl_enabled)
   m.iris_pdl = pdl == nullptr || std::strcmp(pdl, "0") != 0;
+  m.iris_device_checks = iris::library_device_checks();
   if (const char* nvls = std::getenv("NCCL_NVLS_ENABLE")) m.nccl_nvls = nvls;
   return m;
 }
@@ -105,6 +107,10 @@ void print_preamble(const MachineInfo& m, const Options& o, bool nccl_on) {
                   ? "# iris kernels launched with programmatic dependent launch (IRIS_PDL=0 turns it off): in a graph "
                     "of back-to-back calls each iris call is launched while the one before it runs\n"
                   : "# iris kernels launched without programmatic dependent launch (IRIS_PDL=0)\n");
+  if (m.iris_device_checks)
+    std::printf(
+        "# NOTE: iris built with IRIS_DEVICE_CHECKS (a debug build): its kernels check every translation, so the iris "
+        "times below are not a release build's\n");
   if (m.iris_check_calls)
     std::printf(
         "# IRIS_CHECK_CALLS on: every iris call compares its arguments across the ranks on the host (a "
@@ -444,6 +450,7 @@ void write_json(const std::string& path, const MachineInfo& m, const Options& o,
      << ", \"check\": " << (o.check ? "true" : "false") << ", \"quick\": " << (o.quick ? "true" : "false")
      << ", \"targets\": " << (o.targets ? "true" : "false") << ", \"iris_pdl\": " << (m.iris_pdl ? "true" : "false")
      << ", \"iris_check_calls\": " << (m.iris_check_calls ? "true" : "false")
+     << ", \"iris_device_checks\": " << (m.iris_device_checks ? "true" : "false")
      << ", \"collectives\": " << (o.collectives ? "true" : "false") << ", \"fused\": " << (o.fused ? "true" : "false")
      << ", \"fused_b\": " << json_string(o.fused_b_nk ? "nk" : "kn")
      << ", \"fused_rel_tolerance\": " << json_number(kFusedRelTolerance)

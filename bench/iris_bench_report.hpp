@@ -87,6 +87,9 @@ struct MachineInfo {
   // Context::check_calls() (IRIS_CHECK_CALLS): every iris call compares its arguments across the ranks on the
   // host, a bootstrap round trip per call, which --eager times include (graph replays repeat no host work).
   bool iris_check_calls = false;
+  // iris::library_device_checks(): this iris library's kernels check every translation (CMake option
+  // IRIS_DEVICE_CHECKS=ON, a debug build), so its times are not a release build's.
+  bool iris_device_checks = false;
   // How the ranks run: "threads, one per GPU", "processes (...), one per GPU" or, when ranks share GPUs,
   // a text that says the times are not measurements (shared_gpus).
   std::string launch = "threads, one per GPU";

@@ -339,6 +339,8 @@ std::string targets_not_applicable(const MachineInfo& m, const Options& o) {
       m.gpu_name.find("H200") == std::string::npos)
     return "the targets are set for 2 x H200; this run has " + ranks_and_gpus(m);
   if (m.shared_gpus) return "ranks share GPUs in this run, so its times are not measurements";
+  if (m.iris_device_checks)
+    return "iris was built with IRIS_DEVICE_CHECKS (a debug build), so its times are not a release build's";
   if (o.eager) return "the targets are timed over CUDA-graph replays; this run timed direct calls (--eager)";
   if (!o.check) return "the targets hold checked results only; this run did not check them (-c 0)";
   return "";

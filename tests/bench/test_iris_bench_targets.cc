@@ -87,6 +87,10 @@ TEST(BenchTargets, OnlyTwoH200sTimedOverGraphReplaysAreHeldToThem) {
             "the targets are set for 2 x H200; this run has 2 ranks on 1 x NVIDIA H100 80GB HBM3");
   shared.gpus_used = 2;
   EXPECT_EQ(ranks_and_gpus(shared), "2 x NVIDIA H100 80GB HBM3");
+  MachineInfo checked = target_machine();
+  checked.iris_device_checks = true;
+  EXPECT_EQ(targets_not_applicable(checked, o),
+            "iris was built with IRIS_DEVICE_CHECKS (a debug build), so its times are not a release build's");
   o.eager = true;
   EXPECT_EQ(targets_not_applicable(target_machine(), o),
             "the targets are timed over CUDA-graph replays; this run timed direct calls (--eager)");
