@@ -21,7 +21,8 @@
 // the access: an access through a wrong address would corrupt another object, or another rank's, without a
 // word. A trap ends this process's CUDA context (every later CUDA call fails), so the process must end; its
 // peers raise their own device timeouts. A debug mode, for finding such a bug: a few instructions per
-// translation. Off by default; iris's own kernels are compiled without it.
+// translation. Off by default; iris's own kernels have it only in a library configured with the CMake option
+// IRIS_DEVICE_CHECKS=ON (iris::library_device_checks() says which build is linked).
 // Global memory only, for the 16-byte and bulk forms: they access it with ld.global / st.global, which on a
 // __shared__ (or stack) address fault; write a shared-memory tile out with ordinary C++ assignments (not the
 // 16-byte load/store below), or copy it to global memory first.
