@@ -16,7 +16,13 @@
 # (still one GPU's memory, not NVLink). P times IRIS_TEST_RANKS_PER_GPU must be at most 100: a rank
 # sizes its grids by the SMs it sees, and ranks that wait on each other need their blocks resident at
 # once (2026-12-03, 2 ranks at 100%: both one_shot grids of 132 blocks of 512 threads, one per SM, met
-# their device timeout; at 50% the collective and all_reduce tests passed at 2 ranks).
+# their device timeout; at 50% the collective and all_reduce tests passed at 2 ranks). A share is a count of
+# SMs, not SMs of the process's own (bench/results/2026-12-07-h100-mps-residency.txt: two processes at 50%
+# launching 66 one-block-per-SM blocks at once got 72 SMs between them, and one waited for the other's
+# grid to end). The release build's collectives, which fit two blocks per SM, have passed under the rule (2
+# ranks at 50%, 3 at 33%, 4 at 25%, 8 at 12%); with a library built with -DIRIS_DEVICE_CHECKS=ON (one block
+# per SM) the skewed all_gather test timed out at 3 ranks at 33% and at 25%. Run a checked build's tests at 2
+# or more ranks per GPU without IRIS_MPS, where the processes take turns on the GPU, each with every SM.
 set -uo pipefail
 BIN="${1:-.out/bin}"; shift || true
 LOG_DIR="${IRIS_LOG_DIR:-${OUT:-$PWD/gpu-logs}}"
@@ -42,6 +48,7 @@ if [ -n "${IRIS_MPS:-}" ]; then
   trap 'echo quit | nvidia-cuda-mps-control > /dev/null 2>&1' EXIT
   export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="$IRIS_MPS"
   summary+=("MPS: on, each process limited to $IRIS_MPS% of the SMs (logs: $CUDA_MPS_LOG_DIRECTORY)")
+  [ "$per_gpu" -gt 1 ] && summary+=("MPS: the shares overlap on the GPU; a checked library build's collectives (one block per SM) may time out here, not in a run without IRIS_MPS")
 fi
 nvidia-smi -L > "$LOG_DIR/machine.txt" 2>&1; nvidia-smi topo -m >> "$LOG_DIR/machine.txt" 2>&1
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
