@@ -173,6 +173,21 @@ TEST(DeviceErrorRecordHost, AWaitThatGaveUpIsATimeoutNamingTheWordItsOwnerAndBot
       << timeout_text(unowned);
 }
 
+// A collective's wait that gave up while every peer was in the same call, with the same key (timeout.cuh,
+// record_wait_timeout): the calls agree, so the message says so and names what keeps a block from running, not
+// "check that every rank launched the same ops" (2026-12-07: three ranks sharing one GPU under MPS, a checked
+// library build, all_gather's last blocks never got an SM, and the message sent the reader to the calls).
+TEST(DeviceErrorRecordHost, AWaitThatGaveUpWithEveryPeerInTheCallSaysTheCallsAgree) {
+  EXPECT_EQ(timeout_text(recorded(device::kDeviceErrorPeersInCall, 13, 15)),
+            "iris device timeout in all_reduce on rank 3 (block 7): waited 250 ms for the word at 0xabc0 owned by "
+            "rank 5; last value 13, waiting for 15. Every peer had started this call on the workspace, with this "
+            "call's key, and none had given up: the ranks' calls agree, but a block of the call, on this rank or a "
+            "peer, never reached the signal this wait needs. The usual cause is a block that got no SM: iris's "
+            "communication kernels need every block of every rank's grid running at once, and a kernel that never "
+            "ends holding SMs beside them, or ranks sharing one GPU (under MPS the ranks' shares of the SMs "
+            "overlap), can keep some of them from starting. This rank's output of that call is not valid.");
+}
+
 // A signed flag's values are sign-extended by the kernel (signal.cuh, as_u64) and printed signed: before
 // 2026-12-07 a wait of an int32 flag for -1 read "waiting for 4294967295", an int64's "18446744073709551615".
 TEST(DeviceErrorRecordHost, ASignedFlagsValuesArePrintedSigned) {

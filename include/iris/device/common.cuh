@@ -91,6 +91,13 @@ inline constexpr int32_t kDeviceErrorCallStopped = 9;
 // symmetric window) and `elapsed_ns` the bytes from it that had to lie in this rank's heap (saturated). The
 // kernel then stopped with a trap, which ends the process's CUDA context. The host raises InvalidArgument.
 inline constexpr int32_t kDeviceErrorBadTranslate = 10;
+// Found by a collective's bounded wait that gave up (timeout.cuh, record_wait_timeout): every peer's call words
+// show it in this call on the workspace with this call's key, and none has given up, so the ranks' calls agree
+// and a block of this call, here or on a peer, has not reached the signal waited for (one that never got an
+// SM: the blocks of every rank's grid must all run at once). The fields are a plain timeout's (`observed` the
+// word's last value, `expected` the value waited for, `peer` the rank owning the word). The host raises
+// TimeoutError saying so.
+inline constexpr int32_t kDeviceErrorPeersInCall = 11;
 
 // IRIS_DEVICE_CHECKS' test of a translation (memory.cuh, check_translate), host-visible so that its edges are
 // tested without a GPU: `to` is one of the world's ranks, and `count` objects of `object_bytes` each (0: an

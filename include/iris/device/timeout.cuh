@@ -23,7 +23,8 @@
 //    when a chunked exchange or a fused op's ready wait found it in a peer's flag; in an iris collective a
 //    wait that gives up first reads its peers' call words, and raises a TimeoutError naming a peer in the
 //    same call with another key, kDeviceErrorCallDiffers, or a peer that has not started the call,
-//    kDeviceErrorPeerNotInCall: record_wait_timeout below), and
+//    kDeviceErrorPeerNotInCall, or says that every peer is in the call, kDeviceErrorPeersInCall:
+//    record_wait_timeout below), and
 //    clears the record. Until it is cleared, every bounded wait launched with this
 //    context (in this or later kernels) gives up at its first error poll (within ~100 us), so work
 //    queued behind a failed kernel drains quickly instead of each waiting out its own bound.
@@ -206,8 +207,10 @@ inline __device__ __noinline__ void detail::translate_failed(const DeviceContext
 // there is older has not started this one (kDeviceErrorPeerNotInCall: it made fewer calls on the
 // workspace, one without elements launching nothing, or waits elsewhere), and, when no peer is found so, a
 // peer whose stop word holds this call or an earlier one (a wait of its own gave up there, so it skips its
-// later calls: kDeviceErrorPeerStopped). Otherwise, or when a peer's words change while read (it is not stuck), a plain
-// kDeviceErrorTimeout. The call words are stored with
+// later calls: kDeviceErrorPeerStopped). When every peer is in this call with its key and none has stopped,
+// kDeviceErrorPeersInCall: the calls agree, and a block of the call has not reached its signal. Otherwise, or
+// when a peer's words change while read (it is not stuck), a plain kDeviceErrorTimeout. The call words are
+// stored with
 // relaxed stores when a kernel starts (ccl_common.cuh, begin_call); they are read here only after a wait
 // of ctx.timeout_ns, long after a stuck peer's stores became visible. Each of this kernel's blocks stored
 // this call's words before its waits, so this rank's are this call's. Not inlined: the cold path.
@@ -216,7 +219,7 @@ inline __device__ __noinline__ bool record_wait_timeout(const DeviceContext& ctx
                                                         bool values_signed = false) {
   if (ctx.call_words != nullptr) {
     const uint64_t epoch = load<Order::kRelaxed, Scope::kSys>(ctx.call_words);
-    int behind = -1, stopped = -1;
+    int behind = -1, stopped = -1, in_call = 0;
     uint64_t behind_epoch = 0, stopped_epoch = 0;
     for (int r = 0; r < ctx.world_size; ++r) {
       if (r == ctx.rank) continue;
@@ -241,11 +244,15 @@ inline __device__ __noinline__ bool record_wait_timeout(const DeviceContext& ctx
         behind = r;
         behind_epoch = e;
       }
+      if (e == epoch && key == ctx.call_key) ++in_call;
     }
     if (behind >= 0)
       return record_device_error(ctx, kDeviceErrorPeerNotInCall, op, address, behind_epoch, epoch, elapsed_ns, behind);
     if (stopped >= 0)
       return record_device_error(ctx, kDeviceErrorPeerStopped, op, address, stopped_epoch, epoch, elapsed_ns, stopped);
+    if (in_call == ctx.world_size - 1 && ctx.world_size > 1)
+      return record_device_error(ctx, kDeviceErrorPeersInCall, op, address, observed, expected, elapsed_ns, -2,
+                                 values_signed);
   }
   return record_device_error(ctx, kDeviceErrorTimeout, op, address, observed, expected, elapsed_ns, -2, values_signed);
 }
