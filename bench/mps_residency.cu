@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "iris/device.cuh"
+
 namespace {
 
 constexpr int kThreads = 512;
@@ -35,22 +37,18 @@ constexpr int kSharedBytes = 160 * 1024;  // more than half an SM's shared memor
 constexpr unsigned long long kWaitLimitNs = 4'000'000'000ull;
 constexpr unsigned long long kHoldNs = 2'000'000'000ull;
 
-__device__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+using iris::device::global_timer_ns;
 
 __global__ void __launch_bounds__(kThreads) hold(unsigned* arrived, unsigned long long* waited) {
   extern __shared__ char pad[];
   if (threadIdx.x != 0) return;
   pad[0] = 1;  // the shared memory is there to fill the SM, not to be used
   atomicAdd(arrived, 1u);
-  const unsigned long long t0 = now_ns();
-  while (atomicAdd(arrived, 0u) < gridDim.x && now_ns() - t0 < kWaitLimitNs) {
+  const unsigned long long t0 = global_timer_ns();
+  while (atomicAdd(arrived, 0u) < gridDim.x && global_timer_ns() - t0 < kWaitLimitNs) {
   }
-  waited[blockIdx.x] = now_ns() - t0;
-  while (now_ns() - t0 < kHoldNs) {
+  waited[blockIdx.x] = global_timer_ns() - t0;
+  while (global_timer_ns() - t0 < kHoldNs) {
   }
 }
 

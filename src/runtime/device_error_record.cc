@@ -209,23 +209,25 @@ void throw_device_error(const DeviceErrorRecord& copy) {
         copy.peer,
         " raises for that call says why. This rank's output of that call is not valid. Call the preamble again on "
         "every rank before using the workspace."));
+  // A wait that gave up with no peer to blame: the word, its owner and both values, then why it may have happened.
+  const std::string word =
+      detail::str_cat(waited, copy.peer >= 0 ? detail::str_cat(" owned by rank ", copy.peer) : std::string(),
+                      "; last value ", seen, ", waiting for ", want, ". ");
   // Every peer is in this call with its key: the calls agree, so "launch the same ops" is not the advice.
   if (copy.code == device::kDeviceErrorPeersInCall)
     throw TimeoutError(detail::str_cat(
-        waited, copy.peer >= 0 ? detail::str_cat(" owned by rank ", copy.peer) : std::string(), "; last value ", seen,
-        ", waiting for ", want,
-        ". Every peer had started this call on the workspace, with this call's key, and none had given up: the "
+        word,
+        "Every peer had started this call on the workspace, with this call's key, and none had given up: the "
         "ranks' calls agree, but a block of the call, on this rank or a peer, never reached the signal this wait "
         "needs. The usual cause is a block that got no SM: iris's communication kernels need every block of every "
         "rank's grid running at once, and a kernel that never ends holding SMs beside them, or ranks sharing one "
         "GPU (under MPS the ranks' shares of the SMs overlap), can keep some of them from starting. This rank's "
         "output of that call is not valid."));
-  throw TimeoutError(
-      detail::str_cat(waited, copy.peer >= 0 ? detail::str_cat(" owned by rank ", copy.peer) : std::string(),
-                      "; last value ", seen, ", waiting for ", want,
-                      ". A peer never signalled: check that every rank launched the same ops, in the same order on "
-                      "each workspace (IRIS_CHECK_CALLS=1 compares every iris call across ranks before "
-                      "its launch and names the first that differs)."));
+  throw TimeoutError(detail::str_cat(
+      word,
+      "A peer never signalled: check that every rank launched the same ops, in the same order on each workspace "
+      "(IRIS_CHECK_CALLS=1 compares every iris call across ranks before its launch and names the first that "
+      "differs)."));
 }
 
 }  // namespace iris::detail
